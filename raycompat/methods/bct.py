@@ -1,0 +1,82 @@
+"""Backward Compatible Training (Shen et al., CVPR 2020, eq. 3).
+
+``L = CE(new head, phi_new; D_new) + lambda * CE(W_old frozen, phi_new[:, :d_old]; D_new)``.
+Classes the old model never saw get old-classifier rows synthesised as the class means of the
+old model's features on the new training data (BCT sec. 3.3). When the new embedding is wider,
+the influence loss uses its first d_old coordinates (REFERENCE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+
+from raycompat.methods.base import (
+    METHODS,
+    Batch,
+    CompatibilityMethod,
+    OldModel,
+    classification_terms,
+    first_coordinates,
+)
+
+
+def class_feature_sums(
+    old: OldModel, loader: Iterable[Batch], num_classes: int, dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class sums ``(K, d_old)`` and counts ``(K,)`` of old features over a loader."""
+    sums = torch.zeros(num_classes, dim, dtype=torch.float64)
+    counts = torch.zeros(num_classes, dtype=torch.float64)
+    for batch in loader:
+        feats = (
+            (batch.old_features if batch.old_features is not None else old.features(batch.images))
+            .double()
+            .cpu()
+        )
+        targets = batch.targets.cpu()
+        sums.index_add_(0, targets, feats)
+        counts.index_add_(0, targets, torch.ones_like(targets, dtype=torch.float64))
+    return sums, counts
+
+
+@METHODS.register("bct")
+class BackwardCompatibleTraining(CompatibilityMethod):
+    name = "bct"
+    init = "random"
+    needs_old_model = True
+    needs_old_classifier = True
+
+    def __init__(self, old: OldModel | None = None, weight: float = 1.0) -> None:
+        super().__init__(old)
+        self.weight = weight
+        self.influence_classifier: torch.Tensor | None = None
+
+    def prepare(self, model, loader: Iterable[Batch]) -> None:
+        num_classes = model.num_classes
+        rows = torch.zeros(num_classes, self.old.embed_dim)
+        known = torch.zeros(num_classes, dtype=torch.bool)
+        old_rows = self.old.classifier.detach().cpu().float()
+        for c in self.old.classes:
+            if c < num_classes:
+                rows[c], known[c] = old_rows[c], True
+        sums, counts = class_feature_sums(self.old, loader, num_classes, self.old.embed_dim)
+        synthesise = (~known) & (counts > 0)
+        rows[synthesise] = (sums[synthesise] / counts[synthesise, None]).float()
+        self.influence_classifier = rows
+        self._has_row = known | synthesise
+
+    def losses(self, model, batch: Batch) -> dict[str, torch.Tensor]:
+        if self.influence_classifier is None:
+            raise RuntimeError("bct: call prepare(model, loader) before training")
+        features, terms = classification_terms(model, batch)
+        w = self.influence_classifier.to(features.device)
+        missing = ~self._has_row.to(batch.targets.device)[batch.targets]
+        if missing.any():
+            raise ValueError(
+                f"bct: no influence row for classes {batch.targets[missing].unique().tolist()}"
+            )
+        logits = first_coordinates(features, w.shape[1]) @ w.T
+        terms["influence"] = F.cross_entropy(logits, batch.targets)
+        return {**terms, "loss": terms["ce"] + self.weight * terms["influence"]}

@@ -1,0 +1,65 @@
+"""Named registries of builders (timm / open_clip style).
+
+Every family of pluggable pieces (backbones, heads, compatibility methods, side-information
+models, distances, datasets) has one :class:`Registry`. Behaviour is picked by a registered name,
+never by string matching inside a training loop, and an unknown name is an error that lists the
+valid names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownNameError(KeyError):
+    """Raised when a name is not registered; the message lists the registered names."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0])
+
+
+class Registry(Generic[T]):
+    """A mapping from names to builders of one family.
+
+    >>> heads = Registry("head")
+    >>> @heads.register("linear")
+    ... def linear(**kw): ...
+    >>> heads.names()
+    ['linear']
+    """
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._builders: dict[str, Callable[..., T]] = {}
+
+    def register(self, name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        def decorator(builder: Callable[..., T]) -> Callable[..., T]:
+            if name in self._builders:
+                raise ValueError(f"{self.family} {name!r} is already registered")
+            self._builders[name] = builder
+            return builder
+
+        return decorator
+
+    def get(self, name: str) -> Callable[..., T]:
+        try:
+            return self._builders[name]
+        except KeyError:
+            raise UnknownNameError(
+                f"unknown {self.family} {name!r}; valid names: {', '.join(self.names())}"
+            ) from None
+
+    def create(self, name: str, /, **kwargs: Any) -> T:
+        return self.get(name)(**kwargs)
+
+    def names(self) -> list[str]:
+        return sorted(self._builders)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._builders
+
+    def __repr__(self) -> str:
+        return f"Registry({self.family!r}, {self.names()})"
