@@ -1,0 +1,131 @@
+"""Shared fixtures: a real S3 endpoint served by moto's standalone server.
+
+As in s3fs's own test suite, ``moto.server`` runs as a separate process (so requests go through
+real HTTP, aiobotocore and s3fs exactly as against a cloud bucket), bound to 127.0.0.1 on a free
+port. Fake credentials are put in the environment for the session and restored afterwards; a
+local ``~/.aws`` and instance-metadata lookups are kept out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": "/nonexistent/raycompat-test-aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/raycompat-test-aws-credentials",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL",
+                 "AWS_ENDPOINT_URL_S3")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True  # any HTTP answer means the server is up
+    except OSError:
+        return False
+
+
+def _moto_api(endpoint: str, path: str, body: bytes) -> None:
+    request = urllib.request.Request(f"{endpoint}/moto-api/{path}", data=body, method="POST",
+                                     headers={"Content-Type": "text/plain"})
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """Endpoint URL (``http://127.0.0.1:<port>``) of a moto S3 server running for the session."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in FAKE_AWS_ENV.items():
+            mp.setenv(name, value)
+        for name in UNSET_AWS_ENV:
+            mp.delenv(name, raising=False)
+        for name in ("NO_PROXY", "no_proxy"):  # never send the local endpoint through a proxy
+            mp.setenv(name, ",".join(filter(None, ["127.0.0.1,localhost", os.environ.get(name)])))
+        port = _free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        log_path = tmp_path_factory.mktemp("moto") / "moto_server.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(f"{endpoint}/moto-api/"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"moto server on {endpoint} did not start; log:\n{log_path.read_text()}"
+                    )
+                time.sleep(0.1)
+            yield endpoint
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    """A fresh, empty bucket: yields ``(bucket_name, storage_options)`` for s3fs / fsspec."""
+    import s3fs
+
+    storage_options = {"client_kwargs": {"endpoint_url": s3_server}}
+    bucket = f"raycompat-test-{uuid.uuid4().hex[:12]}"
+    fs = s3fs.S3FileSystem(**storage_options)
+    fs.mkdir(bucket)
+    yield bucket, storage_options
+    try:
+        fs.rm(bucket, recursive=True)
+    except OSError:
+        pass  # a test may have left the server refusing the fake credentials
+
+
+@pytest.fixture
+def s3_strict_auth(s3_server):
+    """Turn on IAM authentication in the moto server for one test.
+
+    Yields ``{"key": ..., "secret": ...}`` of an IAM user allowed ``s3:*``; any other credentials
+    (including the session's fake ones) are refused with 403 until the test ends.
+    """
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=s3_server, region_name="us-east-1")
+    user = f"reader-{uuid.uuid4().hex[:8]}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="s3-all", PolicyDocument=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+    }))
+    access = iam.create_access_key(UserName=user)["AccessKey"]
+    _moto_api(s3_server, "reset-auth", b"0")
+    try:
+        yield {"key": access["AccessKeyId"], "secret": access["SecretAccessKey"]}
+    finally:
+        _moto_api(s3_server, "reset-auth", b"inf")
