@@ -1,0 +1,59 @@
+"""Typed config loading: defaults -> file -> overrides; unknown keys and wrong types rejected."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from raycompat.config import ConfigError, load_config, parse_overrides, save_config
+
+
+@dataclass
+class Optim:
+    lr: float = 0.1
+    epochs: int = 3
+
+
+@dataclass
+class Job:
+    name: str = "demo"
+    method: Literal["ift", "bct"] = "ift"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    weights: str | None = None
+    optim: Optim = field(default_factory=Optim)
+
+
+def test_defaults_file_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\noptim:\n  lr: 1\n")
+    cfg = load_config(Job, path, ["optim.epochs=7", "method=bct", "seeds=[1, 2]"])
+    assert cfg.name == "x" and cfg.optim.lr == 1.0 and cfg.optim.epochs == 7
+    assert cfg.method == "bct" and cfg.seeds == [1, 2] and cfg.weights is None
+    out = tmp_path / "merged.yaml"
+    save_config(cfg, out)
+    assert load_config(Job, out) == cfg
+
+
+def test_unknown_key_names_it(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  lrr: 1\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: unknown config key\(s\) optim.lrr; valid keys"):
+        load_config(Job, path)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("optim.epochs=three", "optim.epochs: expected int"),
+    ("method=lwf", "method: 'lwf' is not one of"),
+    ("optim=3", "optim: expected a mapping"),
+    ("seeds=[a]", r"seeds\[0\]: expected int"),
+])
+def test_wrong_types(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(Job, None, [override])
+
+
+def test_bad_override_syntax_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="key.sub=value"):
+        parse_overrides(["epochs"])
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_config(Job, tmp_path / "nope.yaml")
