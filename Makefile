@@ -1,0 +1,30 @@
+# Everything a fresh machine needs: `make demo` runs the main job on the embedded MNIST-5k data,
+# `make test` runs the whole test suite. Both create the virtual environment when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m raycompat.demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check raycompat jobs tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/simplex_head.py
+	$(PY) benchmarks/search_bench.py
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

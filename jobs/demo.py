@@ -1,0 +1,11 @@
+"""Compatibility demo on MNIST-5k (pure PyTorch core, no Ray needed).
+
+    python jobs/demo.py [--config configs/demo_mnist.yaml] [key=value ...]
+
+The upgrade job (``jobs/upgrade.py``) replaces this as the main entry point in a later issue.
+"""
+
+from raycompat.demo import main
+
+if __name__ == "__main__":
+    main()

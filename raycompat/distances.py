@@ -1,0 +1,121 @@
+"""Distances between query and gallery embeddings, as "higher is better" scores.
+
+The papers disagree on the distance (REFERENCE.md, "Retrieval metrics"): d-Simplex-HOC and CoReS
+compare L2-normalised features by inner product (cosine), FCT uses the squared L2 distance on raw
+features. The distance is therefore an explicit, registered option:
+
+- ``"cosine"``: L2-normalise, then inner product. Score in [-1, 1].
+- ``"l2"``: raw features, score ``-||q - g||^2`` (so that higher is still better).
+- ``"inner_product"``: raw features, score ``q . g``.
+
+Every distance object has ``prepare(x)`` (what to apply to features before indexing or scoring),
+``scores(q, g)`` (``(Q, d), (G, d) -> (Q, G)``, higher is better) and ``faiss_metric``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from raycompat.registry import Registry
+
+
+def as_features(x: Any, name: str = "features") -> torch.Tensor:
+    """Validate and convert an embedding matrix to a floating-point tensor (no copy if possible).
+
+    Args:
+        x: ``(N, d)`` numpy array or tensor; float64 stays float64, other dtypes become float32.
+        name: what to call ``x`` in error messages (``"query"``, ``"gallery"``).
+    Returns:
+        ``(N, d)`` tensor on ``x``'s device.
+    Raises:
+        ValueError: not 2-D, empty, or a non-finite value (the first bad row is named).
+    """
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (N, d) matrix, got shape {tuple(t.shape)}")
+    if t.shape[0] == 0 or t.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(t.shape)}")
+    if t.dtype != torch.float64:
+        t = t.float()
+    bad = ~torch.isfinite(t).all(dim=1)
+    if bool(bad.any()):
+        row = int(torch.nonzero(bad)[0, 0])
+        raise ValueError(
+            f"{name} has {int(bad.sum())} row(s) with NaN/inf values; first is row {row}"
+        )
+    return t
+
+
+def check_same_width(query: torch.Tensor, gallery: torch.Tensor) -> None:
+    if query.shape[1] != gallery.shape[1]:
+        raise ValueError(
+            f"query width {query.shape[1]} != gallery width {gallery.shape[1]}: features from "
+            f"models with different dimensions cannot be compared directly"
+        )
+
+
+@dataclass(frozen=True)
+class Distance:
+    """A distance turned into a similarity score (higher is better).
+
+    Attributes:
+        name: registry name.
+        normalize: whether ``prepare`` L2-normalises rows (cosine).
+        squared_l2: score is ``-||q - g||^2`` instead of ``q . g``.
+    """
+
+    name: str
+    normalize: bool
+    squared_l2: bool
+
+    @property
+    def faiss_metric(self) -> int:
+        """``faiss.METRIC_L2`` for ``"l2"``, ``faiss.METRIC_INNER_PRODUCT`` otherwise."""
+        import faiss
+
+        return faiss.METRIC_L2 if self.squared_l2 else faiss.METRIC_INNER_PRODUCT
+
+    def prepare(self, x: Any, name: str = "features") -> torch.Tensor:
+        """Validate ``(N, d)`` features and L2-normalise rows for cosine (a zero row stays zero)."""
+        t = as_features(x, name)
+        return torch.nn.functional.normalize(t, dim=1) if self.normalize else t
+
+    def scores(self, query: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
+        """Scores of already prepared features: ``(Q, d), (G, d) -> (Q, G)``, higher is better."""
+        check_same_width(query, gallery)
+        dots = query @ gallery.T
+        if not self.squared_l2:
+            return dots
+        sq = (query * query).sum(1, keepdim=True) + (gallery * gallery).sum(1) - 2.0 * dots
+        return -sq.clamp_min(0.0)
+
+    def from_faiss(self, raw: np.ndarray) -> np.ndarray:
+        """Turn faiss' output (squared L2 for METRIC_L2, inner product otherwise) into scores."""
+        return -raw if self.squared_l2 else raw
+
+
+DISTANCES: Registry[Distance] = Registry("distance")
+
+
+@DISTANCES.register("cosine")
+def cosine() -> Distance:
+    return Distance("cosine", normalize=True, squared_l2=False)
+
+
+@DISTANCES.register("l2")
+def l2() -> Distance:
+    return Distance("l2", normalize=False, squared_l2=True)
+
+
+@DISTANCES.register("inner_product")
+def inner_product() -> Distance:
+    return Distance("inner_product", normalize=False, squared_l2=False)
+
+
+def get_distance(distance: str | Distance) -> Distance:
+    """Look up a registered distance by name (a :class:`Distance` passes through)."""
+    return distance if isinstance(distance, Distance) else DISTANCES.create(distance)

@@ -1,0 +1,198 @@
+"""Nearest-neighbour search over a gallery: faiss indexes and a chunked torch reference.
+
+``build_index`` returns a :class:`SearchIndex` whose ``search`` always gives scores where higher
+is better (``-||q - g||^2`` for ``"l2"``, see :mod:`raycompat.distances`). ``kind="flat"`` is exact;
+``kind="ivfpq"`` is the approximate inverted-file + product-quantisation index used at gallery
+scale. With ``use_gpu="auto"`` the index is moved to the GPU when faiss was built with GPU support
+and a GPU is visible, otherwise it stays on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import torch
+
+from raycompat.distances import Distance, check_same_width, get_distance
+from raycompat.registry import Registry
+
+logger = logging.getLogger(__name__)
+
+INDEX_KINDS: Registry[faiss.Index] = Registry("index kind")
+
+
+@INDEX_KINDS.register("flat")
+def _flat(*, dim: int, metric: int, train: np.ndarray, seed: int, **_: Any) -> faiss.Index:
+    return faiss.IndexFlat(dim, metric)
+
+
+@INDEX_KINDS.register("ivfpq")
+def _ivfpq(*, dim: int, metric: int, train: np.ndarray, seed: int, nlist: int | None = None,
+           m: int | None = None, nbits: int = 8, **_: Any) -> faiss.Index:
+    nlist = nlist or max(1, int(round(4 * math.sqrt(train.shape[0]))))
+    m = m or max(s for s in range(1, min(dim, 32) + 1) if dim % s == 0)
+    if dim % m:
+        raise ValueError(f"ivfpq: m={m} sub-quantizers must divide the feature width {dim}")
+    needed = max(nlist, 2**nbits)
+    if train.shape[0] < needed:
+        raise ValueError(
+            f"ivfpq with nlist={nlist}, nbits={nbits} needs at least {needed} training vectors, "
+            f"got {train.shape[0]}; lower nlist/nbits or use kind='flat'"
+        )
+    quantizer = faiss.IndexFlat(dim, metric)
+    index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, nbits, metric)
+    index.cp.seed = seed
+    index.pq.cp.seed = seed
+    return index
+
+
+def gpu_available() -> bool:
+    """True when this faiss build has GPU support and at least one GPU is visible."""
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def _resolve_gpu(use_gpu: bool | str) -> bool:
+    if use_gpu == "auto":
+        return gpu_available()
+    if use_gpu not in (True, False):
+        raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
+    if use_gpu and not gpu_available():
+        raise RuntimeError("use_gpu=True but faiss has no GPU support or no GPU is visible")
+    return bool(use_gpu)
+
+
+def _to_faiss(x: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float32)
+
+
+class SearchIndex:
+    """A faiss index plus the distance it was built for."""
+
+    def __init__(self, index: faiss.Index, distance: Distance, kind: str, on_gpu: bool = False):
+        self.index, self.distance, self.kind, self.on_gpu = index, distance, kind, on_gpu
+        self._gpu_resources = None
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    def set_nprobe(self, nprobe: int) -> None:
+        """Number of inverted lists visited per query (ivfpq only)."""
+        if self.kind != "ivfpq":
+            raise ValueError(f"nprobe only applies to kind='ivfpq', this index is {self.kind!r}")
+        if int(nprobe) < 1:
+            raise ValueError(f"nprobe must be >= 1, got {nprobe}")
+        self.index.nprobe = int(nprobe)
+
+    def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k gallery items per query.
+
+        Args:
+            queries: ``(Q, d)`` raw features (``prepare`` is applied here).
+            k: ``1 <= k <= ntotal``.
+        Returns:
+            ``scores (Q, k)`` float32, higher is better, best first; ``indices (Q, k)`` int64 into
+            the gallery. An approximate index that finds fewer than k items pads with index -1
+            and score -inf.
+        """
+        if not 1 <= int(k) <= self.ntotal:
+            raise ValueError(f"k must be in [1, ntotal={self.ntotal}], got {k}")
+        q = self.distance.prepare(queries, "queries")
+        if q.shape[1] != self.dim:
+            raise ValueError(f"queries have width {q.shape[1]}, the index holds width {self.dim}")
+        raw, indices = self.index.search(_to_faiss(q), int(k))
+        scores = self.distance.from_faiss(raw).astype(np.float32)
+        scores[indices < 0] = -np.inf
+        return scores, indices.astype(np.int64)
+
+    def save(self, path: str | Path) -> None:
+        """Write the index to ``path`` and its distance/kind to ``path + '.json'``."""
+        index = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index
+        faiss.write_index(index, str(path))
+        meta = {"distance": self.distance.name, "kind": self.kind}
+        Path(f"{path}.json").write_text(json.dumps(meta))
+
+    @classmethod
+    def load(cls, path: str | Path, use_gpu: bool | str = "auto") -> SearchIndex:
+        for p in (Path(path), Path(f"{path}.json")):
+            if not p.is_file():
+                raise FileNotFoundError(f"search index file {p} does not exist")
+        meta = json.loads(Path(f"{path}.json").read_text())
+        missing = {"distance", "kind"} - set(meta)
+        if missing:
+            raise KeyError(f"{path}.json lacks key(s) {sorted(missing)}")
+        out = cls(faiss.read_index(str(path)), get_distance(meta["distance"]), meta["kind"])
+        if _resolve_gpu(use_gpu):
+            out._to_gpu()
+        return out
+
+    def _to_gpu(self) -> None:
+        self._gpu_resources = faiss.StandardGpuResources()
+        self.index = faiss.index_cpu_to_gpu(self._gpu_resources, 0, self.index)
+        self.on_gpu = True
+
+
+def build_index(gallery: Any, distance: str | Distance = "cosine", kind: str = "flat", *,
+                nlist: int | None = None, m: int | None = None, nbits: int = 8,
+                train_size: int | None = None, nprobe: int | None = None,
+                use_gpu: bool | str = "auto", seed: int = 0) -> SearchIndex:
+    """Index ``(G, d)`` gallery features.
+
+    Args:
+        distance: a name in ``DISTANCES`` (``cosine``, ``l2``, ``inner_product``).
+        kind: ``"flat"`` (exact) or ``"ivfpq"``. ivfpq defaults: ``nlist = 4 sqrt(train_size)``,
+            ``m`` = largest divisor of d up to 32, ``nbits = 8``, ``nprobe = min(nlist, 16)``.
+        train_size: rows (sampled with ``seed``) used to train ivfpq; default all.
+    """
+    dist = get_distance(distance)
+    builder = INDEX_KINDS.get(kind)
+    if kind == "flat":
+        given = {k: v for k, v in dict(nlist=nlist, m=m, train_size=train_size,
+                                       nprobe=nprobe).items() if v is not None}
+        if given:
+            raise ValueError(f"{sorted(given)} only apply to kind='ivfpq', not 'flat'")
+    x = _to_faiss(dist.prepare(gallery, "gallery"))
+    train = x
+    if train_size is not None and train_size < x.shape[0]:
+        rows = np.random.default_rng(seed).choice(x.shape[0], size=train_size, replace=False)
+        train = x[np.sort(rows)]
+    index = builder(dim=x.shape[1], metric=dist.faiss_metric, train=train, seed=seed,
+                    nlist=nlist, m=m, nbits=nbits)
+    if not index.is_trained:
+        index.train(train)
+    out = SearchIndex(index, dist, kind)
+    if _resolve_gpu(use_gpu):
+        out._to_gpu()
+    out.index.add(x)
+    if kind == "ivfpq":
+        out.set_nprobe(min(index.nlist, 16) if nprobe is None else nprobe)
+    logger.info("built %s index (%s) of %d x %d on %s", kind, dist.name, *x.shape,
+                "gpu" if out.on_gpu else "cpu")
+    return out
+
+
+def brute_force_search(queries: Any, gallery: Any, k: int, distance: str | Distance = "cosine",
+                       chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact top-k by chunked torch matmul; never holds more than ``chunk_size x G`` scores.
+
+    Returns:
+        ``scores (Q, k)`` and ``indices (Q, k)`` (int64), best first. Ties are broken arbitrarily.
+    """
+    dist = get_distance(distance)
+    q, g = dist.prepare(queries, "queries"), dist.prepare(gallery, "gallery")
+    check_same_width(q, g)
+    if not 1 <= int(k) <= g.shape[0]:
+        raise ValueError(f"k must be in [1, gallery size={g.shape[0]}], got {k}")
+    parts = [dist.scores(q[s:s + chunk_size], g).topk(int(k), dim=1)
+             for s in range(0, q.shape[0], chunk_size)]
+    return torch.cat([p.values for p in parts]), torch.cat([p.indices for p in parts])
