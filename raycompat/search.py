@@ -15,11 +15,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 import torch
 
 from raycompat.distances import Distance, check_same_width, get_distance
+
+try:
+    import faiss
+except ImportError as _error:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "raycompat.search needs faiss: install raycompat[cpu] (faiss-cpu) or raycompat[gpu] "
+        "(faiss-gpu on CUDA nodes)"
+    ) from _error
 from raycompat.registry import Registry
 
 logger = logging.getLogger(__name__)

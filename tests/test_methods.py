@@ -83,7 +83,7 @@ def test_lwf_distillation_is_zero_against_itself():
     model = _model(METHODS.get("lwf"), seed=0)
     old = OldModel.from_model(copy.deepcopy(model), classes=OLD_CLASSES)
     terms = create_method("lwf", old=old)(model.eval(), _batch())
-    assert float(terms["distill"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(terms["distill"].detach()) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_bct_synthesises_rows_as_old_class_means():
@@ -102,6 +102,29 @@ def test_bct_synthesises_rows_as_old_class_means():
         else:
             expected = feats[targets == c].mean(dim=0)
         torch.testing.assert_close(method.influence_classifier[c], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_bct_normalises_synthesised_rows_for_a_cosine_classifier():
+    torch.manual_seed(0)
+    model = create_model("lenetpp", "linear", num_classes=K, embed_dim=4)
+    old_net = create_model(
+        "lenetpp",
+        "linear",
+        num_classes=K,
+        embed_dim=4,
+        head_kwargs={"bias": False, "normalize_weight": True},
+    )
+    batch = _batch()
+    auto = create_method("bct", old=OldModel.from_model(old_net, classes=OLD_CLASSES))
+    auto.prepare(model, [batch])
+    torch.testing.assert_close(auto.influence_classifier.norm(dim=1), torch.ones(K))
+    raw = create_method(
+        "bct", old=OldModel.from_model(old_net, classes=OLD_CLASSES), normalize_synthesized=False
+    )
+    raw.prepare(model, [batch])
+    feats = old_net.forward_features(batch.images)
+    expected = feats[batch.targets == 4].mean(dim=0)
+    torch.testing.assert_close(raw.influence_classifier[4], expected, atol=1e-5, rtol=1e-5)
 
 
 def test_nifcl_avg_rows_are_normalised_means():

@@ -2,7 +2,10 @@
 
 ``L = CE(new head, phi_new; D_new) + lambda * CE(W_old frozen, phi_new[:, :d_old]; D_new)``.
 Classes the old model never saw get old-classifier rows synthesised as the class means of the
-old model's features on the new training data (BCT sec. 3.3). When the new embedding is wider,
+old model's features on the new training data (BCT sec. 3.3). When the old classifier's rows are
+unit-normalised (a cosine classifier, as in CoReS' LeNet++ setting) the synthesised means are
+normalised too, so that they live on the same scale as the rows they sit beside; raw means would
+dwarf the unit rows and dominate the softmax. ``normalize_synthesized`` forces either choice. When the new embedding is wider,
 the influence loss uses its first d_old coordinates (REFERENCE.md).
 """
 
@@ -48,9 +51,15 @@ class BackwardCompatibleTraining(CompatibilityMethod):
     needs_old_model = True
     needs_old_classifier = True
 
-    def __init__(self, old: OldModel | None = None, weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        old: OldModel | None = None,
+        weight: float = 1.0,
+        normalize_synthesized: bool | None = None,
+    ) -> None:
         super().__init__(old)
         self.weight = weight
+        self.normalize_synthesized = normalize_synthesized
         self.influence_classifier: torch.Tensor | None = None
 
     def prepare(self, model, loader: Iterable[Batch]) -> None:
@@ -63,7 +72,12 @@ class BackwardCompatibleTraining(CompatibilityMethod):
                 rows[c], known[c] = old_rows[c], True
         sums, counts = class_feature_sums(self.old, loader, num_classes, self.old.embed_dim)
         synthesise = (~known) & (counts > 0)
-        rows[synthesise] = (sums[synthesise] / counts[synthesise, None]).float()
+        means = (sums[synthesise] / counts[synthesise, None]).float()
+        normalize = self.normalize_synthesized
+        if normalize is None:
+            norms = old_rows.norm(dim=1)
+            normalize = bool(torch.allclose(norms, torch.ones_like(norms), atol=1e-4))
+        rows[synthesise] = F.normalize(means, dim=1) if normalize else means
         self.influence_classifier = rows
         self._has_row = known | synthesise
 

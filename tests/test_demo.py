@@ -1,0 +1,34 @@
+"""End-to-end: the MNIST-5k compatibility demo, the way `make demo` runs it (tiny settings)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from raycompat.config import ConfigError
+from raycompat.demo import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_runs_and_writes_outputs(tmp_path):
+    out = tmp_path / "demo"
+    results = main(["epochs=1", "steps=[2, 3]", "batch_size=128", f"output_dir={out}"])
+    assert set(results) == {"ift", "bct", "cores"}
+    for name, per_set in results.items():
+        assert set(per_set) == {"seen", "all"}
+        result = per_set["all"]
+        matrix = np.array(result["matrix"])
+        assert matrix.shape == (2, 2) and matrix[0, 1] == 0.0
+        assert 0.0 <= result["AC"] <= 1.0
+        assert result["AA"] == pytest.approx((matrix[0, 0] + matrix[1, 0] + matrix[1, 1]) / 3)
+        assert (out / f"features_{name}.png").stat().st_size > 10_000
+    assert json.loads((out / "results.json").read_text()) == results
+    assert "steps:" in (out / "config.yaml").read_text()
+
+
+def test_demo_rejects_bad_settings(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config key"):
+        main(["epoch=1"])
+    with pytest.raises(ValueError, match="steps must grow"):
+        main(["steps=[7, 4]", f"output_dir={tmp_path}"])
