@@ -77,12 +77,16 @@ def _build(cls: type[C], data: dict, prefix: str = "") -> C:
         )
     kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
     missing = [
-        n for n, f in fields.items()
-        if n not in kwargs and f.default is dataclasses.MISSING
+        n
+        for n, f in fields.items()
+        if n not in kwargs
+        and f.default is dataclasses.MISSING
         and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        raise ConfigError(f"missing required config key(s): {', '.join(prefix + m for m in missing)}")
+        raise ConfigError(
+            f"missing required config key(s): {', '.join(prefix + m for m in missing)}"
+        )
     return cls(**kwargs)
 
 
@@ -117,8 +121,9 @@ def _merge(base: dict, update: dict) -> dict:
     return out
 
 
-def load_config(cls: type[C], path: str | Path | None = None,
-                overrides: list[str] | None = None) -> C:
+def load_config(
+    cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None
+) -> C:
     """Build ``cls`` from defaults, an optional YAML file and ``key=value`` overrides."""
     data: dict = {}
     if path is not None:

@@ -17,8 +17,12 @@ from raycompat.methods import Batch, CompatibilityMethod
 log = logging.getLogger(__name__)
 
 
-def train_epoch(model: nn.Module, method: CompatibilityMethod, batches: Iterable[Batch],
-                optimizer: torch.optim.Optimizer) -> dict[str, float]:
+def train_epoch(
+    model: nn.Module,
+    method: CompatibilityMethod,
+    batches: Iterable[Batch],
+    optimizer: torch.optim.Optimizer,
+) -> dict[str, float]:
     """One pass over ``batches``; returns the mean of every loss term."""
     model.train()
     sums: dict[str, float] = {}
@@ -41,18 +45,27 @@ def extract_features(model: nn.Module, images: torch.Tensor, batch_size: int = 5
     """``(N, C, H, W)`` -> ``(N, embed_dim)`` features in eval mode, in batches."""
     was_training = model.training
     model.eval()
-    parts = [model.forward_features(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
+    parts = [
+        model.forward_features(images[i : i + batch_size])
+        for i in range(0, len(images), batch_size)
+    ]
     model.train(was_training)
     return torch.cat(parts) if parts else images.new_zeros(0, model.embed_dim)
 
 
-def tensor_batches(images: torch.Tensor, targets: torch.Tensor, batch_size: int,
-                   generator: torch.Generator | None = None, shuffle: bool = True,
-                   replay: torch.Tensor | None = None) -> Iterator[Batch]:
+def tensor_batches(
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    batch_size: int,
+    generator: torch.Generator | None = None,
+    shuffle: bool = True,
+    replay: torch.Tensor | None = None,
+) -> Iterator[Batch]:
     """Mini-batches over in-memory tensors (small datasets such as MNIST-5k)."""
     n = len(images)
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     for start in range(0, n, batch_size):
-        idx = order[start:start + batch_size]
-        yield Batch(images=images[idx], targets=targets[idx],
-                    replay=None if replay is None else replay[idx])
+        idx = order[start : start + batch_size]
+        yield Batch(
+            images=images[idx], targets=targets[idx], replay=None if replay is None else replay[idx]
+        )

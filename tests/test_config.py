@@ -41,12 +41,15 @@ def test_unknown_key_names_it(tmp_path):
         load_config(Job, path)
 
 
-@pytest.mark.parametrize("override,match", [
-    ("optim.epochs=three", "optim.epochs: expected int"),
-    ("method=lwf", "method: 'lwf' is not one of"),
-    ("optim=3", "optim: expected a mapping"),
-    ("seeds=[a]", r"seeds\[0\]: expected int"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("optim.epochs=three", "optim.epochs: expected int"),
+        ("method=lwf", "method: 'lwf' is not one of"),
+        ("optim=3", "optim: expected a mapping"),
+        ("seeds=[a]", r"seeds\[0\]: expected int"),
+    ],
+)
 def test_wrong_types(override, match):
     with pytest.raises(ConfigError, match=match):
         load_config(Job, None, [override])
