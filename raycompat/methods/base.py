@@ -166,6 +166,45 @@ def classification_terms(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, 
     return features, {"ce": F.cross_entropy(logits, batch.targets)}
 
 
+class CrossEntropyMethod(CompatibilityMethod):
+    """Plain cross-entropy over every head output; subclasses differ only in their policy."""
+
+    def losses(self, model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
+        _, terms = classification_terms(model, batch)
+        return {**terms, "loss": terms["ce"]}
+
+
+def influence_loss(
+    features: torch.Tensor,
+    rows: torch.Tensor,
+    has_row: torch.Tensor,
+    targets: torch.Tensor,
+    method: str,
+) -> torch.Tensor:
+    """BCT's influence term (BCT eq. 3, NI-FCL eq. 6/12): cross-entropy of the new features'
+    first d_old coordinates through a frozen classifier.
+
+    The softmax runs over the classes that have a row (``has_row``); a class without one cannot
+    be a target.
+
+    Args:
+        features: ``(B, d_new)`` new features; rows: ``(K, d_old)``; has_row: ``(K,)`` bool;
+        targets: ``(B,)``.
+    """
+    has_row = has_row.to(targets.device)
+    missing = ~has_row[targets]
+    if missing.any():
+        raise ValueError(
+            f"{method}: no influence-classifier row for classes "
+            f"{targets[missing].unique().tolist()} (absent from the prepare() pass)"
+        )
+    present = has_row.nonzero().squeeze(1)
+    logits = first_coordinates(features, rows.shape[1]) @ rows.to(features.device)[present].T
+    remap = torch.full((rows.shape[0],), -1, dtype=torch.long, device=targets.device)
+    remap[present] = torch.arange(present.numel(), device=targets.device)
+    return F.cross_entropy(logits, remap[targets])
+
+
 def first_coordinates(features: torch.Tensor, width: int) -> torch.Tensor:
     """The first ``width`` coordinates of the new features (BCT's rule when widths differ)."""
     if features.shape[1] < width:

@@ -18,32 +18,27 @@ from raycompat.methods.base import (
     METHODS,
     Batch,
     CompatibilityMethod,
+    CrossEntropyMethod,
     OldModel,
     classification_terms,
     first_coordinates,
 )
 
 
-class _CrossEntropy(CompatibilityMethod):
-    def losses(self, model, batch: Batch) -> dict[str, torch.Tensor]:
-        _, terms = classification_terms(model, batch)
-        return {**terms, "loss": terms["ce"]}
-
-
 @METHODS.register("independent")
-class Independent(_CrossEntropy):
+class Independent(CrossEntropyMethod):
     name = "independent"
     init = "random"
 
 
 @METHODS.register("ift")
-class IncrementalFineTuning(_CrossEntropy):
+class IncrementalFineTuning(CrossEntropyMethod):
     name = "ift"
     init = "old"
 
 
 @METHODS.register("er")
-class ExperienceReplay(_CrossEntropy):
+class ExperienceReplay(CrossEntropyMethod):
     name = "er"
     init = "old"
     uses_replay = True

@@ -5,8 +5,9 @@ Classes the old model never saw get old-classifier rows synthesised as the class
 old model's features on the new training data (BCT sec. 3.3). When the old classifier's rows are
 unit-normalised (a cosine classifier, as in CoReS' LeNet++ setting) the synthesised means are
 normalised too, so that they live on the same scale as the rows they sit beside; raw means would
-dwarf the unit rows and dominate the softmax. ``normalize_synthesized`` forces either choice. When the new embedding is wider,
-the influence loss uses its first d_old coordinates (REFERENCE.md).
+dwarf the unit rows and dominate the softmax. ``normalize_synthesized`` forces either choice.
+When the new embedding is wider, the influence loss uses its first d_old coordinates
+(REFERENCE.md).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from raycompat.methods.base import (
     CompatibilityMethod,
     OldModel,
     classification_terms,
-    first_coordinates,
+    influence_loss,
 )
 
 
@@ -85,12 +86,7 @@ class BackwardCompatibleTraining(CompatibilityMethod):
         if self.influence_classifier is None:
             raise RuntimeError("bct: call prepare(model, loader) before training")
         features, terms = classification_terms(model, batch)
-        w = self.influence_classifier.to(features.device)
-        missing = ~self._has_row.to(batch.targets.device)[batch.targets]
-        if missing.any():
-            raise ValueError(
-                f"bct: no influence row for classes {batch.targets[missing].unique().tolist()}"
-            )
-        logits = first_coordinates(features, w.shape[1]) @ w.T
-        terms["influence"] = F.cross_entropy(logits, batch.targets)
+        terms["influence"] = influence_loss(
+            features, self.influence_classifier, self._has_row, batch.targets, self.name
+        )
         return {**terms, "loss": terms["ce"] + self.weight * terms["influence"]}

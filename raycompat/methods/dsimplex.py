@@ -24,6 +24,7 @@ from raycompat.methods.base import (
     METHODS,
     Batch,
     CompatibilityMethod,
+    CrossEntropyMethod,
     OldModel,
     classification_terms,
 )
@@ -55,14 +56,10 @@ def higher_order_nce(
 
 
 @METHODS.register("cores")
-class CoReS(CompatibilityMethod):
+class CoReS(CrossEntropyMethod):
     name = "cores"
     init = "same_seed"
     fixed_head = True
-
-    def losses(self, model, batch: Batch) -> dict[str, torch.Tensor]:
-        _, terms = classification_terms(model, batch)
-        return {**terms, "loss": terms["ce"]}
 
 
 @METHODS.register("dsimplex_hoc")

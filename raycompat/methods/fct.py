@@ -6,17 +6,11 @@ stored gallery, with side-information from :mod:`raycompat.side_info`.
 
 from __future__ import annotations
 
-import torch
-
-from raycompat.methods.base import METHODS, Batch, CompatibilityMethod, classification_terms
+from raycompat.methods.base import METHODS, CrossEntropyMethod
 
 
 @METHODS.register("fct")
-class ForwardCompatibleTraining(CompatibilityMethod):
+class ForwardCompatibleTraining(CrossEntropyMethod):
     name = "fct"
     init = "random"
     needs_transformation = True
-
-    def losses(self, model, batch: Batch) -> dict[str, torch.Tensor]:
-        _, terms = classification_terms(model, batch)
-        return {**terms, "loss": terms["ce"]}

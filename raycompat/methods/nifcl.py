@@ -24,7 +24,7 @@ from raycompat.methods.base import (
     CompatibilityMethod,
     OldModel,
     classification_terms,
-    first_coordinates,
+    influence_loss,
 )
 
 
@@ -119,15 +119,9 @@ class _PseudoClassifier(CompatibilityMethod):
         if self.pseudo_classifier is None:
             raise RuntimeError(f"{self.name}: call prepare(model, loader) before training")
         features, terms = classification_terms(model, batch)
-        w = self.pseudo_classifier.to(features.device)
-        if not self._has_row.to(batch.targets.device)[batch.targets].all():
-            raise ValueError(f"{self.name}: batch has classes absent from the prepare() pass")
-        present = self._has_row.nonzero().squeeze(1).to(features.device)
-        # Softmax over the classes of D_new only: absent classes have no pseudo row.
-        logits = first_coordinates(features, w.shape[1]) @ w[present].T
-        remap = torch.full((model.num_classes,), -1, dtype=torch.long, device=features.device)
-        remap[present] = torch.arange(present.numel(), device=features.device)
-        terms["influence"] = F.cross_entropy(logits, remap[batch.targets])
+        terms["influence"] = influence_loss(
+            features, self.pseudo_classifier, self._has_row, batch.targets, self.name
+        )
         return {**terms, "loss": terms["ce"] + self.weight * terms["influence"]}
 
 
