@@ -117,11 +117,14 @@ def train_sequence(cfg: DemoConfig, method_name: str, images: torch.Tensor, labe
     return models
 
 
-def compatibility_matrix(models, images: torch.Tensor, labels: torch.Tensor) -> CompatibilityMatrix:
-    """``M(t, k)`` = 1:N top-1 with queries from model t against a gallery from model k."""
-    features = [extract_features(m, images) for m in models]
+def compatibility_matrix(features: list[torch.Tensor], labels: torch.Tensor) -> CompatibilityMatrix:
+    """``M(t, k)`` = 1:N top-1 with queries from model t against a gallery from model k.
+
+    Args:
+        features: one ``(N, d)`` tensor per model, all of the same N images.
+    """
     matrix = CompatibilityMatrix(metric="top1", higher_is_better=True)
-    for t in range(len(models)):
+    for t in range(len(features)):
         row = [
             cmc(features[t], features[k], labels, labels, topk=(1,), exclude_self=True)[1]
             for k in range(t + 1)
@@ -130,7 +133,7 @@ def compatibility_matrix(models, images: torch.Tensor, labels: torch.Tensor) -> 
     return matrix
 
 
-def plot_features(models, images, labels, path: Path, title: str) -> None:
+def plot_features(models, features, labels, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,8 +141,10 @@ def plot_features(models, images, labels, path: Path, title: str) -> None:
 
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 4.2))
     colors = plt.get_cmap("tab10")
-    for t, (ax, model) in enumerate(zip(np.atleast_1d(axes), models, strict=True)):
-        feats = extract_features(model, images).numpy()
+    for t, (ax, model, model_features) in enumerate(
+        zip(np.atleast_1d(axes), models, features, strict=True)
+    ):
+        feats = model_features.numpy()
         radius = np.percentile(np.linalg.norm(feats, axis=1), 95)
         for c in range(NUM_CLASSES):
             pts = feats[labels.numpy() == c]
@@ -167,30 +172,28 @@ def run(cfg: DemoConfig) -> dict:
     images = torch.from_numpy(raw_images).float().div_(255.0).unsqueeze(1)
     labels = torch.from_numpy(raw_labels)
     log.info("MNIST-5k: %d training and %d held-out images", len(train_idx), len(heldout_idx))
-    eval_sets = {
-        "seen": heldout_idx[raw_labels[heldout_idx] < cfg.steps[0]],
-        "all": heldout_idx,
+    heldout_labels = labels[heldout_idx]
+    eval_sets = {  # rows of the held-out set
+        "seen": heldout_labels < cfg.steps[0],
+        "all": torch.ones_like(heldout_labels, dtype=torch.bool),
     }
     results = {}
     for method_name in cfg.methods:
         models = train_sequence(cfg, method_name, images[train_idx], labels[train_idx])
+        features = [extract_features(m, images[heldout_idx]) for m in models]
         plot_features(
-            models,
-            images[heldout_idx],
-            labels[heldout_idx],
-            out / f"features_{method_name}.png",
-            method_name,
+            models, features, heldout_labels, out / f"features_{method_name}.png", method_name
         )
         results[method_name] = {}
-        for set_name, idx in eval_sets.items():
-            matrix = compatibility_matrix(models, images[idx], labels[idx])
+        for set_name, rows in eval_sets.items():
+            matrix = compatibility_matrix([f[rows] for f in features], heldout_labels[rows])
             ac, aa = average_compatibility(matrix), average_accuracy(matrix)
             log.info(
                 "%s, held-out %s digits (%d images), 1:N top-1 %%, rows = query model:\n%s\n"
                 "AC=%.3f AA=%.3f",
                 method_name,
                 set_name,
-                len(idx),
+                int(rows.sum()),
                 format_matrix(matrix),
                 ac,
                 aa,

@@ -12,7 +12,7 @@ When the new embedding is wider, the influence loss uses its first d_old coordin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -28,17 +28,16 @@ from raycompat.methods.base import (
 
 
 def class_feature_sums(
-    old: OldModel, loader: Iterable[Batch], num_classes: int, dim: int
+    old_features: Callable[[Batch], torch.Tensor],
+    loader: Iterable[Batch],
+    num_classes: int,
+    dim: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class sums ``(K, d_old)`` and counts ``(K,)`` of old features over a loader."""
+    """Per-class sums ``(K, d_old)`` and counts ``(K,)`` of ``old_features(batch)``."""
     sums = torch.zeros(num_classes, dim, dtype=torch.float64)
     counts = torch.zeros(num_classes, dtype=torch.float64)
     for batch in loader:
-        feats = (
-            (batch.old_features if batch.old_features is not None else old.features(batch.images))
-            .double()
-            .cpu()
-        )
+        feats = old_features(batch).double().cpu()
         targets = batch.targets.cpu()
         sums.index_add_(0, targets, feats)
         counts.index_add_(0, targets, torch.ones_like(targets, dtype=torch.float64))
@@ -71,7 +70,9 @@ class BackwardCompatibleTraining(CompatibilityMethod):
         for c in self.old.classes:
             if c < num_classes:
                 rows[c], known[c] = old_rows[c], True
-        sums, counts = class_feature_sums(self.old, loader, num_classes, self.old.embed_dim)
+        sums, counts = class_feature_sums(
+            self.old_features, loader, num_classes, self.old.embed_dim
+        )
         synthesise = (~known) & (counts > 0)
         means = (sums[synthesise] / counts[synthesise, None]).float()
         normalize = self.normalize_synthesized

@@ -94,15 +94,7 @@ class _PseudoClassifier(CompatibilityMethod):
     def prepare(self, model, loader: Iterable[Batch]) -> None:
         per_class: dict[int, list[torch.Tensor]] = {}
         for batch in loader:
-            feats = (
-                (
-                    batch.old_features
-                    if batch.old_features is not None
-                    else self.old.features(batch.images)
-                )
-                .float()
-                .cpu()
-            )
+            feats = self.old_features(batch).float().cpu()
             for c in batch.targets.unique().tolist():
                 per_class.setdefault(c, []).append(feats[batch.targets.cpu() == c])
         rows = torch.zeros(model.num_classes, self.old.embed_dim)
