@@ -41,8 +41,27 @@ class CompatModel(nn.Module):
         """``(B, embed_dim)`` -> ``(B, num_classes)`` logits."""
         return self.head(features)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
+    def forward(self, x: torch.Tensor, output: str = "logits"):
+        """``output``: ``"logits"``, ``"features"`` or ``"both"`` (a ``(features, logits)`` pair).
+
+        Training code calls the model through ``forward`` only, because DDP, FSDP2 and DeepSpeed
+        hook ``forward``: calling ``forward_features`` on a wrapped model would skip gradient
+        synchronisation or parameter all-gathers.
+        """
+        features = self.forward_features(x)
+        if output == "features":
+            return features
+        logits = self.forward_head(features)
+        if output == "logits":
+            return logits
+        if output == "both":
+            return features, logits
+        raise ValueError(f"output must be 'logits', 'features' or 'both', got {output!r}")
+
+
+def features_and_logits(model: nn.Module, images: torch.Tensor):
+    """``(features, logits)`` through ``model.forward``, so that it works on wrapped models."""
+    return model(images, output="both")
 
 
 def create_model(

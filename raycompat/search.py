@@ -40,8 +40,17 @@ def _flat(*, dim: int, metric: int, train: np.ndarray, seed: int, **_: Any) -> f
 
 
 @INDEX_KINDS.register("ivfpq")
-def _ivfpq(*, dim: int, metric: int, train: np.ndarray, seed: int, nlist: int | None = None,
-           m: int | None = None, nbits: int = 8, **_: Any) -> faiss.Index:
+def _ivfpq(
+    *,
+    dim: int,
+    metric: int,
+    train: np.ndarray,
+    seed: int,
+    nlist: int | None = None,
+    m: int | None = None,
+    nbits: int = 8,
+    **_: Any,
+) -> faiss.Index:
     nlist = nlist or max(1, int(round(4 * math.sqrt(train.shape[0]))))
     m = m or max(s for s in range(1, min(dim, 32) + 1) if dim % s == 0)
     if dim % m:
@@ -149,10 +158,19 @@ class SearchIndex:
         self.on_gpu = True
 
 
-def build_index(gallery: Any, distance: str | Distance = "cosine", kind: str = "flat", *,
-                nlist: int | None = None, m: int | None = None, nbits: int = 8,
-                train_size: int | None = None, nprobe: int | None = None,
-                use_gpu: bool | str = "auto", seed: int = 0) -> SearchIndex:
+def build_index(
+    gallery: Any,
+    distance: str | Distance = "cosine",
+    kind: str = "flat",
+    *,
+    nlist: int | None = None,
+    m: int | None = None,
+    nbits: int = 8,
+    train_size: int | None = None,
+    nprobe: int | None = None,
+    use_gpu: bool | str = "auto",
+    seed: int = 0,
+) -> SearchIndex:
     """Index ``(G, d)`` gallery features.
 
     Args:
@@ -164,8 +182,11 @@ def build_index(gallery: Any, distance: str | Distance = "cosine", kind: str = "
     dist = get_distance(distance)
     builder = INDEX_KINDS.get(kind)
     if kind == "flat":
-        given = {k: v for k, v in dict(nlist=nlist, m=m, train_size=train_size,
-                                       nprobe=nprobe).items() if v is not None}
+        given = {
+            k: v
+            for k, v in dict(nlist=nlist, m=m, train_size=train_size, nprobe=nprobe).items()
+            if v is not None
+        }
         if given:
             raise ValueError(f"{sorted(given)} only apply to kind='ivfpq', not 'flat'")
     x = _to_faiss(dist.prepare(gallery, "gallery"))
@@ -173,8 +194,15 @@ def build_index(gallery: Any, distance: str | Distance = "cosine", kind: str = "
     if train_size is not None and train_size < x.shape[0]:
         rows = np.random.default_rng(seed).choice(x.shape[0], size=train_size, replace=False)
         train = x[np.sort(rows)]
-    index = builder(dim=x.shape[1], metric=dist.faiss_metric, train=train, seed=seed,
-                    nlist=nlist, m=m, nbits=nbits)
+    index = builder(
+        dim=x.shape[1],
+        metric=dist.faiss_metric,
+        train=train,
+        seed=seed,
+        nlist=nlist,
+        m=m,
+        nbits=nbits,
+    )
     if not index.is_trained:
         index.train(train)
     out = SearchIndex(index, dist, kind)
@@ -183,13 +211,19 @@ def build_index(gallery: Any, distance: str | Distance = "cosine", kind: str = "
     out.index.add(x)
     if kind == "ivfpq":
         out.set_nprobe(min(index.nlist, 16) if nprobe is None else nprobe)
-    logger.info("built %s index (%s) of %d x %d on %s", kind, dist.name, *x.shape,
-                "gpu" if out.on_gpu else "cpu")
+    logger.info(
+        "built %s index (%s) of %d x %d on %s",
+        kind,
+        dist.name,
+        *x.shape,
+        "gpu" if out.on_gpu else "cpu",
+    )
     return out
 
 
-def brute_force_search(queries: Any, gallery: Any, k: int, distance: str | Distance = "cosine",
-                       chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+def brute_force_search(
+    queries: Any, gallery: Any, k: int, distance: str | Distance = "cosine", chunk_size: int = 1024
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-k by chunked torch matmul; never holds more than ``chunk_size x G`` scores.
 
     Returns:
@@ -200,6 +234,8 @@ def brute_force_search(queries: Any, gallery: Any, k: int, distance: str | Dista
     check_same_width(q, g)
     if not 1 <= int(k) <= g.shape[0]:
         raise ValueError(f"k must be in [1, gallery size={g.shape[0]}], got {k}")
-    parts = [dist.scores(q[s:s + chunk_size], g).topk(int(k), dim=1)
-             for s in range(0, q.shape[0], chunk_size)]
+    parts = [
+        dist.scores(q[s : s + chunk_size], g).topk(int(k), dim=1)
+        for s in range(0, q.shape[0], chunk_size)
+    ]
     return torch.cat([p.values for p in parts]), torch.cat([p.indices for p in parts])

@@ -74,7 +74,7 @@ def _unwrap(obj: Any, uri: str) -> dict[str, torch.Tensor]:
             )
         name = str(key)
         while name.startswith("module."):  # DistributedDataParallel wrapping
-            name = name[len("module."):]
+            name = name[len("module.") :]
         state[name] = value
     return state
 
@@ -140,8 +140,12 @@ def load_state_dict_into(
             f"weights {source!r} do not fit {type(model).__name__}: {'; '.join(problems)}"
         )
     if missing or unexpected:
-        logger.warning("non-strict load of %s: %d missing, %d unexpected keys",
-                       source, len(missing), len(unexpected))
+        logger.warning(
+            "non-strict load of %s: %d missing, %d unexpected keys",
+            source,
+            len(missing),
+            len(unexpected),
+        )
     return model.load_state_dict(state_dict, strict=False)
 
 

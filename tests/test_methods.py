@@ -218,3 +218,18 @@ def test_narrow_new_features_rejected_for_influence_loss():
     method.prepare(model, [_batch()])
     with pytest.raises(ValueError, match="d_new >= d_old"):
         method(model, _batch())
+
+
+def test_forward_outputs_match_the_two_step_interface():
+    from raycompat.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model("lenetpp", "dsimplex", num_classes=5).eval()
+    x = torch.randn(3, 1, 28, 28)
+    features, logits = model(x, output="both")
+    torch.testing.assert_close(features, model.forward_features(x))
+    torch.testing.assert_close(logits, model.forward_head(model.forward_features(x)))
+    torch.testing.assert_close(model(x), logits)
+    torch.testing.assert_close(model(x, output="features"), features)
+    with pytest.raises(ValueError, match="output must be"):
+        model(x, output="embedding")

@@ -29,67 +29,114 @@ def lenetpp(*, embed_dim: int = 2, in_chans: int = 1, image_size: int = 28) -> n
 
 
 @BACKBONES.register("cifar_resnet20")
-def cifar_resnet20(*, embed_dim: int | None = None, in_chans: int = 3,
-                   shortcut: str = "A") -> nn.Module:
+def cifar_resnet20(
+    *, embed_dim: int | None = None, in_chans: int = 3, shortcut: str = "A"
+) -> nn.Module:
     from raycompat.backbones.cifar_resnet import CifarResNet
 
     return CifarResNet(20, embed_dim=embed_dim, in_chans=in_chans, shortcut=shortcut)
 
 
 @BACKBONES.register("cifar_resnet32")
-def cifar_resnet32(*, embed_dim: int | None = None, in_chans: int = 3,
-                   shortcut: str = "A") -> nn.Module:
+def cifar_resnet32(
+    *, embed_dim: int | None = None, in_chans: int = 3, shortcut: str = "A"
+) -> nn.Module:
     from raycompat.backbones.cifar_resnet import CifarResNet
 
     return CifarResNet(32, embed_dim=embed_dim, in_chans=in_chans, shortcut=shortcut)
 
 
 @BACKBONES.register("senet18")
-def senet18(*, embed_dim: int | None = None, in_chans: int = 3, base_width: int = 64,
-            preact: bool = True, reduction: int = 16) -> nn.Module:
+def senet18(
+    *,
+    embed_dim: int | None = None,
+    in_chans: int = 3,
+    base_width: int = 64,
+    preact: bool = True,
+    reduction: int = 16,
+) -> nn.Module:
     from raycompat.backbones.senet import SENet18
 
-    return SENet18(embed_dim=embed_dim, in_chans=in_chans, base_width=base_width,
-                   preact=preact, reduction=reduction)
+    return SENet18(
+        embed_dim=embed_dim,
+        in_chans=in_chans,
+        base_width=base_width,
+        preact=preact,
+        reduction=reduction,
+    )
 
 
 @BACKBONES.register("resnet18")
-def resnet18(*, embed_dim: int | None = None, in_chans: int = 3,
-             zero_init_residual: bool = False) -> nn.Module:
+def resnet18(
+    *, embed_dim: int | None = None, in_chans: int = 3, zero_init_residual: bool = False
+) -> nn.Module:
     from raycompat.backbones.torchvision_resnet import TorchvisionResNet
 
-    return TorchvisionResNet("resnet18", embed_dim=embed_dim, in_chans=in_chans,
-                             zero_init_residual=zero_init_residual)
+    return TorchvisionResNet(
+        "resnet18", embed_dim=embed_dim, in_chans=in_chans, zero_init_residual=zero_init_residual
+    )
 
 
 @BACKBONES.register("resnet50")
-def resnet50(*, embed_dim: int | None = None, in_chans: int = 3,
-             zero_init_residual: bool = False) -> nn.Module:
+def resnet50(
+    *, embed_dim: int | None = None, in_chans: int = 3, zero_init_residual: bool = False
+) -> nn.Module:
     from raycompat.backbones.torchvision_resnet import TorchvisionResNet
 
-    return TorchvisionResNet("resnet50", embed_dim=embed_dim, in_chans=in_chans,
-                             zero_init_residual=zero_init_residual)
+    return TorchvisionResNet(
+        "resnet50", embed_dim=embed_dim, in_chans=in_chans, zero_init_residual=zero_init_residual
+    )
 
 
 @BACKBONES.register("dinov3_vits16")
-def dinov3_vits16(*, embed_dim: int | None = None, in_chans: int = 3, img_size: int = 224,
-                  global_pool: str = "token", drop_path_rate: float = 0.0,
-                  weights: str | None = None, strict: bool = True,
-                  storage_options: dict | None = None) -> nn.Module:
+def dinov3_vits16(
+    *,
+    embed_dim: int | None = None,
+    in_chans: int = 3,
+    img_size: int = 224,
+    global_pool: str = "token",
+    drop_path_rate: float = 0.0,
+    weights: str | None = None,
+    strict: bool = True,
+    storage_options: dict | None = None,
+) -> nn.Module:
     from raycompat.backbones.dinov3 import DINOv3Backbone
 
-    return DINOv3Backbone("vits16", embed_dim=embed_dim, in_chans=in_chans, img_size=img_size,
-                          global_pool=global_pool, drop_path_rate=drop_path_rate,
-                          weights=weights, strict=strict, storage_options=storage_options)
+    return DINOv3Backbone(
+        "vits16",
+        embed_dim=embed_dim,
+        in_chans=in_chans,
+        img_size=img_size,
+        global_pool=global_pool,
+        drop_path_rate=drop_path_rate,
+        weights=weights,
+        strict=strict,
+        storage_options=storage_options,
+    )
 
 
 @BACKBONES.register("dinov3_vitb16")
-def dinov3_vitb16(*, embed_dim: int | None = None, in_chans: int = 3, img_size: int = 224,
-                  global_pool: str = "token", drop_path_rate: float = 0.0,
-                  weights: str | None = None, strict: bool = True,
-                  storage_options: dict | None = None) -> nn.Module:
+def dinov3_vitb16(
+    *,
+    embed_dim: int | None = None,
+    in_chans: int = 3,
+    img_size: int = 224,
+    global_pool: str = "token",
+    drop_path_rate: float = 0.0,
+    weights: str | None = None,
+    strict: bool = True,
+    storage_options: dict | None = None,
+) -> nn.Module:
     from raycompat.backbones.dinov3 import DINOv3Backbone
 
-    return DINOv3Backbone("vitb16", embed_dim=embed_dim, in_chans=in_chans, img_size=img_size,
-                          global_pool=global_pool, drop_path_rate=drop_path_rate,
-                          weights=weights, strict=strict, storage_options=storage_options)
+    return DINOv3Backbone(
+        "vitb16",
+        embed_dim=embed_dim,
+        in_chans=in_chans,
+        img_size=img_size,
+        global_pool=global_pool,
+        drop_path_rate=drop_path_rate,
+        weights=weights,
+        strict=strict,
+        storage_options=storage_options,
+    )

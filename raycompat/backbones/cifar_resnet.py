@@ -61,8 +61,9 @@ class CifarResNet(nn.Module):
     to ``embed_dim`` (e.g. K-1 for a d-Simplex head).
     """
 
-    def __init__(self, depth: int, embed_dim: int | None = None, in_chans: int = 3,
-                 shortcut: str = "A") -> None:
+    def __init__(
+        self, depth: int, embed_dim: int | None = None, in_chans: int = 3, shortcut: str = "A"
+    ) -> None:
         super().__init__()
         if (depth - 2) % 6 != 0 or depth < 8:
             raise ValueError(f"CIFAR ResNet depth must be 6n+2 with n >= 1, got {depth}")
@@ -71,7 +72,8 @@ class CifarResNet(nn.Module):
         n = (depth - 2) // 6
         self.stem = nn.Sequential(
             nn.Conv2d(in_chans, STAGE_WIDTHS[0], 3, padding=1, bias=False),
-            nn.BatchNorm2d(STAGE_WIDTHS[0]), nn.ReLU(inplace=True),
+            nn.BatchNorm2d(STAGE_WIDTHS[0]),
+            nn.ReLU(inplace=True),
         )
         blocks, c_in = [], STAGE_WIDTHS[0]
         for stage, c_out in enumerate(STAGE_WIDTHS):

@@ -29,10 +29,18 @@ VARIANTS = {"vits16": "vit_small_patch16_dinov3", "vitb16": "vit_base_patch16_di
 class DINOv3Backbone(nn.Module):
     """Input ``(B, in_chans, H, W)`` with H, W multiples of 16 -> ``(B, embed_dim)``."""
 
-    def __init__(self, variant: str, embed_dim: int | None = None, in_chans: int = 3,
-                 img_size: int = 224, global_pool: str = "token", drop_path_rate: float = 0.0,
-                 weights: str | None = None, strict: bool = True,
-                 storage_options: dict | None = None) -> None:
+    def __init__(
+        self,
+        variant: str,
+        embed_dim: int | None = None,
+        in_chans: int = 3,
+        img_size: int = 224,
+        global_pool: str = "token",
+        drop_path_rate: float = 0.0,
+        weights: str | None = None,
+        strict: bool = True,
+        storage_options: dict | None = None,
+    ) -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"unknown DINOv3 variant {variant!r}; valid: {', '.join(VARIANTS)}")
@@ -41,8 +49,13 @@ class DINOv3Backbone(nn.Module):
         import timm
 
         self.trunk = timm.create_model(
-            VARIANTS[variant], pretrained=False, num_classes=0, in_chans=in_chans,
-            img_size=img_size, global_pool=global_pool, drop_path_rate=drop_path_rate,
+            VARIANTS[variant],
+            pretrained=False,
+            num_classes=0,
+            in_chans=in_chans,
+            img_size=img_size,
+            global_pool=global_pool,
+            drop_path_rate=drop_path_rate,
         )
         if weights is not None:
             self.load_trunk_weights(weights, strict=strict, storage_options=storage_options)
@@ -50,8 +63,9 @@ class DINOv3Backbone(nn.Module):
         self.embedding = nn.Identity() if embed_dim is None else nn.Linear(native, embed_dim)
         self.embed_dim = native if embed_dim is None else embed_dim
 
-    def load_trunk_weights(self, uri: str, strict: bool = True,
-                           storage_options: dict | None = None) -> None:
+    def load_trunk_weights(
+        self, uri: str, strict: bool = True, storage_options: dict | None = None
+    ) -> None:
         """Load a timm-format or Meta-format DINOv3 state dict from ``uri`` into the trunk."""
         state = load_state_dict(uri, storage_options)
         if "storage_tokens" in state:

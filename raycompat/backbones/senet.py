@@ -46,8 +46,9 @@ class SEBlock(nn.Module):
         self.shortcut: nn.Module | None = None
         if stride != 1 or c_in != c_out:
             proj = [nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False)]
-            self.shortcut = nn.Sequential(*proj) if preact else nn.Sequential(
-                *proj, nn.BatchNorm2d(c_out))
+            self.shortcut = (
+                nn.Sequential(*proj) if preact else nn.Sequential(*proj, nn.BatchNorm2d(c_out))
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.preact:
@@ -64,13 +65,20 @@ class SEBlock(nn.Module):
 class SENet18(nn.Module):
     """Input ``(B, in_chans, 32, 32)`` -> ``(B, embed_dim)``; ``embed_dim=None`` -> 8*base_width."""
 
-    def __init__(self, embed_dim: int | None = None, in_chans: int = 3, base_width: int = 64,
-                 preact: bool = True, reduction: int = 16) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        in_chans: int = 3,
+        base_width: int = 64,
+        preact: bool = True,
+        reduction: int = 16,
+    ) -> None:
         super().__init__()
         widths = [base_width * m for m in (1, 2, 4, 8)]
         self.stem = nn.Sequential(
             nn.Conv2d(in_chans, widths[0], 3, padding=1, bias=False),
-            nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True),
+            nn.BatchNorm2d(widths[0]),
+            nn.ReLU(inplace=True),
         )
         blocks, c_in = [], widths[0]
         for stage, c_out in enumerate(widths):

@@ -20,8 +20,13 @@ _ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101")
 class TorchvisionResNet(nn.Module):
     """Input ``(B, in_chans, H, W)`` -> ``(B, embed_dim)``."""
 
-    def __init__(self, arch: str, embed_dim: int | None = None, in_chans: int = 3,
-                 zero_init_residual: bool = False) -> None:
+    def __init__(
+        self,
+        arch: str,
+        embed_dim: int | None = None,
+        in_chans: int = 3,
+        zero_init_residual: bool = False,
+    ) -> None:
         super().__init__()
         if arch not in _ARCHS:
             raise ValueError(f"unknown torchvision ResNet {arch!r}; valid: {', '.join(_ARCHS)}")
@@ -30,8 +35,9 @@ class TorchvisionResNet(nn.Module):
         trunk = getattr(tvm, arch)(weights=None, zero_init_residual=zero_init_residual)
         if in_chans != 3:
             old = trunk.conv1
-            trunk.conv1 = nn.Conv2d(in_chans, old.out_channels, old.kernel_size, old.stride,
-                                    old.padding, bias=False)
+            trunk.conv1 = nn.Conv2d(
+                in_chans, old.out_channels, old.kernel_size, old.stride, old.padding, bias=False
+            )
             nn.init.kaiming_normal_(trunk.conv1.weight, mode="fan_out", nonlinearity="relu")
         native = trunk.fc.in_features
         trunk.fc = nn.Identity() if embed_dim is None else nn.Linear(native, embed_dim)

@@ -57,48 +57,85 @@ def mnist5k(*, transform: Transform | None = None) -> ImageDataset:
 
 
 @DATASETS.register("cifar100")
-def cifar100(*, root: str | Path, train: bool = True, coarse: bool = False,
-             transform: Transform | None = None) -> ImageDataset:
+def cifar100(
+    *,
+    root: str | Path,
+    train: bool = True,
+    coarse: bool = False,
+    transform: Transform | None = None,
+) -> ImageDataset:
     return CIFAR100(root, train=train, coarse=coarse, transform=transform)
 
 
 @DATASETS.register("cifar10")
-def cifar10(*, root: str | Path, train: bool = True,
-            transform: Transform | None = None) -> ImageDataset:
+def cifar10(
+    *, root: str | Path, train: bool = True, transform: Transform | None = None
+) -> ImageDataset:
     return CIFAR10(root, train=train, transform=transform)
 
 
 @DATASETS.register("image_folder")
-def image_folder(*, root: str | Path, image_size: Size = None, mode: str = "RGB",
-                 transform: Transform | None = None) -> ImageDataset:
+def image_folder(
+    *,
+    root: str | Path,
+    image_size: Size = None,
+    mode: str = "RGB",
+    transform: Transform | None = None,
+) -> ImageDataset:
     return ImageFolder(root, image_size=image_size, mode=mode, transform=transform)
 
 
 @DATASETS.register("casia_webface")
-def casia(*, root: str | Path, image_size: Size = 112, mode: str = "RGB",
-          transform: Transform | None = None) -> ImageDataset:
+def casia(
+    *,
+    root: str | Path,
+    image_size: Size = 112,
+    mode: str = "RGB",
+    transform: Transform | None = None,
+) -> ImageDataset:
     return casia_webface(root, image_size=image_size, mode=mode, transform=transform)
 
 
 @DATASETS.register("celeba")
-def celeba(*, root: str | Path, image_size: Size = None, mode: str = "RGB",
-           transform: Transform | None = None) -> ImageDataset:
+def celeba(
+    *,
+    root: str | Path,
+    image_size: Size = None,
+    mode: str = "RGB",
+    transform: Transform | None = None,
+) -> ImageDataset:
     return CelebAIdentities(root, image_size=image_size, mode=mode, transform=transform)
 
 
 @DATASETS.register("lfw")
-def lfw(*, root: str | Path, pairs_path: str | Path | None = None, image_size: Size = None,
-        mode: str = "RGB", transform: Transform | None = None) -> LFWPairs:
-    return load_lfw(root, pairs_path=pairs_path, image_size=image_size, mode=mode,
-                    transform=transform)
+def lfw(
+    *,
+    root: str | Path,
+    pairs_path: str | Path | None = None,
+    image_size: Size = None,
+    mode: str = "RGB",
+    transform: Transform | None = None,
+) -> LFWPairs:
+    return load_lfw(
+        root, pairs_path=pairs_path, image_size=image_size, mode=mode, transform=transform
+    )
 
 
 @DATASETS.register("synthetic")
-def synthetic(*, num_classes: int, images_per_class: int, image_size: int = 32,
-              channels: int = 3, seed: int = 0, difficulty: float = 1.0, rank: int = 16,
-              transform: Transform | None = None) -> ImageDataset:
-    return SyntheticIdentities(num_classes, images_per_class, image_size, channels, seed,
-                               difficulty, rank, transform)
+def synthetic(
+    *,
+    num_classes: int,
+    images_per_class: int,
+    image_size: int = 32,
+    channels: int = 3,
+    seed: int = 0,
+    difficulty: float = 1.0,
+    rank: int = 16,
+    transform: Transform | None = None,
+) -> ImageDataset:
+    return SyntheticIdentities(
+        num_classes, images_per_class, image_size, channels, seed, difficulty, rank, transform
+    )
 
 
 def create_dataset(name: str, **kwargs: Any) -> Any:
@@ -111,11 +148,37 @@ def list_datasets() -> list[str]:
 
 
 __all__ = [
-    "CIFAR10", "CIFAR100", "DATASETS", "ArrayDataset", "BalancedBatchSampler",
-    "CelebAIdentities", "CorruptDataError", "FileImageDataset", "IRHeader", "ImageDataset",
-    "ImageFolder", "InsightfaceRecordDataset", "LFWPairs", "MNIST5k", "RecordIOReader",
-    "SubsetDataset", "SyntheticIdentities", "casia_webface", "class_incremental_tasks",
-    "cores_union_tasks", "create_dataset", "holdout_split", "list_datasets", "load_lfw",
-    "load_mnist5k", "mnist5k_path", "pack_record", "parse_pairs", "read_image", "replay_buffer",
-    "unpack_record", "write_insightface_recordio", "write_recordio",
+    "CIFAR10",
+    "CIFAR100",
+    "DATASETS",
+    "ArrayDataset",
+    "BalancedBatchSampler",
+    "CelebAIdentities",
+    "CorruptDataError",
+    "FileImageDataset",
+    "IRHeader",
+    "ImageDataset",
+    "ImageFolder",
+    "InsightfaceRecordDataset",
+    "LFWPairs",
+    "MNIST5k",
+    "RecordIOReader",
+    "SubsetDataset",
+    "SyntheticIdentities",
+    "casia_webface",
+    "class_incremental_tasks",
+    "cores_union_tasks",
+    "create_dataset",
+    "holdout_split",
+    "list_datasets",
+    "load_lfw",
+    "load_mnist5k",
+    "mnist5k_path",
+    "pack_record",
+    "parse_pairs",
+    "read_image",
+    "replay_buffer",
+    "unpack_record",
+    "write_insightface_recordio",
+    "write_recordio",
 ]

@@ -115,8 +115,9 @@ class SubsetDataset(ImageDataset):
             rows, parent = parent.indices[rows], parent.parent
         self.parent = parent
         self.indices = rows
-        super().__init__(parent.labels[rows], parent.num_classes, parent.class_names,
-                         parent.transform)
+        super().__init__(
+            parent.labels[rows], parent.num_classes, parent.class_names, parent.transform
+        )
 
     def load_image(self, index: int) -> torch.Tensor:
         return self.parent.load_image(int(self.indices[index]))

@@ -65,9 +65,12 @@ class InsightfaceRecordDataset(ImageDataset):
         self.reader = RecordIOReader(path_rec, path_idx)
         self.keys = _image_keys(self.reader)
         stored = np.fromiter(
-            (_label_of(self.reader.read_header(k), f"{self.reader.path} key {k}")
-             for k in self.keys.tolist()),
-            dtype=np.int64, count=len(self.keys),
+            (
+                _label_of(self.reader.read_header(k), f"{self.reader.path} key {k}")
+                for k in self.keys.tolist()
+            ),
+            dtype=np.int64,
+            count=len(self.keys),
         )
         self.identity_ids, labels = np.unique(stored, return_inverse=True)
         names = [str(i) for i in self.identity_ids.tolist()]
@@ -97,14 +100,20 @@ def write_insightface_recordio(
     ends = np.append(starts[1:], first_identity)
 
     def records():
-        yield 0, pack_record(IRHeader(0, np.array([first_identity,
-                                                   first_identity + len(identities)]), 0, 0), b"")
+        yield (
+            0,
+            pack_record(
+                IRHeader(0, np.array([first_identity, first_identity + len(identities)]), 0, 0), b""
+            ),
+        )
         for key, (label, image) in enumerate(ordered, 1):
             data = image if isinstance(image, bytes) else Path(image).read_bytes()
             yield key, pack_record(IRHeader(0, float(label), key, 0), data)
         for offset, (start, end) in enumerate(zip(starts, ends, strict=True)):
-            yield first_identity + offset, pack_record(IRHeader(0, np.array([start, end]), 0, 0),
-                                                       b"")
+            yield (
+                first_identity + offset,
+                pack_record(IRHeader(0, np.array([start, end]), 0, 0), b""),
+            )
 
     write_recordio(path_rec, path_idx, records())
     return len(ordered)
@@ -123,6 +132,8 @@ def casia_webface(
         path_rec = root if root.suffix == ".rec" else root / "train.rec"
         return InsightfaceRecordDataset(path_rec, None, image_size, mode, transform)
     if not root.is_dir():
-        raise FileNotFoundError(f"CASIA-WebFace not found at {root}: expected train.rec/train.idx "
-                                f"or one sub-folder per identity")
+        raise FileNotFoundError(
+            f"CASIA-WebFace not found at {root}: expected train.rec/train.idx "
+            f"or one sub-folder per identity"
+        )
     return ImageFolder(root, image_size, mode, transform=transform)

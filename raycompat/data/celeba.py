@@ -20,8 +20,9 @@ def read_identity_file(path: str | os.PathLike) -> tuple[list[str], np.ndarray]:
     """``identity_CelebA.txt`` -> (file names, stored identity numbers int64 (N,))."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"CelebA identity file not found: {path} (expected lines "
-                                f"'000001.jpg 2880')")
+        raise FileNotFoundError(
+            f"CelebA identity file not found: {path} (expected lines '000001.jpg 2880')"
+        )
     files, identities = [], []
     with open(path) as handle:
         for number, line in enumerate(handle, 1):
@@ -29,8 +30,9 @@ def read_identity_file(path: str | os.PathLike) -> tuple[list[str], np.ndarray]:
             if not fields:
                 continue
             if len(fields) != 2 or not fields[1].isdigit():
-                raise CorruptDataError(f"{path}:{number}: expected '<image> <identity>', "
-                                       f"got {line.rstrip()!r}")
+                raise CorruptDataError(
+                    f"{path}:{number}: expected '<image> <identity>', got {line.rstrip()!r}"
+                )
             files.append(fields[0])
             identities.append(int(fields[1]))
     if not files:
@@ -54,10 +56,18 @@ class CelebAIdentities(FileImageDataset):
         files, stored = read_identity_file(root / identity_file)
         images = root / image_dir
         if not images.is_dir():
-            raise FileNotFoundError(f"CelebA image folder not found: {images} (expected "
-                                    f"{image_dir}/000001.jpg ...)")
+            raise FileNotFoundError(
+                f"CelebA image folder not found: {images} (expected {image_dir}/000001.jpg ...)"
+            )
         self.identity_ids, labels = np.unique(stored, return_inverse=True)
         names = [str(i) for i in self.identity_ids.tolist()]
-        super().__init__([str(images / f) for f in files], labels.astype(np.int64),
-                         len(names), names, image_size, mode, transform)
+        super().__init__(
+            [str(images / f) for f in files],
+            labels.astype(np.int64),
+            len(names),
+            names,
+            image_size,
+            mode,
+            transform,
+        )
         self.root = root

@@ -78,12 +78,14 @@ def read_cifar_files(
         data = np.asarray(content[b"data"], dtype=np.uint8)
         target = np.asarray(content[label_key], dtype=np.int64)
         if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(target):
-            raise CorruptDataError(f"{path}: data {data.shape} / labels {target.shape} do not "
-                                   f"match (N, 3072) / (N,)")
+            raise CorruptDataError(
+                f"{path}: data {data.shape} / labels {target.shape} do not match (N, 3072) / (N,)"
+            )
         bad = np.flatnonzero((target < 0) | (target >= num_classes))
         if bad.size:
-            raise CorruptDataError(f"{path}: label {target[bad[0]]} at row {bad[0]} is outside "
-                                   f"[0, {num_classes})")
+            raise CorruptDataError(
+                f"{path}: label {target[bad[0]]} at row {bad[0]} is outside [0, {num_classes})"
+            )
         images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
         labels.append(target)
     return np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels)
@@ -101,8 +103,13 @@ def _names(path: Path, key: bytes, count: int) -> list[str] | None:
 class CIFAR100(ArrayDataset):
     """CIFAR-100, 100 fine classes (``coarse=True``: the 20 super-classes)."""
 
-    def __init__(self, root: str | Path, train: bool = True, coarse: bool = False,
-                 transform: Transform | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        train: bool = True,
+        coarse: bool = False,
+        transform: Transform | None = None,
+    ) -> None:
         split = "train" if train else "test"
         folder = _find_folder(root, "cifar-100-python", split)
         kind = b"coarse" if coarse else b"fine"
@@ -115,8 +122,9 @@ class CIFAR100(ArrayDataset):
 class CIFAR10(ArrayDataset):
     """CIFAR-10, 10 classes; train = ``data_batch_1..5`` (50000), test = ``test_batch``."""
 
-    def __init__(self, root: str | Path, train: bool = True,
-                 transform: Transform | None = None) -> None:
+    def __init__(
+        self, root: str | Path, train: bool = True, transform: Transform | None = None
+    ) -> None:
         files = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
         folder = _find_folder(root, "cifar-10-batches-py", files[0])
         images, labels = read_cifar_files([folder / f for f in files], b"labels", 10)

@@ -85,7 +85,8 @@ def scan_class_folders(
     counts = []
     for name in class_names:
         files = sorted(
-            e.name for e in os.scandir(root / name)
+            e.name
+            for e in os.scandir(root / name)
             if e.is_file() and e.name.lower().endswith(extensions)
         )
         if not files:
@@ -135,6 +136,5 @@ class ImageFolder(FileImageDataset):
         transform: Transform | None = None,
     ) -> None:
         class_names, paths, labels = scan_class_folders(root, extensions)
-        super().__init__(paths, labels, len(class_names), class_names, image_size, mode,
-                         transform)
+        super().__init__(paths, labels, len(class_names), class_names, image_size, mode, transform)
         self.root = Path(root)

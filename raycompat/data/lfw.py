@@ -52,8 +52,10 @@ def parse_pairs(path: str | os.PathLike) -> PairsFile:
     """Read a ``pairs.txt``; errors name the file and the line."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"LFW pairs file not found: {path} (expected pairs.txt with "
-                                f"'n_folds n_per_fold' then the pairs)")
+        raise FileNotFoundError(
+            f"LFW pairs file not found: {path} (expected pairs.txt with "
+            f"'n_folds n_per_fold' then the pairs)"
+        )
     lines = [(n, line.split()) for n, line in enumerate(path.read_text().splitlines(), 1)]
     lines = [(n, fields) for n, fields in lines if fields]
     if not lines or not 1 <= len(lines[0][1]) <= 2 or not all(f.isdigit() for f in lines[0][1]):
@@ -62,8 +64,10 @@ def parse_pairs(path: str | os.PathLike) -> PairsFile:
     num_folds, per_fold = header if len(header) == 2 else (1, header[0])
     body = lines[1:]
     if len(body) != 2 * num_folds * per_fold:
-        raise CorruptDataError(f"{path}: header announces {num_folds} folds x {2 * per_fold} pairs"
-                               f" = {2 * num_folds * per_fold} lines, found {len(body)}")
+        raise CorruptDataError(
+            f"{path}: header announces {num_folds} folds x {2 * per_fold} pairs"
+            f" = {2 * num_folds * per_fold} lines, found {len(body)}"
+        )
     left, right, same, numbers = [], [], [], []
     for row, (number, fields) in enumerate(body):
         matched = row % (2 * per_fold) < per_fold
@@ -80,8 +84,14 @@ def parse_pairs(path: str | os.PathLike) -> PairsFile:
         same.append(matched)
         numbers.append(number)
     fold = np.arange(len(body), dtype=np.int64) // (2 * per_fold)
-    return PairsFile(left, right, np.asarray(same, dtype=bool), fold,
-                     np.asarray(numbers, dtype=np.int64), num_folds)
+    return PairsFile(
+        left,
+        right,
+        np.asarray(same, dtype=bool),
+        fold,
+        np.asarray(numbers, dtype=np.int64),
+        num_folds,
+    )
 
 
 def load_lfw(
@@ -98,8 +108,9 @@ def load_lfw(
     """
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"LFW root not found: {root} (expected <root>/<name>/"
-                                f"<name>_0001.jpg)")
+        raise FileNotFoundError(
+            f"LFW root not found: {root} (expected <root>/<name>/<name>_0001.jpg)"
+        )
     pairs = parse_pairs(pairs_path if pairs_path is not None else root / "pairs.txt")
     first_line: dict[tuple[str, int], int] = {}
     for side in (pairs.left, pairs.right):
@@ -108,14 +119,21 @@ def load_lfw(
     unique = sorted(first_line)
     for ref in unique:
         if not lfw_image_path(root, *ref).is_file():
-            raise FileNotFoundError(f"LFW image not found: {lfw_image_path(root, *ref)} "
-                                    f"(used by line {first_line[ref]} of the pairs file)")
+            raise FileNotFoundError(
+                f"LFW image not found: {lfw_image_path(root, *ref)} "
+                f"(used by line {first_line[ref]} of the pairs file)"
+            )
     names = sorted({name for name, _ in unique})
     label_of = {name: i for i, name in enumerate(names)}
     row_of = {ref: i for i, ref in enumerate(unique)}
     images = FileImageDataset(
         [str(lfw_image_path(root, *ref)) for ref in unique],
-        [label_of[name] for name, _ in unique], len(names), names, image_size, mode, transform,
+        [label_of[name] for name, _ in unique],
+        len(names),
+        names,
+        image_size,
+        mode,
+        transform,
     )
     left = np.asarray([row_of[ref] for ref in pairs.left], dtype=np.int64)
     right = np.asarray([row_of[ref] for ref in pairs.right], dtype=np.int64)

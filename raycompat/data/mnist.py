@@ -56,8 +56,9 @@ def load_mnist5k(path: str | Path | None = None) -> tuple[np.ndarray, np.ndarray
     except (OSError, ValueError, EOFError) as error:
         raise CorruptDataError(f"cannot read MNIST 5k CSV {path}: {error}") from error
     if table.shape[1] != 28 * 28 + 1:
-        raise CorruptDataError(f"{path}: expected 785 columns (784 pixels, label), "
-                               f"got {table.shape[1]}")
+        raise CorruptDataError(
+            f"{path}: expected 785 columns (784 pixels, label), got {table.shape[1]}"
+        )
     pixels, labels = table[:, :-1], table[:, -1]
     if pixels.min() < 0 or pixels.max() > 255 or labels.min() < 0 or labels.max() > 9:
         raise CorruptDataError(f"{path}: pixels must be in 0..255 and labels in 0..9")

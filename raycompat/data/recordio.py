@@ -51,12 +51,12 @@ def unpack_record(payload: bytes, name: str = "record") -> tuple[IRHeader, bytes
     if len(payload) < _IR.size:
         raise CorruptDataError(f"{name}: {len(payload)} bytes, shorter than the IRHeader")
     flag, label, id_, id2 = _IR.unpack_from(payload)
-    rest = memoryview(payload)[_IR.size:]
+    rest = memoryview(payload)[_IR.size :]
     if flag > 0:
         if len(rest) < 4 * flag:
             raise CorruptDataError(f"{name}: header announces {flag} labels, payload too short")
         label = np.frombuffer(rest[: 4 * flag], dtype=np.float32).copy()
-        rest = rest[4 * flag:]
+        rest = rest[4 * flag :]
     return IRHeader(flag, label, id_, id2), bytes(rest)
 
 
@@ -64,8 +64,9 @@ def read_index(path_idx: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """``.idx`` file -> (keys int64 (N,), offsets int64 (N,)) in file order."""
     path = Path(path_idx)
     if not path.is_file():
-        raise FileNotFoundError(f"RecordIO index not found: {path} (expected 'key<TAB>offset' "
-                                f"lines)")
+        raise FileNotFoundError(
+            f"RecordIO index not found: {path} (expected 'key<TAB>offset' lines)"
+        )
     keys, offsets = [], []
     with open(path) as handle:
         for number, line in enumerate(handle, 1):
@@ -126,8 +127,10 @@ class RecordIOReader:
             raise CorruptDataError(f"{self.path}: truncated record header at offset {offset}")
         magic, lrecord = struct.unpack("<II", head)
         if magic != MAGIC:
-            raise CorruptDataError(f"{self.path}: bad RecordIO magic {magic:#010x} at offset "
-                                   f"{offset} (expected {MAGIC:#010x})")
+            raise CorruptDataError(
+                f"{self.path}: bad RecordIO magic {magic:#010x} at offset "
+                f"{offset} (expected {MAGIC:#010x})"
+            )
         return lrecord >> 29, lrecord & ((1 << 29) - 1)
 
     def read_at(self, offset: int) -> bytes:
@@ -136,8 +139,9 @@ class RecordIOReader:
         while True:
             cflag, length = self._part_header(position)
             if (cflag in (0, 1)) == bool(parts):
-                raise CorruptDataError(f"{self.path}: unexpected continuation flag {cflag} at "
-                                       f"offset {position}")
+                raise CorruptDataError(
+                    f"{self.path}: unexpected continuation flag {cflag} at offset {position}"
+                )
             data = self._file().read(length)
             if len(data) != length:
                 raise CorruptDataError(f"{self.path}: record at offset {position} is truncated")

@@ -38,14 +38,19 @@ def class_incremental_tasks(
     """
     values = _as_classes(classes)
     if not 0 < initial <= len(values) or increment <= 0:
-        raise ValueError(f"need 0 < initial <= {len(values)} and increment > 0, got "
-                         f"initial={initial}, increment={increment}")
+        raise ValueError(
+            f"need 0 < initial <= {len(values)} and increment > 0, got "
+            f"initial={initial}, increment={increment}"
+        )
     rest = len(values) - initial
     if rest % increment:
-        raise ValueError(f"{len(values)} classes: the {rest} after the initial {initial} do not "
-                         f"divide into increments of {increment}")
-    return [values[:initial]] + [values[s:s + increment] for s in range(initial, len(values),
-                                                                         increment)]
+        raise ValueError(
+            f"{len(values)} classes: the {rest} after the initial {initial} do not "
+            f"divide into increments of {increment}"
+        )
+    return [values[:initial]] + [
+        values[s : s + increment] for s in range(initial, len(values), increment)
+    ]
 
 
 def cores_union_tasks(
@@ -58,7 +63,7 @@ def cores_union_tasks(
     if not 0 < num_steps <= len(values):
         raise ValueError(f"num_steps must be in [1, {len(values)}], got {num_steps}")
     step = len(values) // num_steps
-    unions = [values[:(t + 1) * step] for t in range(num_steps)]
+    unions = [values[: (t + 1) * step] for t in range(num_steps)]
     if include_remainder:
         unions[-1] = values
     return unions
@@ -153,15 +158,20 @@ class BalancedBatchSampler(Sampler[list[int]]):
         self.epoch += 1
         new = self.new[rng.permutation(len(self.new))]
         batches = len(self)
-        new_counts = np.minimum(self.new_per_batch,
-                                len(new) - self.new_per_batch * np.arange(batches))
+        new_counts = np.minimum(
+            self.new_per_batch, len(new) - self.new_per_batch * np.arange(batches)
+        )
         replay_counts = (new_counts * self.replay_per_batch) // self.new_per_batch
         passes = -(-int(replay_counts.sum()) // max(len(self.replay), 1))
-        stream = (np.concatenate([self.replay[rng.permutation(len(self.replay))]
-                                  for _ in range(passes)]) if passes else self.replay[:0])
+        stream = (
+            np.concatenate([self.replay[rng.permutation(len(self.replay))] for _ in range(passes)])
+            if passes
+            else self.replay[:0]
+        )
         new_start = replay_start = 0
         for n_new, n_replay in zip(new_counts.tolist(), replay_counts.tolist(), strict=True):
-            batch = np.concatenate([stream[replay_start:replay_start + n_replay],
-                                    new[new_start:new_start + n_new]])
+            batch = np.concatenate(
+                [stream[replay_start : replay_start + n_replay], new[new_start : new_start + n_new]]
+            )
             new_start, replay_start = new_start + n_new, replay_start + n_replay
             yield batch.tolist()

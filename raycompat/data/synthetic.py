@@ -50,13 +50,19 @@ class SyntheticIdentities(ImageDataset):
         rank: int = 16,
         transform: Transform | None = None,
     ) -> None:
-        for name, value in (("num_classes", num_classes), ("images_per_class", images_per_class),
-                            ("image_size", image_size), ("channels", channels), ("rank", rank)):
+        for name, value in (
+            ("num_classes", num_classes),
+            ("images_per_class", images_per_class),
+            ("image_size", image_size),
+            ("channels", channels),
+            ("rank", rank),
+        ):
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if seed < 0 or not math.isfinite(difficulty) or difficulty < 0:
-            raise ValueError(f"need seed >= 0 and a finite difficulty >= 0, got {seed}, "
-                             f"{difficulty}")
+            raise ValueError(
+                f"need seed >= 0 and a finite difficulty >= 0, got {seed}, {difficulty}"
+            )
         labels = np.repeat(np.arange(num_classes, dtype=np.int64), images_per_class)
         super().__init__(labels, num_classes, None, transform)
         self.images_per_class = images_per_class
@@ -73,8 +79,9 @@ class SyntheticIdentities(ImageDataset):
         coarse = torch.from_numpy(
             rng.standard_normal((self.rank, self.channels, low, low), dtype=np.float32)
         )
-        smooth = F.interpolate(coarse, size=(self.image_size, self.image_size), mode="bilinear",
-                               align_corners=False).flatten(1)
+        smooth = F.interpolate(
+            coarse, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False
+        ).flatten(1)
         smooth = smooth / smooth.pow(2).mean(dim=1, keepdim=True).sqrt()
         return smooth.numpy()
 
@@ -86,7 +93,8 @@ class SyntheticIdentities(ImageDataset):
         """The nuisance-free image of class ``label``, ``(C, S, S)`` in (0, 1)."""
         signal = self.class_code(label) @ self.basis / math.sqrt(self.rank)
         return torch.sigmoid(torch.from_numpy(signal.astype(np.float32))).view(
-            self.channels, self.image_size, self.image_size)
+            self.channels, self.image_size, self.image_size
+        )
 
     def load_image(self, index: int) -> torch.Tensor:
         rng = np.random.default_rng([self.seed, 2, int(index)])

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raycompat.models import features_and_logits
 from raycompat.registry import Registry
 
 METHODS: Registry = Registry("compatibility method")
@@ -159,8 +160,7 @@ class CompatibilityMethod:
 
 def classification_terms(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict]:
     """Features of the new model and its plain cross-entropy over all head outputs."""
-    features = model.forward_features(batch.images)
-    logits = model.forward_head(features)
+    features, logits = features_and_logits(model, batch.images)
     if not torch.isfinite(features).all():
         raise FloatingPointError("the model produced non-finite features (NaN/inf)")
     return features, {"ce": F.cross_entropy(logits, batch.targets)}

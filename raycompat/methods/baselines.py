@@ -23,6 +23,7 @@ from raycompat.methods.base import (
     classification_terms,
     first_coordinates,
 )
+from raycompat.models import features_and_logits
 
 
 @METHODS.register("independent")
@@ -77,8 +78,7 @@ class LearningWithoutForgetting(CompatibilityMethod):
         self.temperature = temperature
 
     def losses(self, model, batch: Batch) -> dict[str, torch.Tensor]:
-        features = model.forward_features(batch.images)
-        logits = model.forward_head(features)
+        _, logits = features_and_logits(model, batch.images)
         terms = {"ce": F.cross_entropy(logits, batch.targets)}
         classes = torch.as_tensor(self.old.classes, device=logits.device)
         old_logits = self.old.logits(self.old_features(batch))[:, classes]

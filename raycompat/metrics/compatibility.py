@@ -29,8 +29,13 @@ class CompatibilityMatrix:
         self.rows: list[list[float]] = []
 
     @classmethod
-    def from_array(cls, values: Any, names: list[str] | None = None, metric: str = "accuracy",
-                   higher_is_better: bool = True) -> CompatibilityMatrix:
+    def from_array(
+        cls,
+        values: Any,
+        names: list[str] | None = None,
+        metric: str = "accuracy",
+        higher_is_better: bool = True,
+    ) -> CompatibilityMatrix:
         """Build from a ``(T, T)`` array; entries above the diagonal are ignored."""
         arr, _ = _matrix(values)
         if names is not None and len(names) != arr.shape[0]:
@@ -45,11 +50,14 @@ class CompatibilityMatrix:
         row = np.asarray(values, dtype=np.float64).reshape(-1)
         t = len(self.rows)
         if row.shape[0] != t + 1:
-            raise ValueError(f"row {t} needs {t + 1} values (against models 0..{t}), "
-                             f"got {row.shape[0]}")
+            raise ValueError(
+                f"row {t} needs {t + 1} values (against models 0..{t}), got {row.shape[0]}"
+            )
         if not np.isfinite(row).all():
-            raise ValueError(f"row {t} has a non-finite value at column "
-                             f"{int(np.nonzero(~np.isfinite(row))[0][0])}: {row.tolist()}")
+            raise ValueError(
+                f"row {t} has a non-finite value at column "
+                f"{int(np.nonzero(~np.isfinite(row))[0][0])}: {row.tolist()}"
+            )
         self.rows.append(row.tolist())
         self.names.append(name if name is not None else f"model_{t}")
 
@@ -66,8 +74,14 @@ class CompatibilityMatrix:
         return self.as_array()[key]
 
     def to_json(self) -> str:
-        return json.dumps({"metric": self.metric, "higher_is_better": self.higher_is_better,
-                           "names": self.names, "rows": self.rows})
+        return json.dumps(
+            {
+                "metric": self.metric,
+                "higher_is_better": self.higher_is_better,
+                "names": self.names,
+                "rows": self.rows,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str, source: str = "json") -> CompatibilityMatrix:

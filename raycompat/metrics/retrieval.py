@@ -45,8 +45,14 @@ def _ks(topk: Sequence[int]) -> list[int]:
     return ks
 
 
-def _setup(query: Any, gallery: Any, query_labels: Any, gallery_labels: Any,
-           distance: str | Distance, exclude_self: bool):
+def _setup(
+    query: Any,
+    gallery: Any,
+    query_labels: Any,
+    gallery_labels: Any,
+    distance: str | Distance,
+    exclude_self: bool,
+):
     dist = get_distance(distance)
     q, g = dist.prepare(query, "query"), dist.prepare(gallery, "gallery")
     check_same_width(q, g)
@@ -54,25 +60,35 @@ def _setup(query: Any, gallery: Any, query_labels: Any, gallery_labels: Any,
     gl = _labels(gallery_labels, g.shape[0], "gallery_labels")
     if exclude_self:
         if q.shape[0] != g.shape[0]:
-            raise ValueError(f"exclude_self=True needs query i == gallery item i, but there are "
-                             f"{q.shape[0]} queries and {g.shape[0]} gallery items")
+            raise ValueError(
+                f"exclude_self=True needs query i == gallery item i, but there are "
+                f"{q.shape[0]} queries and {g.shape[0]} gallery items"
+            )
         differ = np.nonzero(ql != gl)[0]
         if differ.size:
-            raise ValueError(f"exclude_self=True but query and gallery labels differ at row "
-                             f"{differ[0]}: they cannot be the same items")
+            raise ValueError(
+                f"exclude_self=True but query and gallery labels differ at row "
+                f"{differ[0]}: they cannot be the same items"
+            )
     codes = np.unique(np.concatenate([ql, gl]), return_inverse=True)[1].reshape(-1)
     codes = torch.as_tensor(codes, device=q.device)
-    return dist, q, g, codes[: q.shape[0]], codes[q.shape[0]:]
+    return dist, q, g, codes[: q.shape[0]], codes[q.shape[0] :]
 
 
-def _chunks(dist: Distance, q: torch.Tensor, g: torch.Tensor, ql: torch.Tensor,
-            gl: torch.Tensor, exclude_self: bool, chunk_size: int | None
-            ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _chunks(
+    dist: Distance,
+    q: torch.Tensor,
+    g: torch.Tensor,
+    ql: torch.Tensor,
+    gl: torch.Tensor,
+    exclude_self: bool,
+    chunk_size: int | None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield ``scores (c, G)`` and ``relevant (c, G)`` per chunk; self entries get -inf, False."""
     step = chunk_size or max(1, _CHUNK_ELEMENTS // g.shape[0])
     for s in range(0, q.shape[0], step):
-        scores = dist.scores(q[s:s + step], g)
-        relevant = ql[s:s + step, None] == gl[None, :]
+        scores = dist.scores(q[s : s + step], g)
+        relevant = ql[s : s + step, None] == gl[None, :]
         if exclude_self:
             rows = torch.arange(scores.shape[0], device=scores.device)
             scores[rows, rows + s] = -torch.inf
@@ -84,14 +100,25 @@ def _mean_over_valid(values: torch.Tensor, valid: torch.Tensor, what: str) -> fl
     if not bool(valid.any()):
         raise ValueError(f"{what}: no query has a matching gallery item")
     if not bool(valid.all()):
-        logger.warning("%s: %d of %d queries have no matching gallery item and are skipped",
-                       what, int((~valid).sum()), valid.numel())
+        logger.warning(
+            "%s: %d of %d queries have no matching gallery item and are skipped",
+            what,
+            int((~valid).sum()),
+            valid.numel(),
+        )
     return float(values[valid].double().mean())
 
 
-def cmc(query: Any, gallery: Any, query_labels: Any, gallery_labels: Any,
-        topk: Sequence[int] = (1, 5, 10), distance: str | Distance = "cosine",
-        exclude_self: bool = False, chunk_size: int | None = None) -> dict[int, float]:
+def cmc(
+    query: Any,
+    gallery: Any,
+    query_labels: Any,
+    gallery_labels: Any,
+    topk: Sequence[int] = (1, 5, 10),
+    distance: str | Distance = "cosine",
+    exclude_self: bool = False,
+    chunk_size: int | None = None,
+) -> dict[int, float]:
     """Cumulative match characteristic: fraction of queries with a match in the top k.
 
     Args:
@@ -101,8 +128,9 @@ def cmc(query: Any, gallery: Any, query_labels: Any, gallery_labels: Any,
         accuracy). Rank of a query = 1 + #{non-matching items scoring >= its best match}.
     """
     ks = _ks(topk)
-    dist, q, g, ql, gl = _setup(query, gallery, query_labels, gallery_labels, distance,
-                                exclude_self)
+    dist, q, g, ql, gl = _setup(
+        query, gallery, query_labels, gallery_labels, distance, exclude_self
+    )
     ranks, valid = [], []
     for scores, relevant in _chunks(dist, q, g, ql, gl, exclude_self, chunk_size):
         best = torch.where(relevant, scores, -torch.inf).amax(dim=1, keepdim=True)
@@ -112,10 +140,12 @@ def cmc(query: Any, gallery: Any, query_labels: Any, gallery_labels: Any,
     return {k: _mean_over_valid((rank <= k).float(), ok, f"top-{k}") for k in ks}
 
 
-def _average_precisions(query, gallery, query_labels, gallery_labels, distance, exclude_self,
-                        chunk_size, at_r: bool) -> float:
-    dist, q, g, ql, gl = _setup(query, gallery, query_labels, gallery_labels, distance,
-                                exclude_self)
+def _average_precisions(
+    query, gallery, query_labels, gallery_labels, distance, exclude_self, chunk_size, at_r: bool
+) -> float:
+    dist, q, g, ql, gl = _setup(
+        query, gallery, query_labels, gallery_labels, distance, exclude_self
+    )
     positions = torch.arange(1, g.shape[0] + 1, device=q.device, dtype=torch.float64)
     aps, valid = [], []
     for scores, relevant in _chunks(dist, q, g, ql, gl, exclude_self, chunk_size):
@@ -132,28 +162,48 @@ def _average_precisions(query, gallery, query_labels, gallery_labels, distance, 
     return _mean_over_valid(torch.cat(aps), torch.cat(valid), "mAP@R" if at_r else "mAP")
 
 
-def mean_average_precision(query: Any, gallery: Any, query_labels: Any, gallery_labels: Any,
-                           distance: str | Distance = "cosine", exclude_self: bool = False,
-                           chunk_size: int | None = None) -> float:
+def mean_average_precision(
+    query: Any,
+    gallery: Any,
+    query_labels: Any,
+    gallery_labels: Any,
+    distance: str | Distance = "cosine",
+    exclude_self: bool = False,
+    chunk_size: int | None = None,
+) -> float:
     """FCT's "mAP@1.0": mean over queries of AP over the FULL gallery ranking.
 
     AP = (1/R) sum over matching items of precision at their rank, R = #matching items.
     """
-    return _average_precisions(query, gallery, query_labels, gallery_labels, distance,
-                               exclude_self, chunk_size, at_r=False)
+    return _average_precisions(
+        query, gallery, query_labels, gallery_labels, distance, exclude_self, chunk_size, at_r=False
+    )
 
 
-def map_at_r(query: Any, gallery: Any, query_labels: Any, gallery_labels: Any,
-             distance: str | Distance = "cosine", exclude_self: bool = False,
-             chunk_size: int | None = None) -> float:
+def map_at_r(
+    query: Any,
+    gallery: Any,
+    query_labels: Any,
+    gallery_labels: Any,
+    distance: str | Distance = "cosine",
+    exclude_self: bool = False,
+    chunk_size: int | None = None,
+) -> float:
     """mAP@R (Musgrave et al. 2020): ``(1/R) sum_{i<=R} P(i) rel(i)``, R = #matching items."""
-    return _average_precisions(query, gallery, query_labels, gallery_labels, distance,
-                               exclude_self, chunk_size, at_r=True)
+    return _average_precisions(
+        query, gallery, query_labels, gallery_labels, distance, exclude_self, chunk_size, at_r=True
+    )
 
 
-def template_identification(query: Any, query_labels: Any, gallery: Any, gallery_labels: Any,
-                            topk: Sequence[int] = (1,), normalize_features: bool = True,
-                            chunk_size: int | None = None) -> dict[int, float]:
+def template_identification(
+    query: Any,
+    query_labels: Any,
+    gallery: Any,
+    gallery_labels: Any,
+    topk: Sequence[int] = (1,),
+    normalize_features: bool = True,
+    chunk_size: int | None = None,
+) -> dict[int, float]:
     """IAM-CL2R "1:N search": match queries against one template per gallery class.
 
     Template of class c = L2-normalised mean of the class's gallery features (each feature first
@@ -177,8 +227,9 @@ def template_identification(query: Any, query_labels: Any, gallery: Any, gallery
     slot = np.searchsorted(classes, ql).clip(max=len(classes) - 1)
     q_codes = np.where(classes[slot] == ql, slot, -1)
     if (q_codes < 0).any():
-        logger.warning("template identification: %d queries have no gallery template",
-                       int((q_codes < 0).sum()))
+        logger.warning(
+            "template identification: %d queries have no gallery template", int((q_codes < 0).sum())
+        )
     dist, q, t, qc, tc = _setup(q, templates, q_codes, np.arange(len(classes)), ip, False)
     ranks = []
     for scores, relevant in _chunks(dist, q, t, qc, tc, False, chunk_size):

@@ -21,8 +21,9 @@ __all__ = ["make_pairs", "pair_distances", "best_threshold", "verification_accur
 _PAIR_CHUNK = 65536
 
 
-def _sample_unique(draw, enumerate_all, n: int, count: int, total: int,
-                   rng: np.random.Generator, what: str) -> np.ndarray:
+def _sample_unique(
+    draw, enumerate_all, n: int, count: int, total: int, rng: np.random.Generator, what: str
+) -> np.ndarray:
     """``count`` distinct unordered pairs (i < j): rejection sampling from ``draw(rng, size)``,
     or a choice among ``enumerate_all()`` when more than half of all ``total`` pairs are asked."""
     if count > total:
@@ -40,8 +41,9 @@ def _sample_unique(draw, enumerate_all, n: int, count: int, total: int,
     return np.stack([keys // n, keys % n], axis=1)
 
 
-def make_pairs(labels: Any, num_positive: int = 3000, num_negative: int = 3000,
-               seed: int = 0) -> np.ndarray:
+def make_pairs(
+    labels: Any, num_positive: int = 3000, num_negative: int = 3000, seed: int = 0
+) -> np.ndarray:
     """Seeded verification pairs (CoReS CIFAR-10 protocol: 3000 + 3000).
 
     Pairs are drawn uniformly among all unordered pairs of distinct items, without duplicates.
@@ -84,10 +86,16 @@ def make_pairs(labels: Any, num_positive: int = 3000, num_negative: int = 3000,
         return i[keep], j[keep]
 
     rng = np.random.default_rng(seed)
-    pos = _sample_unique(positives, all_positives, n, num_positive, total_positive, rng,
-                         "positive")
-    neg = _sample_unique(negatives, all_negatives, n, num_negative,
-                         n * (n - 1) // 2 - total_positive, rng, "negative")
+    pos = _sample_unique(positives, all_positives, n, num_positive, total_positive, rng, "positive")
+    neg = _sample_unique(
+        negatives,
+        all_negatives,
+        n,
+        num_negative,
+        n * (n - 1) // 2 - total_positive,
+        rng,
+        "negative",
+    )
     same = np.concatenate([np.ones(num_positive), np.zeros(num_negative)]).astype(np.int64)
     return np.concatenate([np.concatenate([pos, neg]), same[:, None]], axis=1)
 
@@ -102,15 +110,16 @@ def pair_distances(query_features: Any, gallery_features: Any, pairs: Any) -> np
         ``(P,)`` float64 distances in [0, 4].
     """
     q = torch.nn.functional.normalize(as_features(query_features, "query_features").double(), dim=1)
-    g = torch.nn.functional.normalize(as_features(gallery_features, "gallery_features").double(),
-                                      dim=1)
+    g = torch.nn.functional.normalize(
+        as_features(gallery_features, "gallery_features").double(), dim=1
+    )
     check_same_width(q, g)
     p = _check_pairs(pairs, q.shape[0], g.shape[0])
     out = np.empty(p.shape[0])
     for s in range(0, p.shape[0], _PAIR_CHUNK):
-        i = torch.as_tensor(p[s:s + _PAIR_CHUNK, 0], device=q.device)
-        j = torch.as_tensor(p[s:s + _PAIR_CHUNK, 1], device=g.device)
-        out[s:s + _PAIR_CHUNK] = (q[i] - g[j]).pow(2).sum(dim=1).cpu().numpy()
+        i = torch.as_tensor(p[s : s + _PAIR_CHUNK, 0], device=q.device)
+        j = torch.as_tensor(p[s : s + _PAIR_CHUNK, 1], device=g.device)
+        out[s : s + _PAIR_CHUNK] = (q[i] - g[j]).pow(2).sum(dim=1).cpu().numpy()
     return out
 
 
@@ -123,8 +132,9 @@ def _check_pairs(pairs: Any, n_query: int, n_gallery: int) -> np.ndarray:
     for col, n, name in ((0, n_query, "query_features"), (1, n_gallery, "gallery_features")):
         bad = np.nonzero((p[:, col] < 0) | (p[:, col] >= n))[0]
         if bad.size:
-            raise ValueError(f"pair row {bad[0]}: index {p[bad[0], col]} out of range for "
-                             f"{name} with {n} rows")
+            raise ValueError(
+                f"pair row {bad[0]}: index {p[bad[0], col]} out of range for {name} with {n} rows"
+            )
     bad = np.nonzero((p[:, 2] != 0) & (p[:, 2] != 1))[0]
     if bad.size:
         raise ValueError(f"pair row {bad[0]}: 'same' must be 0 or 1, got {p[bad[0], 2]}")
@@ -161,8 +171,14 @@ def _default_folds(same: np.ndarray, num_folds: int, seed: int) -> np.ndarray:
     return folds
 
 
-def verification_accuracy(query_features: Any, gallery_features: Any, pairs: Any,
-                          num_folds: int = 10, seed: int = 0, folds: Any = None) -> float:
+def verification_accuracy(
+    query_features: Any,
+    gallery_features: Any,
+    pairs: Any,
+    num_folds: int = 10,
+    seed: int = 0,
+    folds: Any = None,
+) -> float:
     """Mean held-out accuracy over ``num_folds`` folds (CoReS 1:1 verification M).
 
     Args:
