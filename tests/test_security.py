@@ -1,0 +1,186 @@
+"""Untrusted files never run code: malicious checkpoints and dataset pickles are refused before
+their payload executes, and the code base keeps every unpickling call restricted.
+
+Each payload is an object whose ``__reduce__`` makes the unpickler call a function that creates a
+marker file. Every refusal test also shows that the same bytes DO create the marker under an
+unrestricted unpickler, so a passing test means "refused", not "payload broken".
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import pickle
+from pathlib import Path
+
+import pytest
+import s3fs
+import torch
+
+from raycompat.data.base import CorruptDataError
+from raycompat.data.cifar import load_pickle
+from raycompat.weights import load_state_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _OpensFile:
+    """Unpickling calls ``open(marker, "w")``: a plain builtin, no ``exec`` needed."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+class _Execs:
+    """Unpickling calls ``exec`` on source that creates the marker."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').close()",))
+
+
+def _torch_bytes(obj, **kwargs) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf, **kwargs)
+    return buf.getvalue()
+
+
+def _checkpoints(marker: Path) -> dict[str, tuple[bytes, callable]]:
+    """name -> (file bytes, the unrestricted loader that would run the payload)."""
+    weights = {"fc.weight": torch.ones(2, 3), "fc.bias": torch.zeros(2)}
+    unsafe_torch = lambda blob: torch.load(io.BytesIO(blob), weights_only=False)  # noqa: E731
+    return {
+        # A training checkpoint with the payload beside the weights.
+        "trainer_checkpoint.pt": (
+            _torch_bytes({"model": weights, "epoch": 3, "extra": _OpensFile(marker)}),
+            unsafe_torch,
+        ),
+        # The payload hidden inside a list in the state dict itself.
+        "nested.pt": (_torch_bytes({**weights, "meta": [1, _Execs(marker)]}), unsafe_torch),
+        # torch's legacy (non-zip) serialisation.
+        "legacy.pth": (
+            _torch_bytes(
+                {**weights, "x": _OpensFile(marker)}, _use_new_zipfile_serialization=False
+            ),
+            unsafe_torch,
+        ),
+        # A bare pickle with a checkpoint's name.
+        "bare_pickle.bin": (pickle.dumps({"w": _Execs(marker)}, protocol=2), pickle.loads),
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["trainer_checkpoint.pt", "nested.pt", "legacy.pth", "bare_pickle.bin"]
+)
+def test_malicious_checkpoint_is_refused_before_its_payload_runs(tmp_path, name):
+    marker = tmp_path / "payload_ran"
+    blob, unsafe_load = _checkpoints(marker)[name]
+    path = tmp_path / name
+    path.write_bytes(blob)
+    with pytest.raises(pickle.UnpicklingError, match=rf"{name}: refused to load.*global"):
+        load_state_dict(str(path))
+    assert not marker.exists()
+    # Control: the payload is live; an unrestricted unpickler runs it.
+    unsafe_load(blob)
+    assert marker.exists()
+
+
+def test_pickle_named_safetensors_is_not_unpickled(tmp_path):
+    marker = tmp_path / "payload_ran"
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(pickle.dumps({"w": _OpensFile(marker)}, protocol=2))
+    with pytest.raises(ValueError, match=r"model\.safetensors: not a valid \.safetensors"):
+        load_state_dict(str(path))
+    assert not marker.exists()
+
+
+def test_malicious_checkpoint_in_s3_is_refused(s3_bucket, tmp_path):
+    bucket, storage_options = s3_bucket
+    marker = tmp_path / "payload_ran"
+    blob, _ = _checkpoints(marker)["trainer_checkpoint.pt"]
+    uri = f"s3://{bucket}/raycompat/runs/evil/checkpoint.pt"
+    s3fs.S3FileSystem(**storage_options).pipe(uri, blob)
+    with pytest.raises(pickle.UnpicklingError, match=r"evil/checkpoint\.pt: refused to load"):
+        load_state_dict(uri, storage_options=storage_options)
+    assert not marker.exists()
+
+
+def test_malicious_cifar_batch_is_refused(tmp_path):
+    marker = tmp_path / "payload_ran"
+    path = tmp_path / "data_batch_1"
+    blob = pickle.dumps({b"data": _Execs(marker), b"labels": [0]}, protocol=2)
+    path.write_bytes(blob)
+    with pytest.raises(
+        CorruptDataError, match=r"data_batch_1: global __builtin__\.exec is not allowed"
+    ):
+        load_pickle(path)
+    assert not marker.exists()
+    pickle.loads(blob)
+    assert marker.exists()
+
+
+# ---------------------------------------------------------------- static guard
+
+
+def _unsafe_calls(source: str) -> list[tuple[int, str]]:
+    """Calls that would unpickle without restriction: ``torch.load`` without a literal
+    ``weights_only=True``, ``pickle``/``cloudpickle``/``joblib`` ``load(s)``, ``np.load`` with
+    ``allow_pickle=True``. Subclassed ``pickle.Unpickler`` with ``find_class`` is allowed."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
+        name = f"{owner}.{node.func.attr}"
+        keywords = {k.arg: k.value for k in node.keywords}
+
+        def literal(key: str, kw=keywords):
+            value = kw.get(key)
+            return value.value if isinstance(value, ast.Constant) else None
+
+        if (
+            (name == "torch.load" and literal("weights_only") is not True)
+            or name
+            in {
+                "pickle.load",
+                "pickle.loads",
+                "cloudpickle.load",
+                "cloudpickle.loads",
+                "joblib.load",
+                "dill.load",
+                "dill.loads",
+            }
+            or (name in {"np.load", "numpy.load"} and literal("allow_pickle") is True)
+        ):
+            found.append((node.lineno, name))
+    return found
+
+
+def test_guard_sees_unsafe_calls():
+    source = (
+        "torch.load(f)\ntorch.load(f, weights_only=False)\npickle.loads(b)\n"
+        "np.load(p, allow_pickle=True)\ntorch.load(f, weights_only=True)\nnp.load(p)\n"
+    )
+    assert [name for _, name in _unsafe_calls(source)] == [
+        "torch.load",
+        "torch.load",
+        "pickle.loads",
+        "np.load",
+    ]
+
+
+def test_no_unrestricted_unpickling_in_the_code_base():
+    files = sorted([*(ROOT / "raycompat").rglob("*.py"), *(ROOT / "jobs").rglob("*.py")])
+    unsafe = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in files
+        for line, name in _unsafe_calls(path.read_text())
+    ]
+    assert not unsafe, "unrestricted unpickling (use weights.load_state_dict):\n" + "\n".join(
+        unsafe
+    )
