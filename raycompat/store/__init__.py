@@ -1,0 +1,49 @@
+"""Versioned embedding-gallery store on local disk or S3 (pyarrow + fsspec; no Ray).
+
+- :mod:`~raycompat.store.schema`: table schema and validation.
+- :mod:`~raycompat.store.manifest`: version records and the publishing protocol (why it is safe).
+- :mod:`~raycompat.store.staging` / :mod:`~raycompat.store.gallery`: write, publish, read.
+- :mod:`~raycompat.store.index`: a faiss index per version, and queries that return ids.
+"""
+
+from raycompat.store.errors import (
+    CorruptFileError,
+    DuplicateIdError,
+    ManifestError,
+    PublishConflictError,
+    SchemaError,
+    StoreError,
+    UnsafePathError,
+    VerificationError,
+)
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.manifest import VersionInfo
+from raycompat.store.schema import (
+    embedding_schema,
+    embedding_table,
+    validate_schema,
+    validate_table,
+    validate_values,
+    version_metadata,
+)
+from raycompat.store.staging import Staging
+
+__all__ = [
+    "CorruptFileError",
+    "DuplicateIdError",
+    "GalleryStore",
+    "ManifestError",
+    "PublishConflictError",
+    "SchemaError",
+    "Staging",
+    "StoreError",
+    "UnsafePathError",
+    "VerificationError",
+    "VersionInfo",
+    "embedding_schema",
+    "embedding_table",
+    "validate_schema",
+    "validate_table",
+    "validate_values",
+    "version_metadata",
+]

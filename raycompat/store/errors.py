@@ -1,0 +1,39 @@
+"""Errors raised by :mod:`raycompat.store`.
+
+Every error is a :class:`StoreError` (a ``ValueError``) whose message names the file, manifest
+record or argument at fault and, for per-row problems, the row.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(ValueError):
+    """Base class of every store error."""
+
+
+class UnsafePathError(StoreError):
+    """A gallery/version/file name or a manifest path could escape the store prefix."""
+
+
+class SchemaError(StoreError):
+    """A table lacks a column, has the wrong type or width, or holds NaN/inf/null vectors."""
+
+
+class DuplicateIdError(StoreError):
+    """The same ``id`` appears twice in one version (within or across part files)."""
+
+
+class CorruptFileError(StoreError):
+    """A Parquet part file or a manifest record cannot be parsed."""
+
+
+class PublishConflictError(StoreError):
+    """The version is already published (another publisher won the race)."""
+
+
+class ManifestError(StoreError):
+    """A version record is missing, or disagrees with the files it lists."""
+
+
+class VerificationError(StoreError):
+    """The staged rows or ids differ from what the publisher expected."""

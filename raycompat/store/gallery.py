@@ -1,0 +1,179 @@
+"""``GalleryStore``: versioned embedding galleries on local disk or S3.
+
+    store = GalleryStore("s3://bucket/prefix", storage_options={...})
+    staging = store.begin("faces", VersionInfo("v2", "resnet50-e90", 2048, True, "v2 = h_2(v1)"))
+    staging.write_table(table, "part-00000.parquet")   # or Ray Data write_parquet(staging.uri)
+    staging.commit(expected_rows=len(table))
+    store.read("faces", "v2")
+
+Every read is validated against the version record (schema, width, NaN/inf, norms, duplicate ids,
+row count), and every error names the file and row. See ``docs/store.md`` for the layout and the
+publishing protocol.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from raycompat.store.errors import ManifestError, PublishConflictError, SchemaError, StoreError
+from raycompat.store.filesystems import Backend, open_backend
+from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
+from raycompat.store.parquet import iter_file_batches, open_parquet, read_file
+from raycompat.store.paths import SAFE_NAME, check_name, check_relative_path, join
+from raycompat.store.schema import check_unique_ids, validate_schema, validate_values
+from raycompat.store.staging import Staging
+
+
+class GalleryStore:
+    """A store root holding galleries, each a sequence of immutable, validated versions.
+
+    Args:
+        root: ``"s3://bucket/prefix"`` or a local directory.
+        storage_options: s3fs options (``{"client_kwargs": {"endpoint_url": ...}}``, ``key``...).
+        bulk_io: Parquet I/O on S3 through ``"native"`` pyarrow, ``"fsspec"`` (s3fs) or
+            ``"auto"`` (native when the options translate, see ``filesystems.py``).
+    """
+
+    def __init__(self, root: str, storage_options: dict | None = None, *, bulk_io: str = "auto"):
+        self.root, self.storage_options, self.bulk_io = root, dict(storage_options or {}), bulk_io
+        self._backend = open_backend(root, storage_options, bulk_io)
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        return self._backend.filesystem
+
+    @property
+    def backend(self) -> Backend:
+        """The filesystem backend (bulk filesystem, atomic record writes); used by ``index``."""
+        return self._backend
+
+    def path(self, *parts: str) -> str:
+        """Filesystem path of ``parts`` under the root (refuses ``..``, absolute parts, ...)."""
+        if not parts:
+            return self._backend.root
+        return join(self._backend.root, check_relative_path("/".join(parts), "store.path()"))
+
+    def uri(self, *parts: str) -> str:
+        return self._backend.uri(self.path(*parts))
+
+    def galleries(self) -> list[str]:
+        """Names of the galleries with at least one published version, sorted."""
+        selector = pafs.FileSelector(self._backend.root, allow_not_found=True)
+        names = [
+            e.base_name
+            for e in self.filesystem.get_file_info(selector)
+            if e.type == pafs.FileType.Directory and SAFE_NAME.fullmatch(e.base_name)
+        ]
+        return [g for g in sorted(names) if self._record_paths(g)]
+
+    def _record_paths(self, gallery: str) -> list[str]:
+        selector = pafs.FileSelector(
+            self.path(check_name("gallery", gallery), VERSIONS_DIR), allow_not_found=True
+        )
+        return [
+            e.path
+            for e in self.filesystem.get_file_info(selector)
+            if e.type == pafs.FileType.File
+            and e.base_name.endswith(".json")
+            and SAFE_NAME.fullmatch(e.base_name)
+        ]
+
+    def versions(self, gallery: str) -> list[VersionInfo]:
+        """Published versions, oldest first (by ``created``, then name)."""
+        infos = [
+            self.version(gallery, p.rsplit("/", 1)[1][: -len(".json")])
+            for p in self._record_paths(gallery)
+        ]
+        return sorted(infos, key=lambda i: (i.created, i.version))
+
+    def latest(self, gallery: str) -> VersionInfo | None:
+        versions = self.versions(gallery)
+        return versions[-1] if versions else None
+
+    def version(self, gallery: str, v: str) -> VersionInfo:
+        path = record_path(self.path(check_name("gallery", gallery)), v)
+        source = self._backend.uri(path)
+        try:
+            with self.filesystem.open_input_stream(path) as handle:
+                info = VersionInfo.from_json(handle.read(), source)
+        except FileNotFoundError:
+            known = sorted(p.rsplit("/", 1)[1][:-5] for p in self._record_paths(gallery))
+            raise ManifestError(
+                f"gallery {gallery!r} has no version {v!r}; it has {known}"
+            ) from None
+        if info.version != v:
+            raise ManifestError(f"{source}: record is for version {info.version!r}, not {v!r}")
+        return info
+
+    def read(self, gallery: str, version: str, columns: list[str] | None = None) -> pa.Table:
+        """The whole version as one table, validated (see the module docstring)."""
+        info, tables, ids, first = self.version(gallery, version), [], [], []
+        for path, source in self._files(gallery, info):
+            with open_parquet(self.filesystem, path, source) as parquet:
+                self._check_file_schema(parquet.schema_arrow, info, source, columns, first)
+                table = read_file(parquet, source, columns)
+            validate_values(table, info, source)
+            tables.append(table)
+            if "id" in table.column_names:
+                ids.append((source, table.column("id").combine_chunks()))
+        check_unique_ids(ids)
+        self._check_rows(info, sum(t.num_rows for t in tables), gallery)
+        return pa.concat_tables(tables)
+
+    def iter_batches(
+        self, gallery: str, version: str, batch_size: int = 65536, columns: list[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the version file by file, one validated batch at a time (bounded memory).
+
+        Ids are checked unique within each batch; uniqueness across the version was checked on
+        publish (``read`` re-checks it).
+        """
+        info, rows, first = self.version(gallery, version), 0, []
+        for path, source in self._files(gallery, info):
+            with open_parquet(self.filesystem, path, source) as parquet:
+                self._check_file_schema(parquet.schema_arrow, info, source, columns, first)
+                for batch, offset in iter_file_batches(parquet, source, batch_size, columns):
+                    validate_values(batch, info, source, offset)
+                    rows += batch.num_rows
+                    yield batch
+        self._check_rows(info, rows, gallery)
+
+    def begin(self, gallery: str, info: VersionInfo, staging_name: str | None = None) -> Staging:
+        """Start publishing ``info.version``; the same ``staging_name`` resumes the same prefix."""
+        if not isinstance(info, VersionInfo):
+            raise StoreError(f"begin() needs a VersionInfo, got {type(info).__name__}")
+        gallery_path = self.path(check_name("gallery", gallery))
+        staging = Staging(self._backend, gallery_path, info, staging_name or uuid.uuid4().hex)
+        if staging._published():
+            raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
+        return staging
+
+    def _files(self, gallery: str, info: VersionInfo) -> Iterator[tuple[str, str]]:
+        for rel in info.files:
+            path = self.path(gallery, rel)
+            yield path, self._backend.uri(path)
+
+    @staticmethod
+    def _check_file_schema(
+        schema: pa.Schema, info: VersionInfo, source: str, columns: list | None, first: list
+    ) -> None:
+        """Validate one file's schema; ``first`` holds the first file's ``(name, type)`` list."""
+        validate_schema(schema, info, source)
+        unknown = sorted(set(columns or []) - set(schema.names))
+        if unknown:
+            raise SchemaError(f"{source}: no column(s) {unknown}; columns are {schema.names}")
+        picked = [(n, schema.field(n).type) for n in (columns or schema.names)]
+        if first and picked != first:
+            raise SchemaError(f"{source}: columns {picked} differ from the version's first file")
+        first[:] = first or picked
+
+    def _check_rows(self, info: VersionInfo, rows: int, gallery: str) -> None:
+        if rows != info.rows:
+            raise ManifestError(
+                f"{self.uri(gallery, VERSIONS_DIR, info.version + '.json')}: record says "
+                f"{info.rows} rows, its files hold {rows}"
+            )

@@ -1,0 +1,171 @@
+"""A faiss index per store version, saved beside it, and queries that answer with ids.
+
+Layout: ``<gallery>/_index/<version>/<build>/{index.faiss, index.faiss.json, ids.parquet}`` plus
+the pointer ``<gallery>/_index/<version>.json``, replaced atomically once a build's files are all
+written, so a reader loads either the previous build or the new one, never a mix. Indexes are
+derived data: rebuilding replaces the pointer (old builds stay until deleted).
+
+The index is built from :meth:`GalleryStore.iter_batches` (bounded memory): ``kind="auto"`` is an
+exact ``flat`` index up to ``flat_max_rows`` rows and IVF-PQ above, trained on ``train_size``
+rows sampled with ``seed`` (see :func:`raycompat.search.build_index` for the IVF-PQ defaults).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from raycompat.distances import get_distance
+from raycompat.search import INDEX_KINDS, SearchIndex, build_index
+from raycompat.store.errors import CorruptFileError, ManifestError
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.manifest import INDEX_DIR, VersionInfo
+from raycompat.store.paths import check_name
+
+logger = logging.getLogger(__name__)
+FLAT_MAX_ROWS = 100_000
+_FILES = ("index.faiss", "index.faiss.json", "ids.parquet")
+
+
+@dataclass
+class VersionIndex:
+    """A loaded index of one version: ``search`` returns gallery ids, not row numbers."""
+
+    index: SearchIndex
+    ids: np.ndarray
+    info: VersionInfo
+
+    def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k per query: ``scores (Q, k)`` (higher is better) and ``ids (Q, k)``.
+
+        An approximate index that finds fewer than k items pads with score ``-inf`` and id
+        ``None`` (string ids) or ``-1`` (int64 ids).
+        """
+        scores, rows = self.index.search(queries, k)
+        missing = None if self.ids.dtype == object else -1
+        return scores, np.where(rows >= 0, self.ids[np.maximum(rows, 0)], missing)
+
+
+def _vectors(batch: pa.RecordBatch, width: int) -> np.ndarray:
+    # A writable copy: torch refuses to wrap Arrow's read-only buffers without a warning.
+    return batch.column("embedding").flatten().to_numpy().reshape(-1, width).copy()
+
+
+def _sample(
+    store: GalleryStore, gallery: str, info: VersionInfo, size: int, seed: int, batch_size: int
+) -> np.ndarray:
+    rows = np.sort(np.random.default_rng(seed).choice(info.rows, size=size, replace=False))
+    out, start = [], 0
+    for batch in store.iter_batches(gallery, info.version, batch_size, columns=["embedding"]):
+        picked = rows[(rows >= start) & (rows < start + batch.num_rows)] - start
+        out.append(_vectors(batch, info.width)[picked])
+        start += batch.num_rows
+    return np.concatenate(out)
+
+
+def build_version_index(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    *,
+    distance: str | None = None,
+    kind: str = "auto",
+    flat_max_rows: int = FLAT_MAX_ROWS,
+    train_size: int = 100_000,
+    batch_size: int = 65536,
+    seed: int = 0,
+    use_gpu: bool | str = "auto",
+    **ivfpq: Any,
+) -> str:
+    """Build, save and publish the index of ``gallery/version``; return the build's URI.
+
+    Args:
+        distance: default ``"cosine"`` for a ``normalized`` version, ``"l2"`` (FCT) otherwise.
+        ivfpq: ``nlist``, ``m``, ``nbits``, ``nprobe`` passed to ``build_index``.
+    """
+    info = store.version(gallery, version)
+    dist = get_distance(distance or ("cosine" if info.normalized else "l2"))
+    kind = ("flat" if info.rows <= flat_max_rows else "ivfpq") if kind == "auto" else kind
+    INDEX_KINDS.get(kind)  # an unknown kind fails here, listing the valid ones
+    index = None
+    if kind != "flat":
+        sample = _sample(store, gallery, info, min(train_size, info.rows), seed, batch_size)
+        index = build_index(sample, dist, kind, use_gpu=use_gpu, seed=seed, **ivfpq)
+        index.index.reset()  # keep the trained quantisers, add every row in store order below
+    ids = []
+    for batch in store.iter_batches(gallery, version, batch_size, columns=["id", "embedding"]):
+        x = _vectors(batch, info.width)
+        if index is None:
+            index = build_index(x, dist, kind, use_gpu=use_gpu, **ivfpq)
+        else:
+            index.index.add(np.ascontiguousarray(dist.prepare(x, "gallery").numpy(), np.float32))
+        ids.append(batch.column("id"))
+    build = uuid.uuid4().hex
+    prefix = store.path(gallery, INDEX_DIR, version, build)
+    with tempfile.TemporaryDirectory() as tmp:
+        index.save(Path(tmp, "index.faiss"))
+        pq.write_table(pa.table({"id": pa.concat_arrays(ids)}), Path(tmp, "ids.parquet"))
+        if store.filesystem.type_name == "local":
+            store.filesystem.create_dir(prefix, recursive=True)
+        for name in _FILES:
+            pafs.copy_files(
+                str(Path(tmp, name)),
+                f"{prefix}/{name}",
+                source_filesystem=pafs.LocalFileSystem(),
+                destination_filesystem=store.filesystem,
+            )
+    pointer = {"build": build, "kind": kind, "distance": dist.name, "rows": index.ntotal}
+    store.backend.replace(_pointer_path(store, gallery, version), json.dumps(pointer).encode())
+    logger.info("indexed %s/%s: %s %s over %d rows", gallery, version, kind, dist.name, info.rows)
+    return store.uri(gallery, INDEX_DIR, version, build)
+
+
+def _pointer_path(store: GalleryStore, gallery: str, version: str) -> str:
+    return store.path(
+        check_name("gallery", gallery), INDEX_DIR, f"{check_name('version', version)}.json"
+    )
+
+
+def load_version_index(
+    store: GalleryStore, gallery: str, version: str, use_gpu: bool | str = "auto"
+) -> VersionIndex:
+    """Load the current index build of ``gallery/version`` (checked against the version)."""
+    info, path = store.version(gallery, version), _pointer_path(store, gallery, version)
+    source = store.backend.uri(path)
+    try:
+        with store.filesystem.open_input_stream(path) as handle:
+            pointer = json.loads(handle.read())
+        build = check_name("index build", pointer["build"])
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{source}: no index for {gallery}/{version}; run build_version_index first"
+        ) from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise CorruptFileError(f"{source}: unreadable index pointer ({error!r})") from None
+    prefix = store.path(gallery, INDEX_DIR, version, build)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in _FILES:
+            pafs.copy_files(
+                f"{prefix}/{name}",
+                str(Path(tmp, name)),
+                source_filesystem=store.filesystem,
+                destination_filesystem=pafs.LocalFileSystem(),
+            )
+        index = SearchIndex.load(Path(tmp, "index.faiss"), use_gpu=use_gpu)
+        ids = pq.read_table(Path(tmp, "ids.parquet")).column("id")
+    if not index.ntotal == len(ids) == info.rows or index.dim != info.width:
+        raise ManifestError(
+            f"{source}: index of {index.ntotal} x {index.dim} with {len(ids)} ids does not match "
+            f"version {version} ({info.rows} x {info.width})"
+        )
+    return VersionIndex(index, ids.to_numpy(), info)

@@ -1,0 +1,117 @@
+"""Version records: the gallery manifest, one immutable JSON object per published version.
+
+Layout under a gallery prefix (``docs/store.md``)::
+
+    <gallery>/_versions/<version>.json       # the record: VersionInfo + the files it owns
+    <gallery>/_data/<version>/<staging>/      # part files, written before the record exists
+
+The manifest of a gallery is the set of its records, listed from ``_versions/``. Publishing a
+version is one create-if-absent write of its record (``Backend.create_exclusive``: an ``O_EXCL``
+style hard link locally, a PutObject with ``If-None-Match: *`` on S3), made only after every part
+file has been written and verified. Why per-version records rather than one manifest file swapped
+with a sequence number:
+
+- no read-modify-write: publishers of different versions never contend, and two publishers of the
+  same version contend on exactly one key, which both S3 and POSIX can arbitrate atomically (a
+  single manifest would need compare-and-swap on its ETag plus retries, and a lock locally);
+- a record is written once and never changed, so readers can cache it, and a reader that lists
+  ``_versions/`` sees each version either complete (record present, files complete) or not at all;
+- S3 LIST is strongly consistent (since 2020), so a listed record is readable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+from raycompat.store.errors import CorruptFileError, ManifestError, StoreError
+from raycompat.store.paths import check_name, check_relative_path, join
+
+RECORD_FORMAT = "raycompat.store/1"
+_META_FIELDS = ("version", "model_version", "width", "normalized", "lineage", "side_info_width")
+VERSIONS_DIR, DATA_DIR, INDEX_DIR = "_versions", "_data", "_index"
+
+
+@dataclass
+class VersionInfo:
+    """What a version holds and where it came from.
+
+    Attributes:
+        version: safe name of this version (``"v3"``).
+        model_version: the model that produced (or, via a transformation, defines) the embeddings.
+        width: embedding width ``d``; every row is a ``fixed_size_list<float32>[d]``.
+        normalized: rows are L2-normalised (checked to 1e-3 on validation).
+        lineage: how the rows were made, e.g. ``"v3 = h_3(v2)"`` or ``"v3 = extract(model_3)"``.
+        side_info_width: width of the optional ``side_info`` column, ``None`` if absent.
+        rows, files, created: filled in by ``Staging.commit``; ``files`` are relative to the
+            gallery prefix, ``created`` is an ISO-8601 UTC time.
+    """
+
+    version: str
+    model_version: str
+    width: int
+    normalized: bool
+    lineage: str
+    side_info_width: int | None = None
+    rows: int = 0
+    files: list[str] = field(default_factory=list)
+    created: str = ""
+
+    def __post_init__(self) -> None:
+        check_name("version", self.version)
+        for name in ("model_version", "lineage"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise StoreError(f"version {self.version}: {name} must be a non-empty string")
+        widths = {"width": self.width, "side_info_width": self.side_info_width or 1}
+        for name, value in widths.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StoreError(f"version {self.version}: {name} must be a positive int")
+        if not isinstance(self.normalized, bool):
+            raise StoreError(f"version {self.version}: normalized must be a bool")
+
+    def schema_metadata(self) -> dict[str, str]:
+        """``raycompat.<field>`` -> string, for the fields that describe the version's rows."""
+        return {f"raycompat.{k}": str(getattr(self, k)) for k in _META_FIELDS}
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": RECORD_FORMAT, **asdict(self)}, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> VersionInfo:
+        """Parse a record; ``source`` (its path) is named in every error."""
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CorruptFileError(
+                f"{source}: version record is not valid JSON ({error})"
+            ) from None
+        if not isinstance(raw, dict) or raw.pop("format", None) != RECORD_FORMAT:
+            raise CorruptFileError(f"{source}: not a {RECORD_FORMAT} version record")
+        missing = {"version", "model_version", "width", "normalized", "lineage"} - set(raw)
+        unknown = set(raw) - set(cls.__dataclass_fields__)
+        if missing or unknown:
+            raise CorruptFileError(
+                f"{source}: record lacks {sorted(missing)} / has unknown keys {sorted(unknown)}"
+            )
+        try:
+            info = cls(**raw)
+        except StoreError as error:
+            raise CorruptFileError(f"{source}: {error}") from None
+        if not isinstance(info.files, list) or not info.files:
+            raise ManifestError(f"{source}: record lists no files")
+        for path in info.files:
+            check_relative_path(path, source)
+        return info
+
+
+def record_path(gallery_path: str, version: str) -> str:
+    return join(gallery_path, VERSIONS_DIR, f"{check_name('version', version)}.json")
+
+
+def staging_path(gallery_path: str, version: str, staging_name: str) -> str:
+    return join(gallery_path, DATA_DIR, version, check_name("staging", staging_name))
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -1,0 +1,80 @@
+"""Arrow schema of a store version, and the checks every table passes on publish and on read.
+
+Columns: ``id`` (string or int64, unique, non-null), ``embedding`` (``fixed_size_list<float32>``
+of the model's width), optional ``side_info`` (``fixed_size_list<float32>``), optional ``label``
+(int64). Schema metadata (``raycompat.*`` keys) records the version, model version, width,
+normalisation and lineage, so a part file read on its own still says what it holds. The checks
+live in :mod:`raycompat.store.validate`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raycompat.store.errors import SchemaError
+from raycompat.store.manifest import VersionInfo
+from raycompat.store.validate import (  # noqa: F401 - the schema checks, re-exported
+    check_unique_ids,
+    validate_schema,
+    validate_table,
+    validate_values,
+)
+
+ID_TYPES = {"string": pa.string(), "int64": pa.int64()}
+
+
+def version_metadata(info: VersionInfo) -> dict[str, str]:
+    """``raycompat.<field>`` -> string value for the fields that describe a version's rows."""
+    return info.schema_metadata()
+
+
+def embedding_schema(
+    width: int,
+    id_type: str = "string",
+    side_info_width: int | None = None,
+    with_label: bool = False,
+    metadata: dict | None = None,
+) -> pa.Schema:
+    """Schema of a version's tables; ``metadata`` (str -> str) is attached as schema metadata."""
+    if id_type not in ID_TYPES:
+        raise SchemaError(f"id_type must be one of {sorted(ID_TYPES)}, got {id_type!r}")
+    fields = [
+        pa.field("id", ID_TYPES[id_type], nullable=False),
+        pa.field("embedding", pa.list_(pa.float32(), width), nullable=False),
+    ]
+    if side_info_width is not None:
+        fields.append(pa.field("side_info", pa.list_(pa.float32(), side_info_width)))
+    if with_label:
+        fields.append(pa.field("label", pa.int64()))
+    return pa.schema(fields, metadata=metadata)
+
+
+def embedding_table(
+    ids: Any,
+    embeddings: Any,
+    side_info: Any = None,
+    labels: Any = None,
+    info: VersionInfo | None = None,
+) -> pa.Table:
+    """A table from ``ids (N,)``, ``embeddings (N, d)``, ``side_info (N, s)``, ``labels (N,)``.
+
+    With ``info``, the version metadata is attached (``Staging.write_table`` does this too).
+    """
+    ids = pa.array(ids)
+    columns = {"id": ids, "embedding": _fixed_size(embeddings, "embeddings")}
+    if side_info is not None:
+        columns["side_info"] = _fixed_size(side_info, "side_info")
+    if labels is not None:
+        columns["label"] = pa.array(np.asarray(labels, dtype=np.int64))
+    table = pa.table(columns)
+    return table.replace_schema_metadata(version_metadata(info)) if info else table
+
+
+def _fixed_size(x: Any, name: str) -> pa.FixedSizeListArray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise SchemaError(f"{name} must be a 2-D (N, d) matrix, got shape {x.shape}")
+    return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])

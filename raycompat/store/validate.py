@@ -1,0 +1,137 @@
+"""Checks every table passes on publish and on read; each error names the source and row.
+
+``validate_schema`` looks at column names, types, widths and the ``raycompat.*`` metadata (cheap,
+from a Parquet footer); ``validate_values`` at the rows: null ids, null/NaN/inf vectors, rows that
+are not unit-norm in a ``normalized`` version, duplicate ids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from raycompat.store.errors import DuplicateIdError, SchemaError
+from raycompat.store.manifest import VersionInfo
+
+_ACCEPTED_ID_TYPES = (pa.string(), pa.large_string(), pa.int64())
+NORM_TOLERANCE = 1e-3
+
+
+def _vector_type_error(field: pa.Field, width: int | None) -> str | None:
+    t = field.type
+    ok = pa.types.is_fixed_size_list(t) and t.value_type == pa.float32()
+    if ok and (width is None or t.list_size == width):
+        return None
+    want = f"fixed_size_list<float32>[{width if width is not None else 'd'}]"
+    return f"column {field.name!r} has type {t}, expected {want}"
+
+
+def validate_schema(schema: pa.Schema, info_or_width: VersionInfo | int, source: str) -> None:
+    """Column names, types and widths, and (if present) the ``raycompat.*`` metadata."""
+    info = info_or_width if isinstance(info_or_width, VersionInfo) else None
+    width = info.width if info else int(info_or_width)
+    missing = [c for c in ("id", "embedding") if c not in schema.names]
+    if missing:
+        raise SchemaError(f"{source}: missing column(s) {missing}; columns are {schema.names}")
+    problems = []
+    if schema.field("id").type not in _ACCEPTED_ID_TYPES:
+        problems.append(f"column 'id' has type {schema.field('id').type}, expected string/int64")
+    problems.append(_vector_type_error(schema.field("embedding"), width))
+    if "side_info" in schema.names:
+        if info and info.side_info_width is None:
+            problems.append("column 'side_info' present but the version declares no side info")
+        else:
+            side_width = info.side_info_width if info else None
+            problems.append(_vector_type_error(schema.field("side_info"), side_width))
+    elif info and info.side_info_width is not None:
+        problems.append(f"missing column 'side_info' (width {info.side_info_width})")
+    if "label" in schema.names and schema.field("label").type != pa.int64():
+        problems.append(f"column 'label' has type {schema.field('label').type}, expected int64")
+    if info and schema.metadata:
+        expected = info.schema_metadata()
+        for key, value in schema.metadata.items():
+            k, v = key.decode(errors="replace"), value.decode(errors="replace")
+            if k in expected and expected[k] != v:
+                problems.append(f"metadata {k}={v!r} but the version says {expected[k]!r}")
+    problems = [p for p in problems if p]
+    if problems:
+        raise SchemaError(f"{source}: " + "; ".join(problems))
+
+
+def validate_values(
+    table: pa.Table | pa.RecordBatch,
+    info_or_width: VersionInfo | int,
+    source: str,
+    row_offset: int = 0,
+) -> None:
+    """Null ids, null/NaN/inf vectors, unnormalised rows (if ``normalized``), duplicate ids.
+
+    ``row_offset`` is added to row numbers in messages (position of ``table`` in its file).
+    """
+    info = info_or_width if isinstance(info_or_width, VersionInfo) else None
+    if "id" in table.column_names:
+        ids = _combined(table.column("id"))
+        if ids.null_count:
+            row = row_offset + pc.index(pc.is_null(ids), True).as_py()
+            raise SchemaError(f"{source}: row {row} has a null id")
+        check_unique_ids([(source, ids)], row_offset)
+    for name in ("embedding", "side_info"):
+        if name in table.column_names:
+            _check_vectors(
+                _combined(table.column(name)),
+                name,
+                source,
+                row_offset,
+                normalized=bool(info and info.normalized and name == "embedding"),
+            )
+
+
+def validate_table(table: pa.Table, info_or_width: VersionInfo | int, source: str) -> None:
+    """Schema and value checks together; every error names ``source`` and the row."""
+    validate_schema(table.schema, info_or_width, source)
+    validate_values(table, info_or_width, source)
+
+
+def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _check_vectors(arr: pa.Array, name: str, source: str, offset: int, normalized: bool) -> None:
+    if arr.null_count:
+        row = offset + pc.index(pc.is_null(arr), True).as_py()
+        raise SchemaError(f"{source}: row {row} has a null {name}")
+    x = arr.flatten().to_numpy().reshape(len(arr), arr.type.list_size)
+    bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
+    if bad.size:
+        raise SchemaError(
+            f"{source}: {bad.size} row(s) of {name} hold NaN/inf; first is row {offset + bad[0]}"
+        )
+    if normalized:
+        norms = np.linalg.norm(x, axis=1)
+        off = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
+        if off.size:
+            raise SchemaError(
+                f"{source}: the version is normalized but {off.size} row(s) of {name} are not "
+                f"unit-norm; first is row {offset + off[0]} (norm {norms[off[0]]:.6g})"
+            )
+
+
+def check_unique_ids(parts: list[tuple[str, pa.Array]], row_offset: int = 0) -> None:
+    """Raise :class:`DuplicateIdError` naming the first repeated id, its files and rows.
+
+    Args:
+        parts: ``(source, ids)`` per part file, in order; rows are counted within each part.
+    """
+    arrays = [a.cast(pa.large_string()) if pa.types.is_string(a.type) else a for _, a in parts]
+    every = pa.chunked_array(arrays) if arrays else pa.chunked_array([], pa.int64())
+    if pc.count_distinct(every).as_py() == len(every):
+        return
+    counts = pc.value_counts(every)
+    dup = counts.field("values")[pc.index(pc.greater(counts.field("counts"), 1), True).as_py()]
+    where = [
+        f"{source} row {row_offset + int(r)}"
+        for (source, _), a in zip(parts, arrays, strict=True)
+        for r in pc.indices_nonzero(pc.equal(a, dup)).to_numpy()
+    ]
+    raise DuplicateIdError(f"duplicate id {dup.as_py()!r} at {', '.join(where)}")
