@@ -129,3 +129,22 @@ def s3_strict_auth(s3_server):
         yield {"key": access["AccessKeyId"], "secret": access["SecretAccessKey"]}
     finally:
         _moto_api(s3_server, "reset-auth", b"inf")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A real local Ray runtime for the session: 4 logical CPUs on the 2-core CI machine, so that
+    2 training workers (1 CPU each) leave room for Ray Data's decode actors.
+
+    Workers get the fake AWS credentials in their environment (as a real cluster would from
+    instance roles), so runs stored on the moto S3 server work from every process.
+    """
+    import ray
+
+    env = {**FAKE_AWS_ENV, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True,
+             runtime_env={"env_vars": env})
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

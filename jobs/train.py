@@ -1,0 +1,47 @@
+"""Train a sequence of compatible models with Ray Train and grow their compatibility matrix.
+
+    python jobs/train.py --config configs/train_mnist_cores.yaml [key.sub=value ...]
+    ray job submit --working-dir . -- python jobs/train.py --config configs/<x>.yaml
+
+Run it again with the same ``run.name`` and ``run.storage_path`` to resume an interrupted run.
+Outputs: ``<run.storage_path>/<run.name>/`` with one Ray Train run per step (checkpoints holding
+the exported model and its features), ``compatibility.json``, ``state.json``, ``summary.json``,
+``config.yaml`` and ``plan.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from raycompat.config import load_config  # noqa: E402
+from raycompat.train.config import TrainConfig  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML file with TrainConfig keys")
+    parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. epochs=2")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    cfg = load_config(TrainConfig, args.config, args.overrides)
+
+    import ray
+
+    from raycompat.train.driver import run_training
+
+    if not ray.is_initialized():
+        ray.init(address=args.address, log_to_driver=True)
+    summary = run_training(cfg).summary()
+    logging.getLogger("raycompat.train").info("summary: %s", json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

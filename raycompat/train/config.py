@@ -1,0 +1,141 @@
+"""Typed training configuration (YAML -> dataclasses; unknown keys and wrong types are errors).
+
+One :class:`TrainConfig` describes a whole scenario: every model of the sequence, how each is
+trained and evaluated, and how Ray runs it. See ``configs/train_*.yaml`` for complete examples
+and :mod:`raycompat.train.scenarios` for what each scenario does with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class ModelSpec:
+    """Backbone + head. ``num_classes`` is K, the pre-allocated outputs (d-Simplex: d = K - 1)."""
+
+    backbone: str = "lenetpp"
+    head: str = "dsimplex"
+    num_classes: int = 10
+    embed_dim: int | None = None
+    backbone_kwargs: dict = field(default_factory=dict)
+    head_kwargs: dict = field(default_factory=dict)
+    weights: str | None = None  # local or s3:// initial weights (e.g. a pre-trained DINOv3)
+
+
+@dataclass
+class DataSpec:
+    """A registered dataset (:data:`raycompat.data.DATASETS`) and how workers read it."""
+
+    name: str = "mnist5k"
+    options: dict = field(default_factory=dict)  # keyword arguments of the dataset builder
+    augment: str = "none"  # AUGMENTATIONS: none | flip | crop_flip
+    loader: Literal["sampler", "ray_data"] = "sampler"
+    num_loader_workers: int = 0
+
+
+@dataclass
+class EvalSpec:
+    """How every model is scored against every earlier one (REFERENCE.md protocols)."""
+
+    protocol: Literal["identification", "verification", "templates"] = "identification"
+    dataset: DataSpec | None = None  # None: a held-out split of the training data
+    test_fraction: float = 0.2  # held out of the training data when ``dataset`` is None
+    val_fraction: float = 0.1  # held out of the training data for model selection
+    distance: str = "cosine"
+    pairs: int = 3000  # verification: positive and negative pairs each, when not given
+    strict_ecc: bool = True
+    batch_size: int = 256
+
+
+@dataclass
+class OptimSpec:
+    name: Literal["sgd", "adam", "adamw"] = "sgd"
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    schedule: Literal["constant", "step", "cosine"] = "step"
+    milestones: list[int] = field(default_factory=list)  # epochs where lr *= gamma ("step")
+    gamma: float = 0.1
+    warmup_epochs: int = 0
+
+
+@dataclass
+class ReplacementSpec:
+    """IAM-CL2R: before fine-tuning task ``at_task``, replace the model by an improved one."""
+
+    at_task: int
+    model: ModelSpec = field(default_factory=ModelSpec)
+    pretrain_classes: list[int] = field(default_factory=list)  # trained from scratch on these
+    epochs: int | None = None  # None: the run's epochs; 0 with model.weights: use them as is
+
+
+@dataclass
+class OldModelSpec:
+    """Two-model upgrade: the model already serving the gallery."""
+
+    checkpoint: str = ""  # a raycompat model directory or a weights file (local or s3://)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    classes: int = 0  # the old model was trained on classes [0, classes)
+    access: Literal["with_classifier", "features_only", "black_box"] = "with_classifier"
+
+
+@dataclass
+class ScenarioSpec:
+    kind: Literal["cores", "cl2r", "iam_cl2r", "two_model"] = "cores"
+    # cores: classes seen by each step (union, growing); cl2r/iam_cl2r: classes per task;
+    # two_model: [old classes, new classes].
+    tasks: list[int] = field(default_factory=lambda: [4, 7, 10])
+    replay_per_class: int = 20
+    replacements: list[ReplacementSpec] = field(default_factory=list)
+    old_model: OldModelSpec | None = None
+    model_selection: bool = False
+
+
+@dataclass
+class ScalingSpec:
+    num_workers: int = 2
+    use_gpu: bool = False
+    cpus_per_worker: float = 1.0
+    strategy: str = "ddp"  # STRATEGIES: ddp | fsdp | deepspeed
+    strategy_options: dict = field(default_factory=dict)
+    precision: Literal["fp32", "bf16"] = "bf16"  # bf16 autocast applies on GPU only
+    channels_last: bool = True  # for convolutional backbones on GPU
+
+
+@dataclass
+class FailurePoint:
+    """Test hook: raise once in worker ``rank`` at (step, epoch, batch), 0-based."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    rank: int = 0
+
+
+@dataclass
+class RunSpec:
+    name: str = "mnist-cores"  # stable: rerunning the same name resumes the run
+    storage_path: str = "outputs/runs"  # local path or s3://bucket/prefix
+    endpoint_url: str | None = None  # S3-compatible endpoint; credentials come from the env
+    max_failures: int = 2
+    checkpoints_to_keep: int = 2
+    inject_failure: FailurePoint | None = None
+
+
+@dataclass
+class TrainConfig:
+    method: str = "cores"  # METHODS registry
+    method_options: dict = field(default_factory=dict)
+    first_method: str = "independent"  # the first model has nothing to be compatible with
+    model: ModelSpec = field(default_factory=ModelSpec)
+    data: DataSpec = field(default_factory=DataSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    scenario: ScenarioSpec = field(default_factory=ScenarioSpec)
+    scaling: ScalingSpec = field(default_factory=ScalingSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+    epochs: int = 4
+    batch_size: int = 64  # global batch, split over the workers
+    seed: int = 0

@@ -1,0 +1,207 @@
+"""The training driver: one ``TorchTrainer`` per planned step, and the growing compatibility matrix.
+
+``run_training(cfg)`` checks everything it can before any worker starts (dataset present, class
+counts fit K, an old checkpoint's width, replacement heads), then for each step of the scenario
+builds a Ray Train V2 ``TorchTrainer`` whose run is named after the step and stored under
+``<storage_path>/<run name>/``. After a step it picks the checkpoint (the last epoch, or the
+CoReS model-selection winner), adds the model's row to the compatibility matrix from the stored
+test features, and records both in ``state.json``.
+
+Running the same command again resumes: finished steps are read back from ``state.json``, and an
+interrupted step's trainer restores its latest checkpoint (same run name and storage path).
+Tune wraps this function (Train V2 pattern: the Tuner runs the driver, never ``Tuner(trainer)``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+import ray.train
+import yaml
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from raycompat.config import to_dict
+from raycompat.evaluation import grow_matrix, matrix_row
+from raycompat.metrics.compatibility import (
+    CompatibilityMatrix,
+    average_accuracy,
+    average_compatibility,
+    average_compatibility_accuracy,
+)
+from raycompat.train import storage
+from raycompat.train.config import TrainConfig
+from raycompat.train.data import make_splits, open_dataset, step_rows, targets_for, test_source
+from raycompat.train.export import build_model, load_features
+from raycompat.train.loop import train_loop_per_worker
+from raycompat.train.scenarios import StepPlan, describe, plan_steps
+from raycompat.weights import load_state_dict, load_state_dict_into
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingResult:
+    matrix: CompatibilityMatrix
+    checkpoints: dict[str, ray.train.Checkpoint]  # step name -> selected checkpoint
+    metrics: dict[str, dict]  # step name -> the selected epoch's metrics
+    run_path: str
+
+    def summary(self) -> dict:
+        array = self.matrix.as_array()
+        out = {
+            "matrix": array.tolist(),
+            "names": self.matrix.names,
+            "run_path": self.run_path,
+            "epochs": {k: v.get("epoch") for k, v in self.metrics.items()},
+        }
+        if len(self.matrix) > 1:
+            out.update(
+                AC=average_compatibility(self.matrix),
+                AA=average_accuracy(self.matrix),
+                ACA=average_compatibility_accuracy(self.matrix),
+            )
+        return out
+
+
+def preflight(cfg: TrainConfig, plans: list[StepPlan]) -> None:
+    """Fail fast, before any worker or GPU time: data present, labels fit, old model width."""
+    dataset = open_dataset(cfg.data)  # a missing path raises FileNotFoundError naming it
+    labels = dataset.labels
+    splits = make_splits(cfg, labels)
+    for plan in plans:
+        if not plan.given and plan.epochs:
+            step_rows(plan, labels, splits, cfg)
+    test_source(cfg, dataset, labels, splits)
+    for plan in plans:
+        if plan.given is not None:
+            check_given_model(plan)
+
+
+def check_given_model(plan: StepPlan) -> None:
+    spec, source = plan.given.model, plan.given.checkpoint
+    if not source:
+        raise ValueError("scenario.old_model.checkpoint: no path given")
+    model = build_model(spec)
+    state = load_state_dict(source)
+    try:
+        load_state_dict_into(model, state, source=source)
+    except ValueError as err:
+        raise ValueError(
+            f"scenario.old_model: the checkpoint {source} does not match the configured old "
+            f"model ({spec.backbone}, {spec.head}, K={spec.num_classes}, feature width "
+            f"{model.embed_dim}): {err}"
+        ) from err
+
+
+def make_trainer(cfg: TrainConfig, plans, index, parent, fs, run_path, datasets) -> TorchTrainer:
+    plan = plans[index]
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={
+            "cfg": cfg,
+            "plans": plans,
+            "index": index,
+            "parent": parent,
+            "marker": (fs, f"{run_path}/_injected_failure_{plan.name}"),
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cfg.scaling.num_workers,
+            use_gpu=cfg.scaling.use_gpu,
+            resources_per_worker={"CPU": cfg.scaling.cpus_per_worker},
+        ),
+        run_config=RunConfig(
+            name=plan.name,
+            storage_path=run_path,
+            storage_filesystem=fs,
+            failure_config=FailureConfig(max_failures=cfg.run.max_failures),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=cfg.run.checkpoints_to_keep,
+                checkpoint_score_attribute="selection_score",
+                checkpoint_score_order="max",
+            ),
+        ),
+        datasets=datasets,
+    )
+
+
+def ray_datasets(cfg: TrainConfig, plan: StepPlan) -> dict | None:
+    if cfg.data.loader != "ray_data" or not plan.epochs or plan.given:
+        return None
+    from raycompat.train.ray_data import rows_dataset
+
+    dataset = open_dataset(cfg.data)
+    labels = dataset.labels
+    new, replay = step_rows(plan, labels, make_splits(cfg, labels), cfg)
+    targets = targets_for(plan, labels).numpy()
+    actors = max(1, cfg.scaling.num_workers)
+    out = {"train": rows_dataset(cfg.data, new, targets, cfg.seed, actors)}
+    if len(replay):
+        out["replay"] = rows_dataset(cfg.data, replay, targets, cfg.seed + 1, 1)
+    return out
+
+
+def select_checkpoint(result) -> tuple[ray.train.Checkpoint, dict]:
+    """The kept checkpoint with the highest ``selection_score`` (the last epoch unless CoReS
+    model selection is on)."""
+    candidates = result.best_checkpoints or [(result.checkpoint, result.metrics)]
+    return max(candidates, key=lambda pair: pair[1]["selection_score"])
+
+
+def features_of(checkpoint: ray.train.Checkpoint, name: str) -> np.ndarray:
+    with checkpoint.as_directory() as directory:
+        return load_features(directory, name)
+
+
+def run_training(cfg: TrainConfig) -> TrainingResult:
+    plans = plan_steps(cfg)
+    preflight(cfg, plans)
+    fs, base = storage.run_filesystem(cfg.run)
+    run_path = f"{base}/{cfg.run.name}"
+    fs.create_dir(run_path, recursive=True)
+    state = storage.read_json(fs, f"{run_path}/state.json") or {"steps": {}}
+    write_text(fs, f"{run_path}/config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    storage.write_json(fs, f"{run_path}/plan.json", describe(plans))
+
+    dataset = open_dataset(cfg.data)
+    _, _, eval_set = test_source(cfg, dataset, dataset.labels, make_splits(cfg, dataset.labels))
+    checkpoints, metrics, test_features = {}, {}, []
+    matrix = None
+    for index, plan in enumerate(plans):
+        done = state["steps"].get(plan.name)
+        if done is not None:
+            checkpoint = ray.train.Checkpoint(done["checkpoint"], filesystem=fs)
+            chosen = done["metrics"]
+            log.info("%s: already trained (%s), skipping", plan.name, done["checkpoint"])
+        else:
+            parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
+            trainer = make_trainer(cfg, plans, index, parent, fs, run_path, ray_datasets(cfg, plan))
+            checkpoint, chosen = select_checkpoint(trainer.fit())
+        checkpoints[plan.name], metrics[plan.name] = checkpoint, chosen
+        if plan.in_matrix:
+            features = features_of(checkpoint, "test")
+            row = matrix_row(
+                cfg.eval.protocol, features, test_features, eval_set, cfg.eval.distance
+            )
+            test_features.append(features)
+            matrix = grow_matrix(matrix, row, plan.name, cfg.eval.protocol)
+            log.info(
+                "%s row of the compatibility matrix: %s",
+                plan.name,
+                " ".join(f"{v:.4f}" for v in row),
+            )
+        state["steps"][plan.name] = {"checkpoint": checkpoint.path, "metrics": chosen}
+        storage.write_json(fs, f"{run_path}/state.json", state)
+        storage.write_json(fs, f"{run_path}/compatibility.json", json.loads(matrix.to_json()))
+    result = TrainingResult(matrix, checkpoints, metrics, run_path)
+    storage.write_json(fs, f"{run_path}/summary.json", result.summary())
+    return result
+
+
+def write_text(fs, path: str, text: str) -> None:
+    with fs.open_output_stream(path) as out:
+        out.write(text.encode())

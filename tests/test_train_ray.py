@@ -1,0 +1,318 @@
+"""Ray Train component tests: real local Ray, 2 CPU workers, toy data (synthetic identities).
+
+Each test runs the training driver the way ``jobs/train.py`` does and checks what it stored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from raycompat.config import load_config
+from raycompat.train.config import TrainConfig
+from raycompat.train.data import make_splits, open_dataset, step_rows
+from raycompat.train.export import load_exported_model
+from raycompat.train.scenarios import plan_steps
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+TOY = [
+    "data.name=synthetic",
+    "data.options={num_classes: 6, images_per_class: 40, image_size: 28, channels: 1, seed: 3}",
+    "model.num_classes=6",
+    "optim.name=adam",
+    "optim.lr=0.003",
+    "optim.weight_decay=0.0",
+    "optim.schedule=constant",
+    "eval.batch_size=128",
+    "epochs=2",
+    "batch_size=32",
+]
+
+
+def toy_config(tmp_path, *overrides) -> TrainConfig:
+    return load_config(TrainConfig, None, [*TOY, f"run.storage_path={tmp_path}", *overrides])
+
+
+def run(cfg):
+    from raycompat.train.driver import run_training
+
+    return run_training(cfg)
+
+
+def checkpoint_dir(result, step: str) -> str:
+    return result.checkpoints[step].path
+
+
+def naive_identification(features: np.ndarray, labels: np.ndarray) -> float:
+    """1:N top-1 by brute force, the query excluded by index (reference for the matrix)."""
+    f = features / np.linalg.norm(features, axis=1, keepdims=True)
+    sims = f @ f.T
+    np.fill_diagonal(sims, -np.inf)
+    return float(np.mean(labels[np.argmax(sims, axis=1)] == labels))
+
+
+def test_cores_two_workers_matrix_matches_a_naive_recomputation(ray_local, tmp_path):
+    cfg = toy_config(
+        tmp_path,
+        "method=cores",
+        "scenario.tasks=[3,6]",
+        "scenario.model_selection=true",
+        "run.name=cores",
+    )
+    result = run(cfg)
+    matrix = result.matrix.as_array()
+    assert matrix.shape == (2, 2) and matrix[0, 1] == 0
+    run_path = Path(result.run_path)
+    for name in ("compatibility.json", "state.json", "summary.json", "config.yaml", "plan.json"):
+        assert (run_path / name).is_file(), name
+    stored = json.loads((run_path / "compatibility.json").read_text())
+    np.testing.assert_allclose(np.array(stored["rows"][1]), matrix[1, :2])
+
+    # The diagonal from a fresh extraction with the exported model, scored by brute force.
+    dataset = open_dataset(cfg.data)
+    splits = make_splits(cfg, dataset.labels)
+    images = torch.stack([dataset[int(r)][0] for r in splits.test])
+    labels = dataset.labels[splits.test]
+    for t, step in enumerate(["step_1", "step_2"]):
+        model, info = load_exported_model(checkpoint_dir(result, step))
+        assert info["step"] == step
+        with torch.no_grad():
+            features = model.forward_features(images).numpy()
+        assert matrix[t, t] == pytest.approx(naive_identification(features, labels), abs=1e-6)
+
+    # Model selection: the selected epoch is compatible with the previous model, or the best.
+    chosen = result.metrics["step_2"]
+    assert chosen["selection_score"] >= 0 and "val_cross_test" in chosen
+
+
+def test_each_worker_trains_on_different_rows(ray_local, tmp_path):
+    cfg = toy_config(tmp_path, "scenario.tasks=[6]", "epochs=1", "run.name=shards")
+    result = run(cfg)
+    directory = Path(checkpoint_dir(result, "step_1"))
+    rows = [set(np.load(directory / f"rows_rank{r}.npy").tolist()) for r in range(2)]
+    plan = plan_steps(cfg)[0]
+    dataset = open_dataset(cfg.data)
+    new, _ = step_rows(plan, dataset.labels, make_splits(cfg, dataset.labels), cfg)
+    assert rows[0] | rows[1] == set(new.tolist())
+    assert len(rows[0] & rows[1]) <= 1  # only DistributedSampler-style padding may repeat
+
+
+def test_unknown_dataset_path_fails_before_any_worker_starts(ray_local, tmp_path):
+    cfg = toy_config(
+        tmp_path,
+        "data.name=cifar100",
+        f"data.options={{root: {tmp_path}/nope}}",
+        "model.num_classes=100",
+    )
+    with pytest.raises(FileNotFoundError, match="nope"):
+        run(cfg)
+    assert not (tmp_path / cfg.run.name).exists()
+
+
+def test_a_worker_failure_resumes_from_the_last_checkpoint_ddp(ray_local, tmp_path):
+    common = ["scenario.tasks=[6]", "epochs=2"]
+    clean = run(toy_config(tmp_path / "clean", *common, "run.name=clean"))
+    failing = run(
+        toy_config(
+            tmp_path / "fail",
+            *common,
+            "run.name=fail",
+            "run.inject_failure={step: 0, epoch: 1, batch: 2, rank: 1}",
+        )
+    )
+    assert (tmp_path / "fail" / "fail" / "_injected_failure_step_1").exists()
+    assert failing.metrics["step_1"]["epoch"] == clean.metrics["step_1"]["epoch"] == 1
+    # The sampler loader is deterministic, so the resumed run retraces the clean one.
+    np.testing.assert_allclose(failing.matrix.as_array(), clean.matrix.as_array(), atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(ray_local, tmp_path_factory):
+    """One uninterrupted DDP run of the config the sharded strategies are compared with."""
+    path = tmp_path_factory.mktemp("ddp_reference")
+    return run(toy_config(path, "scenario.tasks=[6]", "epochs=2", "run.name=ddp"))
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_sharded_strategies_train_fail_and_restore_their_own_checkpoints(
+    ray_local, tmp_path, strategy, ddp_reference
+):
+    cfg = toy_config(
+        tmp_path,
+        "scenario.tasks=[6]",
+        "epochs=2",
+        f"scaling.strategy={strategy}",
+        f"run.name={strategy}",
+        "run.inject_failure={step: 0, epoch: 1, batch: 1, rank: 0}",
+    )
+    result = run(cfg)
+    assert result.metrics["step_1"]["epoch"] == 1
+    directory = Path(checkpoint_dir(result, "step_1"))
+    header = json.loads((directory / "train_state" / "strategy.json").read_text())
+    assert header["strategy"] == strategy and header["world_size"] == 2
+    model, _ = load_exported_model(directory)  # the unsharded export is complete
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # Same maths as DDP (the strategies agree to 1e-5 in test_parallel), interrupted or not.
+    np.testing.assert_allclose(result.matrix.as_array(), ddp_reference.matrix.as_array(), atol=0.03)
+
+
+def test_a_stopped_run_resumes_with_the_same_command(ray_local, tmp_path):
+    args = [
+        "method=cores",
+        "scenario.tasks=[3,6]",
+        "epochs=2",
+        "run.name=stopped",
+        "run.max_failures=0",
+        "run.checkpoints_to_keep=5",
+        "run.inject_failure={step: 1, epoch: 1, batch: 0, rank: 0}",
+    ]
+    with pytest.raises(Exception, match="injected failure"):
+        run(toy_config(tmp_path, *args))
+    run_path = tmp_path / "stopped"
+    state = json.loads((run_path / "state.json").read_text())
+    assert list(state["steps"]) == ["step_1"]
+    result = run(toy_config(tmp_path, *args))  # same command: the marker makes it pass now
+    assert result.checkpoints["step_1"].path == state["steps"]["step_1"]["checkpoint"]
+    # step_2 restarted from its epoch-0 checkpoint: epochs 0 and 1 reported once each.
+    assert len([p for p in (run_path / "step_2").glob("checkpoint_*") if p.is_dir()]) == 2
+    assert result.matrix.as_array().shape == (2, 2)
+
+
+def test_cl2r_with_replay_through_ray_data_shards(ray_local, tmp_path):
+    cfg = toy_config(
+        tmp_path,
+        "method=dsimplex_hoc",
+        "scenario.kind=cl2r",
+        "scenario.tasks=[3,3]",
+        "scenario.replay_per_class=5",
+        "epochs=1",
+        "data.loader=ray_data",
+        "run.name=cl2r",
+    )
+    result = run(cfg)
+    assert result.matrix.as_array().shape == (2, 2)
+    directory = Path(checkpoint_dir(result, "step_2"))
+    rows = [np.load(directory / f"rows_rank{r}.npy") for r in range(2)]
+    dataset = open_dataset(cfg.data)
+    plan = plan_steps(cfg)[1]
+    new, replay = step_rows(plan, dataset.labels, make_splits(cfg, dataset.labels), cfg)
+    new_seen = [set(r.tolist()) & set(new.tolist()) for r in rows]
+    assert not new_seen[0] & new_seen[1]  # Ray Data gave each worker different rows
+    assert (new_seen[0] | new_seen[1]) <= set(new.tolist())
+    replayed = set(np.concatenate(rows).tolist()) & set(replay.tolist())
+    assert replayed and set(dataset.labels[list(replayed)]) <= {0, 1, 2}
+
+
+def test_iam_cl2r_replacement_model_continues_the_sequence(ray_local, tmp_path):
+    cfg = toy_config(
+        tmp_path,
+        "method=dsimplex_hoc",
+        "scenario.kind=iam_cl2r",
+        "scenario.tasks=[2,2,2]",
+        "model.num_classes=12",
+        "epochs=1",
+        "run.name=iam",
+        "scenario.replacements=[{at_task: 2, pretrain_classes: [0, 1, 2, 3], "
+        "model: {backbone: lenetpp, head: dsimplex, num_classes: 12}}]",
+    )
+    result = run(cfg)
+    assert result.matrix.names == ["step_1", "step_2", "step_3"]
+    assert "replacement_3" in result.checkpoints
+    _, info = load_exported_model(checkpoint_dir(result, "step_3"))
+    assert info["allocation"] == "rtl" and info["seen_outputs"][-2:] == [6, 7]  # 11 - y, y = 5, 4
+
+
+def test_two_model_upgrade_with_a_given_black_box_old_model(ray_local, tmp_path):
+    first = run(
+        toy_config(
+            tmp_path,
+            "method=bct",
+            "scenario.kind=two_model",
+            "scenario.tasks=[3,6]",
+            "epochs=1",
+            "run.name=bct",
+        )
+    )
+    assert first.matrix.as_array().shape == (2, 2)
+    weights = str(Path(checkpoint_dir(first, "step_1")) / "model.safetensors")
+    old = f"{{checkpoint: {weights}, classes: 3, access: black_box, model: {{num_classes: 6}}}}"
+    result = run(
+        toy_config(
+            tmp_path,
+            "method=nifcl_rw",
+            "scenario.kind=two_model",
+            "scenario.tasks=[3,6]",
+            "epochs=1",
+            "run.name=nifcl",
+            f"scenario.old_model={old}",
+        )
+    )
+    # The given old model is not retrained: its self-test is the first run's.
+    assert result.matrix.as_array()[0, 0] == pytest.approx(first.matrix.as_array()[0, 0])
+
+
+def test_old_checkpoint_with_another_feature_width_is_rejected_before_training(ray_local, tmp_path):
+    first = run(toy_config(tmp_path, "scenario.tasks=[3]", "epochs=1", "run.name=old"))
+    weights = str(Path(checkpoint_dir(first, "step_1")) / "model.safetensors")
+    old = f"{{checkpoint: {weights}, classes: 3, model: {{num_classes: 9}}}}"
+    cfg = toy_config(
+        tmp_path,
+        "method=bct",
+        "scenario.kind=two_model",
+        "scenario.tasks=[3,6]",
+        "run.name=wide",
+        f"scenario.old_model={old}",
+    )
+    with pytest.raises(ValueError, match="feature width 8"):
+        run(cfg)
+    assert not (tmp_path / "wide").exists()
+
+
+def test_runs_stored_on_s3(ray_local, s3_bucket, s3_server, tmp_path):
+    import s3fs
+
+    bucket, options = s3_bucket
+    cfg = toy_config(
+        tmp_path,
+        "scenario.tasks=[6]",
+        "epochs=1",
+        "run.name=s3run",
+        f"run.storage_path=s3://{bucket}/runs",
+        f"run.endpoint_url={s3_server}",
+    )
+    result = run(cfg)
+    fs = s3fs.S3FileSystem(**options)
+    summary = json.loads(fs.cat(f"{bucket}/runs/s3run/summary.json"))
+    assert summary["matrix"] == result.matrix.as_array().tolist()
+    assert fs.ls(f"{bucket}/runs/s3run/step_1")
+
+
+def test_jobs_train_main_runs_a_config_file_with_overrides(ray_local, tmp_path):
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "jobs" / "train.py"
+    spec = importlib.util.spec_from_file_location("train_job", path)
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    config = Path(__file__).parent.parent / "configs" / "train_synthetic_cl2r.yaml"
+    summary = job.main(
+        [
+            "--config",
+            str(config),
+            *TOY[:3],
+            "scenario.tasks=[3,3]",
+            "epochs=1",
+            "scenario.replay_per_class=5",
+            "data.loader=sampler",
+            "model.backbone_kwargs={in_chans: 1, image_size: 28}",
+            f"run.storage_path={tmp_path}",
+            "run.name=job",
+        ]
+    )
+    assert len(summary["matrix"]) == 2 and 0 <= summary["AC"] <= 1
+    assert (tmp_path / "job" / "summary.json").is_file()
