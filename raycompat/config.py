@@ -142,6 +142,14 @@ def load_config(
         raise ConfigError(f"{where}{exc}") from None
 
 
+def apply_overrides(config: C, overrides: list[str]) -> C:
+    """A copy of ``config`` with ``key.sub=value`` overrides applied and re-validated."""
+    try:
+        return _build(type(config), _merge(to_dict(config), parse_overrides(overrides)))
+    except ConfigError as exc:
+        raise ConfigError(f"overrides {overrides}: {exc}") from None
+
+
 def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
 

@@ -60,3 +60,15 @@ def test_bad_override_syntax_and_missing_file(tmp_path):
         parse_overrides(["epochs"])
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
         load_config(Job, tmp_path / "nope.yaml")
+
+
+def test_apply_overrides_revalidates_a_loaded_config():
+    from raycompat.config import apply_overrides
+    from raycompat.train.config import TrainConfig
+
+    base = load_config(TrainConfig, None, ["epochs=2"])
+    changed = apply_overrides(base, ["optim.lr=0.5", "method_options.lam=0.2"])
+    assert (changed.epochs, changed.optim.lr, changed.method_options) == (2, 0.5, {"lam": 0.2})
+    assert base.optim.lr != 0.5  # the original is untouched
+    with pytest.raises(ConfigError, match="optim.lrr"):
+        apply_overrides(base, ["optim.lrr=0.5"])

@@ -17,13 +17,36 @@ from raycompat.data.augment import AUGMENTATIONS
 from raycompat.demo import DemoConfig
 from raycompat.distances import DISTANCES
 from raycompat.methods import METHODS
+from raycompat.methods.base import check_method_options
 from raycompat.parallel import STRATEGIES
+from raycompat.pipelines.config import TransformJobConfig
 from raycompat.train.config import TrainConfig
 from raycompat.train.export import build_model
 from raycompat.train.scenarios import plan_steps
+from raycompat.tune.config import SweepConfig
+from raycompat.tune.space import param_space, trial_overrides
+
+
+def check_sweep(sweep: SweepConfig) -> None:
+    """The base config and every grid point's config load; the space builds."""
+    param_space(sweep.space)
+    grids = [s for s in sweep.space if s.kind == "grid"]
+    for spec in grids or sweep.space[:1]:
+        for value in spec.values or [spec.low]:
+            cfg = load_config(
+                TrainConfig, sweep.base, [*sweep.overrides, *trial_overrides({spec.key: value})]
+            )
+            check_method_options(cfg.method, cfg.method_options)
+            plan_steps(cfg)
+
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
-COMMANDS = {"python jobs/train.py": TrainConfig, "python -m raycompat.demo": DemoConfig}
+COMMANDS = {
+    "python jobs/train.py": TrainConfig,
+    "python jobs/tune.py": SweepConfig,
+    "python -m raycompat.demo": DemoConfig,
+    "python jobs/transform.py": TransformJobConfig,
+}
 
 
 def config_class(path: Path):
@@ -51,6 +74,9 @@ def test_config_parses_and_matches_the_code(path):
     cls = config_class(path)
     cfg = load_config(cls, path)
     assert isinstance(yaml.safe_load(path.read_text()), dict)
+    if cls is SweepConfig:
+        check_sweep(cfg)
+        return
     if cls is not TrainConfig:
         return
     for name, registry in (
@@ -68,4 +94,4 @@ def test_config_parses_and_matches_the_code(path):
         for spec in {id(p.model): p.model for p in plans}.values():
             model = build_model(spec)
             assert model.num_classes == spec.num_classes
-    METHODS.get(cfg.method)  # method options are checked by constructing it where it runs
+    check_method_options(cfg.method, cfg.method_options)

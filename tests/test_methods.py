@@ -233,3 +233,11 @@ def test_forward_outputs_match_the_two_step_interface():
     torch.testing.assert_close(model(x, output="features"), features)
     with pytest.raises(ValueError, match="output must be"):
         model(x, output="embedding")
+
+
+def test_unknown_method_options_are_rejected_by_name():
+    from raycompat.methods.base import check_method_options
+
+    check_method_options("dsimplex_hoc", {"lam": 0.5, "rho": 5.0})
+    with pytest.raises(ValueError, match="takes no option.*lamda.*valid: lam, rho, nce_mask"):
+        check_method_options("dsimplex_hoc", {"lamda": 0.5})

@@ -26,7 +26,8 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from raycompat.config import to_dict
-from raycompat.evaluation import grow_matrix, matrix_row
+from raycompat.evaluation import EvalSet, grow_matrix, matrix_row
+from raycompat.methods.base import check_method_options
 from raycompat.metrics.compatibility import (
     CompatibilityMatrix,
     average_accuracy,
@@ -50,26 +51,34 @@ class TrainingResult:
     checkpoints: dict[str, ray.train.Checkpoint]  # step name -> selected checkpoint
     metrics: dict[str, dict]  # step name -> the selected epoch's metrics
     run_path: str
+    val_matrix: CompatibilityMatrix | None = None  # on the validation split, for sweeps
 
     def summary(self) -> dict:
-        array = self.matrix.as_array()
         out = {
-            "matrix": array.tolist(),
-            "names": self.matrix.names,
             "run_path": self.run_path,
             "epochs": {k: v.get("epoch") for k, v in self.metrics.items()},
+            **matrix_summary(self.matrix),
         }
-        if len(self.matrix) > 1:
-            out.update(
-                AC=average_compatibility(self.matrix),
-                AA=average_accuracy(self.matrix),
-                ACA=average_compatibility_accuracy(self.matrix),
-            )
+        if self.val_matrix is not None:
+            out["val"] = matrix_summary(self.val_matrix)
         return out
+
+
+def matrix_summary(matrix: CompatibilityMatrix) -> dict:
+    """The matrix with its names, and AC/AA/ACA once there are two models."""
+    out = {"matrix": matrix.as_array().tolist(), "names": matrix.names}
+    if len(matrix) > 1:
+        out.update(
+            AC=average_compatibility(matrix),
+            AA=average_accuracy(matrix),
+            ACA=average_compatibility_accuracy(matrix),
+        )
+    return out
 
 
 def preflight(cfg: TrainConfig, plans: list[StepPlan]) -> None:
     """Fail fast, before any worker or GPU time: data present, labels fit, old model width."""
+    check_method_options(cfg.method, cfg.method_options)
     dataset = open_dataset(cfg.data)  # a missing path raises FileNotFoundError naming it
     labels = dataset.labels
     splits = make_splits(cfg, labels)
@@ -98,7 +107,9 @@ def check_given_model(plan: StepPlan) -> None:
         ) from err
 
 
-def make_trainer(cfg: TrainConfig, plans, index, parent, fs, run_path, datasets) -> TorchTrainer:
+def make_trainer(
+    cfg: TrainConfig, plans, index, parent, fs, run_path, datasets, callbacks=None
+) -> TorchTrainer:
     plan = plans[index]
     return TorchTrainer(
         train_loop_per_worker,
@@ -119,6 +130,7 @@ def make_trainer(cfg: TrainConfig, plans, index, parent, fs, run_path, datasets)
             storage_path=run_path,
             storage_filesystem=fs,
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
+            callbacks=callbacks,
             checkpoint_config=CheckpointConfig(
                 num_to_keep=cfg.run.checkpoints_to_keep,
                 checkpoint_score_attribute="selection_score",
@@ -157,7 +169,48 @@ def features_of(checkpoint: ray.train.Checkpoint, name: str) -> np.ndarray:
         return load_features(directory, name)
 
 
-def run_training(cfg: TrainConfig) -> TrainingResult:
+class MatrixBuilder:
+    """The compatibility matrix of one split, grown one model at a time from stored features."""
+
+    def __init__(self, protocol: str, eval_set, distance: str, split: str) -> None:
+        self.protocol, self.eval_set, self.distance, self.split = (
+            protocol,
+            eval_set,
+            distance,
+            split,
+        )
+        self.features: list[np.ndarray] = []
+        self.matrix: CompatibilityMatrix | None = None
+
+    def add(self, name: str, checkpoint: ray.train.Checkpoint) -> list[float]:
+        features = features_of(checkpoint, self.split)
+        row = matrix_row(self.protocol, features, self.features, self.eval_set, self.distance)
+        self.features.append(features)
+        self.matrix = grow_matrix(self.matrix, row, name, self.protocol)
+        return row
+
+
+def matrix_builders(cfg: TrainConfig) -> dict[str, MatrixBuilder]:
+    """Test matrix (the reported one) and, with a validation split, the validation matrix that
+    sweeps and model selection may look at (never the test split)."""
+    dataset = open_dataset(cfg.data)
+    labels = dataset.labels
+    splits = make_splits(cfg, labels)
+    _, _, test_set = test_source(cfg, dataset, labels, splits)
+    builders = {"test": MatrixBuilder(cfg.eval.protocol, test_set, cfg.eval.distance, "test")}
+    if len(splits.val):
+        protocol = "identification" if cfg.eval.protocol == "verification" else cfg.eval.protocol
+        val_set = EvalSet(labels[splits.val])
+        builders["val"] = MatrixBuilder(protocol, val_set, cfg.eval.distance, "val")
+    return builders
+
+
+def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingResult:
+    """Train every planned model (resuming what a previous run finished); see the module doc.
+
+    ``callbacks``: Ray Train ``UserCallback`` s added to every step's trainer (Tune's
+    ``TuneReportCallback`` forwards each epoch's report to a sweep).
+    """
     plans = plan_steps(cfg)
     preflight(cfg, plans)
     fs, base = storage.run_filesystem(cfg.run)
@@ -167,10 +220,8 @@ def run_training(cfg: TrainConfig) -> TrainingResult:
     write_text(fs, f"{run_path}/config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     storage.write_json(fs, f"{run_path}/plan.json", describe(plans))
 
-    dataset = open_dataset(cfg.data)
-    _, _, eval_set = test_source(cfg, dataset, dataset.labels, make_splits(cfg, dataset.labels))
-    checkpoints, metrics, test_features = {}, {}, []
-    matrix = None
+    builders = matrix_builders(cfg)
+    checkpoints, metrics = {}, {}
     for index, plan in enumerate(plans):
         done = state["steps"].get(plan.name)
         if done is not None:
@@ -179,25 +230,27 @@ def run_training(cfg: TrainConfig) -> TrainingResult:
             log.info("%s: already trained (%s), skipping", plan.name, done["checkpoint"])
         else:
             parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
-            trainer = make_trainer(cfg, plans, index, parent, fs, run_path, ray_datasets(cfg, plan))
+            trainer = make_trainer(
+                cfg, plans, index, parent, fs, run_path, ray_datasets(cfg, plan), callbacks
+            )
             checkpoint, chosen = select_checkpoint(trainer.fit())
         checkpoints[plan.name], metrics[plan.name] = checkpoint, chosen
         if plan.in_matrix:
-            features = features_of(checkpoint, "test")
-            row = matrix_row(
-                cfg.eval.protocol, features, test_features, eval_set, cfg.eval.distance
-            )
-            test_features.append(features)
-            matrix = grow_matrix(matrix, row, plan.name, cfg.eval.protocol)
+            rows = {split: b.add(plan.name, checkpoint) for split, b in builders.items()}
             log.info(
                 "%s row of the compatibility matrix: %s",
                 plan.name,
-                " ".join(f"{v:.4f}" for v in row),
+                " ".join(f"{v:.4f}" for v in rows["test"]),
             )
         state["steps"][plan.name] = {"checkpoint": checkpoint.path, "metrics": chosen}
         storage.write_json(fs, f"{run_path}/state.json", state)
-        storage.write_json(fs, f"{run_path}/compatibility.json", json.loads(matrix.to_json()))
-    result = TrainingResult(matrix, checkpoints, metrics, run_path)
+        for split, builder in builders.items():
+            name = "compatibility.json" if split == "test" else f"compatibility_{split}.json"
+            storage.write_json(fs, f"{run_path}/{name}", json.loads(builder.matrix.to_json()))
+    val = builders.get("val")
+    result = TrainingResult(
+        builders["test"].matrix, checkpoints, metrics, run_path, val.matrix if val else None
+    )
     storage.write_json(fs, f"{run_path}/summary.json", result.summary())
     return result
 

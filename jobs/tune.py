@@ -1,0 +1,50 @@
+"""Sweep compatibility trade-offs with Ray Tune over the training driver.
+
+    python jobs/tune.py --config configs/tune_hoc_lambda.yaml [key.sub=value ...]
+    ray job submit --working-dir . -- python jobs/tune.py --config configs/tune_hoc_lambda.yaml
+
+Run it again with the same ``name`` and ``storage_path`` to resume an interrupted sweep (errored
+trials are retried, finished ones kept). Outputs in ``<storage_path>/<name>/``: Tune's state,
+one training run per trial under ``runs/``, and ``results/`` with ``trials.csv``,
+``trials.parquet``, ``best_config.yaml`` (ready for ``jobs/train.py``) and ``tradeoff.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from raycompat.config import load_config  # noqa: E402
+from raycompat.tune.config import SweepConfig  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML file with SweepConfig keys")
+    parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. num_samples=2")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    sweep = load_config(SweepConfig, args.config, args.overrides)
+
+    import ray
+
+    from raycompat.tune.results import write_outputs
+    from raycompat.tune.sweep import run_sweep, sweep_path
+
+    if not ray.is_initialized():
+        ray.init(address=args.address)
+    results = run_sweep(sweep)
+    summary = write_outputs(results, sweep, Path(sweep_path(sweep)) / "results")
+    logging.getLogger("raycompat.tune").info("sweep summary: %s", json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""What a sweep leaves behind: a table of every trial, the best config as a ready YAML, and a
+compatibility-vs-accuracy plot with the Pareto front marked."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from raycompat.config import load_config, save_config
+from raycompat.train.config import TrainConfig
+from raycompat.tune.config import SweepConfig
+from raycompat.tune.space import trial_overrides
+
+METRICS = ("objective", "AC", "AA", "ACA", "self_test")
+
+
+def trial_table(results, sweep: SweepConfig) -> pd.DataFrame:
+    """One row per trial: its parameters, status and final validation metrics."""
+    rows = []
+    for result in results:
+        metrics = result.metrics or {}
+        final = bool(metrics.get("final"))
+        status = "ERROR" if result.error else ("TERMINATED" if final else "STOPPED")
+        row = {"trial": Path(result.path).name if result.path else None, "status": status}
+        row.update({f"param:{s.key}": result.config.get(s.key) for s in sweep.space})
+        row.update({m: metrics.get(m) if final else None for m in METRICS})
+        row["error"] = error_line(result.error) if result.error else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def error_line(error: BaseException) -> str:
+    """The exception's own message: the last line of Ray's wrapped traceback."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(error).__name__
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Boolean mask of points no other point beats in both ``x`` and ``y`` (both maximised)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    mask = np.ones(len(x), dtype=bool)
+    for i in range(len(x)):
+        dominated = (x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i]))
+        mask[i] = not dominated.any()
+    return mask
+
+
+def best_params(table: pd.DataFrame, sweep: SweepConfig) -> dict | None:
+    done = table[table["status"] == "TERMINATED"].dropna(subset=["objective"])
+    if done.empty:
+        return None
+    best = done.loc[done["objective"].idxmax()]
+    return {s.key: _plain(best[f"param:{s.key}"]) for s in sweep.space}
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def write_best_config(sweep: SweepConfig, params: dict, path: Path) -> TrainConfig:
+    cfg = load_config(TrainConfig, sweep.base, [*sweep.overrides, *trial_overrides(params)])
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, name=f"{sweep.name}-best"))
+    save_config(cfg, path)
+    body = path.read_text()
+    chosen = ", ".join(f"{k}={v}" for k, v in params.items())
+    path.write_text(
+        f"# Run: python jobs/train.py --config {path}\n"
+        f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}).\n{body}"
+    )
+    return cfg
+
+
+def plot_tradeoff(table: pd.DataFrame, path: Path, x: str = "AC", y: str = "AA") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = table.dropna(subset=[x, y])
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    if not done.empty:
+        front = pareto_front(done[x].to_numpy(), done[y].to_numpy())
+        ax.scatter(done[x][~front], done[y][~front], color="0.6", label="trial")
+        order = np.argsort(done[x].to_numpy()[front])
+        ax.plot(
+            done[x].to_numpy()[front][order],
+            done[y].to_numpy()[front][order],
+            "o-",
+            color="tab:red",
+            label="Pareto front",
+        )
+        for _, row in done.iterrows():
+            ax.annotate(row["trial"][-5:] if row["trial"] else "", (row[x], row[y]), fontsize=6)
+    ax.set_xlabel(f"{x} (compatibility, validation)")
+    ax.set_ylabel(f"{y} (accuracy, validation)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(results, sweep: SweepConfig, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    table = trial_table(results, sweep)
+    table.to_csv(out / "trials.csv", index=False)
+    table.to_parquet(out / "trials.parquet", index=False)
+    plot_tradeoff(table, out / "tradeoff.png")
+    params = best_params(table, sweep)
+    if params is not None:
+        write_best_config(sweep, params, out / "best_config.yaml")
+    counts = table["status"].value_counts().to_dict()
+    return {"trials": len(table), "status": counts, "best": params, "output_dir": str(out)}

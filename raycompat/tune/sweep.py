@@ -1,0 +1,144 @@
+"""Ray Tune over the training driver (Train V2 pattern: the Tuner runs a driver function that
+builds its own ``TorchTrainer`` s; never ``Tuner(trainer)``).
+
+Each trial applies its parameters to the base training config, runs
+:func:`raycompat.train.driver.run_training` under ``<storage>/<sweep>/runs/<trial id>`` (so a
+restored trial resumes its own training run), and reports:
+
+- every epoch, through a :class:`TuneReportCallback` on each step's trainer, with ``objective``
+  set to the objective's per-epoch proxy (what ASHA compares);
+- once at the end, the objective and AC/AA/ACA/self-test of the validation matrix.
+
+Running the same sweep again restores it from its storage path (errored trials are retried).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import ray
+from ray import tune
+from ray.tune.integration.ray_train import TuneReportCallback
+from ray.tune.schedulers import ASHAScheduler
+
+from raycompat.config import apply_overrides, load_config
+from raycompat.train.config import TrainConfig
+from raycompat.tune.config import SweepConfig
+from raycompat.tune.objectives import PROXY, objective
+from raycompat.tune.space import param_space, trial_overrides
+
+log = logging.getLogger(__name__)
+
+
+class ObjectiveReportCallback(TuneReportCallback):
+    """Forward each epoch's report to Tune with ``objective`` = the per-epoch proxy."""
+
+    def __init__(self, proxy: str) -> None:
+        super().__init__()
+        self.proxy = proxy
+
+    def after_report(self, run_context, metrics, checkpoint):
+        metrics = [{**m, "objective": float(m.get(self.proxy, float("nan")))} for m in metrics]
+        super().after_report(run_context, metrics, None)
+
+
+def trial_config(base: TrainConfig, sweep: SweepConfig, params: dict, trial_id: str) -> TrainConfig:
+    cfg = apply_overrides(base, trial_overrides(params))
+    run = dataclasses.replace(cfg.run, name=trial_id, storage_path=runs_path(sweep))
+    return dataclasses.replace(cfg, run=run)
+
+
+def runs_path(sweep: SweepConfig) -> str:
+    return os.path.join(sweep_path(sweep), "runs")
+
+
+def sweep_path(sweep: SweepConfig) -> str:
+    return os.path.join(os.path.abspath(sweep.storage_path), sweep.name)
+
+
+def make_trainable(sweep: SweepConfig):
+    # Loaded here, on the submitting machine: trials run in their own folders (and nodes),
+    # where a relative path to the base config would not resolve.
+    base = load_config(TrainConfig, sweep.base, sweep.overrides)
+
+    def train_driver(params: dict) -> None:
+        from raycompat.train.driver import run_training
+
+        cfg = trial_config(base, sweep, params, tune.get_context().get_trial_id())
+        result = run_training(cfg, callbacks=[ObjectiveReportCallback(PROXY[sweep.objective])])
+        if result.val_matrix is None:
+            raise ValueError("sweeps score the validation split: set eval.val_fraction > 0")
+        summary = result.summary()["val"]
+        final = {k: summary[k] for k in ("AC", "AA", "ACA") if k in summary}
+        final["self_test"] = objective("self_test")(summary, result.val_matrix)
+        final["objective"] = objective(sweep.objective)(summary, result.val_matrix)
+        tune.report({**final, "final": True, "run_path": result.run_path})
+
+    return train_driver
+
+
+def concurrency(sweep: SweepConfig) -> int:
+    """Trials that fit at once: cluster CPUs (and GPUs) over what one trial's workers take."""
+    if sweep.max_concurrent_trials:
+        return sweep.max_concurrent_trials
+    cfg = load_config(TrainConfig, sweep.base, sweep.overrides)
+    resources = ray.cluster_resources()
+    fits = int(resources.get("CPU", 1) // (cfg.scaling.num_workers * cfg.scaling.cpus_per_worker))
+    if cfg.scaling.use_gpu:
+        fits = min(fits, int(resources.get("GPU", 0) // cfg.scaling.num_workers))
+    return max(1, fits)
+
+
+def search_algorithm(sweep: SweepConfig):
+    if sweep.search == "optuna":
+        if any(p.kind == "grid" for p in sweep.space):
+            raise ValueError("search: optuna samples its own points; use choice, not grid")
+        from ray.tune.search.optuna import OptunaSearch
+
+        return OptunaSearch(metric="objective", mode="max", seed=sweep.seed)
+    if sweep.search == "random" and any(p.kind == "grid" for p in sweep.space):
+        log.info("random search with grid parameters: every grid point is sampled num_samples x")
+    return None
+
+
+def make_tuner(sweep: SweepConfig) -> tune.Tuner:
+    # The driver itself only waits on its trainers; their workers hold the real resources.
+    trainable = tune.with_resources(make_trainable(sweep), {"CPU": 0.01})
+    path = sweep_path(sweep)
+    if tune.Tuner.can_restore(path):
+        log.info("restoring sweep %s (errored trials are retried)", path)
+        return tune.Tuner.restore(path, trainable, resume_errored=True)
+    scheduler = None
+    if sweep.asha is not None:
+        scheduler = ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=sweep.asha.max_t,
+            grace_period=sweep.asha.grace_period,
+            reduction_factor=sweep.asha.reduction_factor,
+        )
+    return tune.Tuner(
+        trainable,
+        param_space=param_space(sweep.space),
+        tune_config=tune.TuneConfig(
+            metric="objective",
+            mode="max",
+            num_samples=sweep.num_samples,
+            search_alg=search_algorithm(sweep),
+            scheduler=scheduler,
+            max_concurrent_trials=concurrency(sweep),
+        ),
+        run_config=tune.RunConfig(
+            name=sweep.name,
+            storage_path=os.path.abspath(sweep.storage_path),
+            failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
+        ),
+    )
+
+
+def run_sweep(sweep: SweepConfig):
+    """Fit (or restore) the sweep and return its ``ResultGrid``."""
+    load_config(TrainConfig, sweep.base, sweep.overrides)  # a bad base fails before any trial
+    param_space(sweep.space)
+    return make_tuner(sweep).fit()
