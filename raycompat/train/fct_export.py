@@ -1,0 +1,80 @@
+"""The FCT pieces as files: side-information model, transformations ``h``/``g``, and triples.
+
+Like :mod:`raycompat.train.export`, every trained piece is ``<name>.safetensors`` (plain tensors,
+no pickle) plus ``<name>.json`` (what to build), so the upgrade job loads it without Ray and
+without knowing how it was trained. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from safetensors.torch import save_file
+from torch import nn
+
+from raycompat.config import _build
+from raycompat.side_info import create_side_info
+from raycompat.train.fct_config import SideInfoSpec
+from raycompat.transformation import FCTTransformation
+from raycompat.weights import load_state_dict, load_state_dict_into
+
+SIDE_INFO = "side_info"
+
+
+def _save(directory: str | Path, name: str, state_dict: dict, info: dict) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state_dict.items()}
+    save_file(tensors, str(directory / f"{name}.safetensors"))
+    (directory / f"{name}.json").write_text(json.dumps(info, indent=2))
+
+
+def _read_info(directory: str | Path, name: str) -> dict:
+    path = Path(directory) / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: not an exported FCT '{name}' directory")
+    return json.loads(path.read_text())
+
+
+def _load_into(model: nn.Module, directory: str | Path, name: str) -> nn.Module:
+    source = str(Path(directory) / f"{name}.safetensors")
+    load_state_dict_into(model, load_state_dict(source), source=source)
+    return model.eval()
+
+
+def export_side_info(directory, state_dict: dict, spec: SideInfoSpec, **info) -> None:
+    """Write the SimCLR side-information model (with its projection head) and its spec."""
+    _save(directory, SIDE_INFO, state_dict, {"name": "simclr", **dataclasses.asdict(spec), **info})
+
+
+def load_side_info(directory: str | Path) -> nn.Module:
+    """The side-information model (eval mode); ``forward_features(x) -> (B, embed_dim)``."""
+    info = _read_info(directory, SIDE_INFO)
+    spec = _build(
+        SideInfoSpec,
+        {k: info[k] for k in ("backbone", "embed_dim", "projection_dim", "backbone_kwargs")},
+        "side_info.",
+    )
+    model = create_side_info(info["name"], **dataclasses.asdict(spec))
+    return _load_into(model, directory, SIDE_INFO)
+
+
+TRANSFORMATION_KEYS = ("d_old", "d_side", "d_new", "width", "normalize_output")
+
+
+def export_transformation(directory, name: str, state_dict: dict, dims: dict, **info) -> None:
+    """Write ``h`` or ``g``: its state and ``dims`` (``d_old, d_side, d_new, width,
+    normalize_output``), the arguments :class:`FCTTransformation` is rebuilt from."""
+    missing = [k for k in TRANSFORMATION_KEYS if k not in dims]
+    if missing:
+        raise ValueError(f"export_transformation({name!r}): dims lack {', '.join(missing)}")
+    _save(directory, name, state_dict, {**{k: dims[k] for k in TRANSFORMATION_KEYS}, **info})
+
+
+def load_transformation(directory: str | Path, name: str = "h") -> FCTTransformation:
+    """``h`` (or ``g`` with ``name="g"``) from a directory written by the transformation run."""
+    info = _read_info(directory, name)
+    model = FCTTransformation(**{k: info[k] for k in TRANSFORMATION_KEYS})
+    return _load_into(model, directory, name)

@@ -1,0 +1,271 @@
+"""Training the FCT pieces with Ray Train: SimCLR side-information, triples, h and g.
+
+The Ray tests (real local Ray, 2 CPU workers) train on toy data; the rest check the exports and
+every bad input before a worker starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from raycompat.config import ConfigError, load_config
+from raycompat.data import create_dataset
+from raycompat.evaluation import EvalSet, score
+from raycompat.side_info import create_side_info
+from raycompat.train.config import ModelSpec
+from raycompat.train.export import build_model, export_model, load_exported_model
+from raycompat.train.fct import (
+    compute_triples,
+    load_side_info,
+    load_transformation,
+    train_side_info,
+    train_transformation,
+)
+from raycompat.train.fct_config import SideInfoTrainConfig, TransformationTrainConfig
+from raycompat.train.fct_export import export_transformation
+from raycompat.train.fct_triples import Triples
+from raycompat.transformation import fct_transformation
+
+IMAGES = "{num_classes: 4, images_per_class: 16, image_size: 28, channels: 1, seed: 0}"
+
+
+def side_info_config(tmp_path, *overrides) -> SideInfoTrainConfig:
+    return load_config(
+        SideInfoTrainConfig,
+        None,
+        [
+            "data.name=synthetic",
+            f"data.options={IMAGES}",
+            "data.classes=[0, 1, 2]",
+            "model.backbone=lenetpp",
+            "model.embed_dim=8",
+            "model.projection_dim=8",
+            "optim.warmup_epochs=1",
+            "epochs=2",
+            "batch_size=16",
+            "scaling.num_workers=2",
+            "run.name=side-info",
+            f"run.storage_path={tmp_path}",
+            *overrides,
+        ],
+    )
+
+
+def synthetic_triples(seed: int = 0, n_classes: int = 50, per_class: int = 40):
+    """Identities with a 16-d latent code: phi_old sees its first half, psi the second half,
+    phi_new (and psi_new) fixed random linear maps of all of it, plus a little noise."""
+    g = np.random.default_rng(seed)
+    codes = g.normal(size=(n_classes, 16))
+    labels = np.repeat(np.arange(n_classes), per_class)
+    x = codes[labels] + 0.5 * g.normal(size=(len(labels), 16))
+    old = x[:, :8] @ g.normal(size=(8, 8))
+    side = x[:, 8:] @ g.normal(size=(8, 6))
+    new = x @ g.normal(size=(16, 12)) / 4 + 0.05 * g.normal(size=(len(labels), 12))
+    side_new = x @ g.normal(size=(16, 5)) / 4
+    arrays = [a.astype(np.float32) for a in (old, side, new, side_new)]
+    return Triples(*arrays), labels
+
+
+def subset(triples: Triples, rows: np.ndarray) -> Triples:
+    return Triples(*(np.ascontiguousarray(a[rows]) for a in triples.arrays().values()))
+
+
+def transformation_config(triples_dir, tmp_path, *overrides) -> TransformationTrainConfig:
+    return load_config(
+        TransformationTrainConfig,
+        None,
+        [
+            f"triples={triples_dir}",
+            "h={d_old: 8, d_side: 6, d_new: 12, width: 64}",
+            "g={d_side_new: 5, width: 32}",
+            "optim.lr=0.005",
+            "optim.warmup_epochs=1",
+            "epochs=8",
+            "batch_size=64",
+            "scaling.num_workers=2",
+            "run.name=fct",
+            f"run.storage_path={tmp_path}",
+            *overrides,
+        ],
+    )
+
+
+def bn_running_means(h) -> torch.Tensor:
+    return torch.cat([m.running_mean for m in h.modules() if isinstance(m, torch.nn.BatchNorm1d)])
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_side_info_training_exports_a_loadable_model_and_triples(ray_local, tmp_path):
+    cfg = side_info_config(tmp_path)
+    result = train_side_info(cfg)
+    assert result.metrics["epoch"] == 1 and np.isfinite(result.metrics["nt_xent"])
+    # 3 classes x 16 images over 2 workers x 8: 3 full steps each.
+    assert result.metrics["steps"] == 3
+    side_dir = tmp_path / "exported"
+    result.checkpoint.to_directory(str(side_dir))
+    psi = load_side_info(side_dir)
+    torch.manual_seed(cfg.seed)
+    initial = create_side_info("simclr", backbone="lenetpp", embed_dim=8, projection_dim=8)
+    assert not torch.equal(psi.projection[0].weight, initial.projection[0].weight)
+
+    dataset = create_dataset(
+        "synthetic", num_classes=4, images_per_class=16, image_size=28, channels=1, seed=0
+    )
+    specs = {"old": ModelSpec(embed_dim=3, num_classes=4), "new": ModelSpec(num_classes=6)}
+    for name, spec in specs.items():
+        torch.manual_seed(len(name))
+        export_model(tmp_path / name, build_model(spec).state_dict(), spec)
+    rows = np.array([5, 40, 17, 63, 0])
+    triples = compute_triples(
+        tmp_path / "old",
+        side_dir,
+        tmp_path / "new",
+        dataset,
+        rows,
+        new_side_info_dir=side_dir,
+        batch_size=2,
+    )
+    images = torch.stack([dataset[int(r)][0] for r in rows])
+    with torch.no_grad():
+        expected = {
+            "old": load_exported_model(tmp_path / "old")[0].forward_features(images),
+            "side": psi.forward_features(images),
+            "new": load_exported_model(tmp_path / "new")[0].forward_features(images),
+        }
+    for name, value in expected.items():
+        np.testing.assert_allclose(getattr(triples, name), value.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(triples.side_new, triples.side)
+    unit = compute_triples(
+        tmp_path / "old", None, tmp_path / "new", dataset, rows, normalize_new=True
+    )
+    assert unit.side.shape == (5, 0) and unit.side_new is None
+    np.testing.assert_allclose(np.linalg.norm(unit.new, axis=1), 1.0, rtol=1e-5)
+    triples.save(tmp_path / "triples")
+    loaded = Triples.load(tmp_path / "triples")
+    np.testing.assert_array_equal(loaded.old, triples.old)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_transformation_learns_freezes_bn_and_resumes(ray_local, tmp_path):
+    triples, labels = synthetic_triples()
+    perm = np.random.default_rng(1).permutation(len(labels))
+    train, test = perm[:1600], perm[1600:]
+    subset(triples, train).save(tmp_path / "triples")
+    cfg = transformation_config(
+        tmp_path / "triples",
+        tmp_path,
+        "run.checkpoints_to_keep=8",
+        "run.max_failures=1",
+        "run.inject_failure={epoch: 5, batch: 3, rank: 1}",
+    )
+    result = train_transformation(cfg)
+
+    assert (Path(tmp_path) / "fct" / "_injected_failure_transformation").is_file()
+    assert result.metrics["epoch"] == 7 and result.metrics["steps"] == 1600 // 64
+    by_epoch = {m["epoch"]: c for c, m in result.best_checkpoints}
+    assert sorted(by_epoch) == list(range(8))
+    assert [
+        m["bn_frozen"] for _, m in sorted(result.best_checkpoints, key=lambda p: p[1]["epoch"])
+    ] == [False] * 4 + [True] * 4
+
+    means = []
+    for epoch in range(8):
+        with by_epoch[epoch].as_directory() as directory:
+            means.append(bn_running_means(load_transformation(directory)))
+    assert not torch.equal(means[2], means[3])  # still updating before epochs // 2
+    for epoch in range(4, 8):  # frozen from epoch 4 on, across the injected restart at 5
+        torch.testing.assert_close(means[epoch], means[3], rtol=0, atol=0)
+
+    with result.checkpoint.as_directory() as directory:
+        h, g = load_transformation(directory), load_transformation(directory, "g")
+    assert (h.d_old, h.d_side, h.d_new, h.normalize_output) == (8, 6, 12, False)
+    held = subset(triples, test)
+    with torch.no_grad():
+        mapped = h(torch.from_numpy(held.old), torch.from_numpy(held.side)).numpy()
+        side_new = g(torch.from_numpy(held.old), torch.from_numpy(held.side)).numpy()
+    mse = ((mapped - held.new) ** 2).sum(1).mean()
+    zero = (held.new**2).sum(1).mean()
+    assert mse < 0.25 * zero, (mse, zero)
+    assert ((side_new - held.side_new) ** 2).sum(1).mean() < 0.25 * (held.side_new**2).sum(1).mean()
+    queries = EvalSet(labels[test])
+    cross = score("identification", held.new, mapped, queries, distance="l2")
+    old_old = score("identification", held.old, held.old, queries, distance="l2")
+    assert cross > old_old + 0.1, (cross, old_old)
+
+
+# ---- no Ray needed: exports and checks before any worker starts ------------------------------
+
+
+def test_transformation_export_round_trip(tmp_path):
+    torch.manual_seed(0)
+    h = fct_transformation(4, 3, 5, width=16, normalize_output=True).eval()
+    dims = dict(d_old=4, d_side=3, d_new=5, width=16, normalize_output=True)
+    export_transformation(tmp_path, "h", h.state_dict(), dims, epoch=3)
+    loaded = load_transformation(tmp_path)
+    old, side = torch.randn(6, 4), torch.randn(6, 3)
+    torch.testing.assert_close(loaded(old, side), h(old, side))
+    with pytest.raises(FileNotFoundError, match="g.json"):
+        load_transformation(tmp_path, "g")
+    with pytest.raises(ValueError, match="width"):
+        export_transformation(tmp_path, "h", h.state_dict(), {"d_old": 4})
+
+
+@pytest.fixture
+def toy_triples(tmp_path):
+    triples, _ = synthetic_triples(n_classes=10, per_class=20)
+    triples.save(tmp_path / "triples")
+    return tmp_path / "triples"
+
+
+def test_bad_width_is_an_error_before_training(toy_triples, tmp_path):
+    cfg = transformation_config(toy_triples, tmp_path, "h.d_old=7")
+    with pytest.raises(ValueError, match=r"old\.npy has shape \(200, 8\), expected \(N, 7\)"):
+        train_transformation(cfg)
+    assert not (tmp_path / "fct").exists()  # nothing started
+
+
+@pytest.mark.parametrize(
+    "damage, overrides, message",
+    [
+        (lambda d: np.save(d / "side.npy", np.zeros((199, 6), np.float32)), [], "199 rows"),
+        (lambda d: (d / "side_new.npy").unlink(), [], "side_new.npy is missing"),
+        (
+            lambda d: np.save(d / "new.npy", np.full((200, 12), np.nan, np.float32)),
+            [],
+            r"new\.npy: row 0 is not finite",
+        ),
+        (lambda d: None, ["h.normalize_output=true"], "row 0 is not L2-normalised"),
+        (lambda d: None, ["batch_size=512"], "less than one batch"),
+        (lambda d: None, ["batch_size=2", "scaling.num_workers=2"], "at least 2"),
+        (lambda d: None, ["triples=/nonexistent/triples"], "not a directory"),
+        (lambda d: None, ["scaling.strategy=fsdp"], "use ddp"),
+    ],
+)
+def test_bad_triples_are_clear_errors(toy_triples, tmp_path, damage, overrides, message):
+    damage(toy_triples)
+    cfg = transformation_config(toy_triples, tmp_path, *overrides)
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        train_transformation(cfg)
+
+
+def test_configs_reject_unknown_and_missing_keys(tmp_path):
+    with pytest.raises(ConfigError, match="h.d_olds"):
+        transformation_config(tmp_path, tmp_path, "h.d_olds=3")
+    with pytest.raises(ConfigError, match="missing required config key.*triples"):
+        load_config(TransformationTrainConfig, None, ["h={d_old: 1, d_side: 0, d_new: 1}"])
+    with pytest.raises(ConfigError, match="model.embed_dims"):
+        side_info_config(tmp_path, "model.embed_dims=3")
+
+
+def test_side_info_bad_inputs_fail_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"data.classes: classes \[7\]"):
+        train_side_info(side_info_config(tmp_path, "data.classes=[0, 7]"))
+    rgb = "{num_classes: 4, images_per_class: 16, image_size: 28, channels: 3, seed: 0}"
+    with pytest.raises(ValueError, match=r"lenetpp.*\(3, 28, 28\)"):
+        train_side_info(side_info_config(tmp_path, f"data.options={rgb}"))
