@@ -21,8 +21,9 @@ import uuid
 import pytest
 
 FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
+    # Distinctive values, so that a test can grep every output and log for them.
+    "AWS_ACCESS_KEY_ID": "AKIARAYCOMPATFAKE0001",
+    "AWS_SECRET_ACCESS_KEY": "raycompat/fake+secret/0123456789abcdef",
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_CONFIG_FILE": "/nonexistent/raycompat-test-aws-config",
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/raycompat-test-aws-credentials",
@@ -132,18 +133,17 @@ def s3_strict_auth(s3_server):
 
 
 @pytest.fixture(scope="session")
-def ray_local():
+def ray_local(s3_server):
     """A real local Ray runtime for the session: 4 logical CPUs on the 2-core CI machine, so that
     2 training workers (1 CPU each) leave room for Ray Data's decode actors.
 
-    Workers get the fake AWS credentials in their environment (as a real cluster would from
-    instance roles), so runs stored on the moto S3 server work from every process.
+    Ray starts after the S3 server fixture has put the fake credentials in the environment, so
+    every Ray process inherits them as a cluster node inherits its instance role; nothing passes
+    them through Ray's runtime environment (which Ray records).
     """
     import ray
 
-    env = {**FAKE_AWS_ENV, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True,
-             runtime_env={"env_vars": env})
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True)
     try:
         yield ray
     finally:

@@ -184,3 +184,52 @@ def test_no_unrestricted_unpickling_in_the_code_base():
     assert not unsafe, "unrestricted unpickling (use weights.load_state_dict):\n" + "\n".join(
         unsafe
     )
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_credentials_never_reach_outputs_checkpoints_or_logs(
+    ray_local, s3_bucket, s3_server, tmp_path
+):
+    """A full toy training run stored on S3: no file it wrote, locally, in the bucket or in
+    Ray's session logs, contains the access key or the secret from the environment."""
+    import importlib.util
+    import os
+
+    bucket, options = s3_bucket
+    spec = importlib.util.spec_from_file_location(
+        "train_job", Path(__file__).parent.parent / "jobs" / "train.py"
+    )
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    job.main(
+        [
+            "data.name=synthetic",
+            "data.options={num_classes: 4, images_per_class: 30, image_size: 28, channels: 1}",
+            "model.num_classes=4",
+            "scenario.tasks=[2,4]",
+            "epochs=1",
+            "run.name=secrets",
+            f"run.storage_path=s3://{bucket}/runs",
+            f"run.endpoint_url={s3_server}",
+        ]
+    )
+    secrets = [os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]]
+    assert secrets[0].startswith("AKIARAYCOMPAT")  # the distinctive fake values of conftest
+
+    fs = s3fs.S3FileSystem(**options)
+    stored = fs.find(f"{bucket}/runs")
+    assert any(p.endswith("model.safetensors") for p in stored)
+    blobs = {}
+    for path in stored:
+        try:
+            blobs[path] = fs.cat(path)
+        except FileNotFoundError:  # a zero-byte "directory" marker the store client created
+            continue
+    assert len(blobs) >= 10
+    session = Path(ray_local._private.worker._global_node.get_session_dir_path())
+    for path in [*session.rglob("*"), *tmp_path.rglob("*")]:
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            blobs[str(path)] = path.read_bytes()
+    leaks = [p for p, data in blobs.items() if any(s.encode() in data for s in secrets)]
+    assert not leaks, f"credentials found in {leaks[:5]}"
