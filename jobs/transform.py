@@ -1,0 +1,104 @@
+"""Write a new gallery version with Ray Data: FCT transformation, extraction or identity upgrade.
+
+    python jobs/transform.py --config configs/transform_fct.yaml [key.sub=value ...]
+    ray job submit --working-dir . -- python jobs/transform.py --config configs/<x>.yaml
+
+``mode: transform`` maps ``store.gallery/source_version`` through h (and g) into
+``target.version``; ``mode: extract`` embeds ``images`` with ``model``; ``mode: identity``
+checks the source version and writes nothing (backward-compatible upgrade). Run it again with
+the same config after a failure or a kill: finished part files are kept and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from raycompat.config import ConfigError, load_config  # noqa: E402
+from raycompat.pipelines.config import TransformJobConfig  # noqa: E402
+
+logger = logging.getLogger("raycompat.jobs.transform")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML file with TransformJobConfig keys")
+    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    cfg = load_config(TransformJobConfig, args.config, args.overrides)
+    for key in ("root", "gallery"):
+        if not getattr(cfg.store, key):
+            raise ConfigError(f"store.{key} must be set")
+
+    import ray
+
+    from raycompat.pipelines import extract_version, identity_upgrade, transform_version
+    from raycompat.store import GalleryStore, VersionInfo
+
+    store = GalleryStore(cfg.store.root, cfg.store.storage_options)
+    if cfg.mode == "identity":
+        upgrade = identity_upgrade(
+            store, cfg.store.gallery, cfg.source_version, cfg.target.model_version
+        )
+        summary = {"mode": "identity", **upgrade.__dict__}
+        logger.info("summary: %s", json.dumps(summary))
+        return summary
+    t = cfg.target
+    default_lineage = (
+        f"{t.version} = h({cfg.source_version})"
+        if cfg.mode == "transform"
+        else f"{t.version} = extract({t.model_version})"
+    )
+    target = VersionInfo(
+        t.version,
+        t.model_version,
+        t.width,
+        t.normalized,
+        t.lineage or default_lineage,
+        t.side_info_width,
+    )
+    if not ray.is_initialized():
+        ray.init(address=cfg.ray_address, log_to_driver=True)
+    if cfg.mode == "transform":
+        result = transform_version(
+            store,
+            cfg.store.gallery,
+            cfg.source_version,
+            target,
+            cfg.transformation,
+            cfg.side_info_transformation,
+            cfg.run,
+            t.staging_name,
+        )
+    else:
+        result = extract_version(
+            store,
+            cfg.store.gallery,
+            target,
+            cfg.model,
+            cfg.images,
+            cfg.run,
+            cfg.augment,
+            cfg.seed,
+            t.staging_name,
+        )
+    info = result.pop("version")
+    summary = {
+        "mode": cfg.mode,
+        **result,
+        "version": info.version,
+        "rows": info.rows,
+        "files": len(info.files),
+    }
+    logger.info("summary: %s", json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Extraction: images -> decode/augment -> model actors -> a new gallery version.
+
+    extract_version(store, "faces", VersionInfo("v1", "resnet50-e90", 512, True,
+                    "v1 = extract(resnet50-e90)"), "runs/step1/model",
+                    SourceSpec(kind="dataset", name="casia_webface", options={"root": ...}))
+
+The backfill baseline and the initial index. Each actor opens the image source and loads the
+exported model (``load_exported_model``: ``model.safetensors`` + ``model.json``) once, then
+streams its chunks: decode, augment, ``forward_features`` (bf16 autocast on GPU by default),
+L2-normalise if the version is ``normalized``, write one part file per chunk. Same resumable
+protocol and publishing as :mod:`raycompat.pipelines.transform`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from raycompat.data.augment import AUGMENTATIONS
+from raycompat.pipelines.inputs import file_digest
+from raycompat.pipelines.parts import Chunk, PartWriter
+from raycompat.pipelines.progress import Progress
+from raycompat.pipelines.resume import pending_chunks, record_plan
+from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_chunks
+from raycompat.pipelines.sources import SourceSpec, open_source
+from raycompat.store import (
+    GalleryStore,
+    SchemaError,
+    VersionInfo,
+    embedding_schema,
+    embedding_table,
+)
+from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
+
+
+class ExtractChunks(ChunkWorker):
+    """Actor: opens the source and loads the model once, then embeds chunk after chunk."""
+
+    def __init__(self, *, model: str, source: SourceSpec, augment: str, seed: int, **base) -> None:
+        super().__init__(**base)
+        self.model = load_exported_model(model)[0].to(self.device)
+        self.source = open_source(source)
+        self.augment = AUGMENTATIONS.get(augment)
+        self.seed = seed
+
+    def fill(self, chunk: Chunk, writer: PartWriter) -> None:
+        # Seeded per chunk, so a redone chunk sees the same augmentation as the first try.
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + chunk.start)
+        for ids, images, labels in self.source.batches(
+            chunk, self.run.batch_size, self.augment, generator
+        ):
+            features = embed(
+                self.model, images.to(self.device), self.autocast, self.staging.info.normalized
+            )
+            writer.write(embedding_table(ids, features.cpu().numpy(), labels=labels))
+
+
+def embed(model, images: torch.Tensor, autocast: torch.dtype | None, normalize: bool):
+    """``(B, C, H, W)`` -> float32 ``(B, d)`` features (L2-normalised if ``normalize``)."""
+    with (
+        torch.inference_mode(),
+        torch.autocast(images.device.type, autocast, enabled=autocast is not None),
+    ):
+        features = model.forward_features(images).float()
+    return F.normalize(features, dim=1) if normalize else features
+
+
+def extract_version(
+    store: GalleryStore,
+    gallery: str,
+    target: VersionInfo,
+    model: str,
+    source: SourceSpec,
+    run: RunOptions | None = None,
+    augment: str = "none",
+    seed: int = 0,
+    staging_name: str | None = None,
+) -> dict:
+    """Embed every image of ``source`` with the exported ``model`` into version ``target``.
+
+    Widths are checked before any Ray work (the model is built on the meta device).
+    Returns the progress summary plus ``"version"``, the published record.
+    """
+    run = run or RunOptions()
+    AUGMENTATIONS.get(augment)
+    spec, _ = read_spec(model)
+    with torch.device("meta"):
+        width = build_model(spec).embed_dim
+    if width != target.width:
+        raise SchemaError(
+            f"{model} embeds {width}-d features but target {target.version} "
+            f"declares width {target.width}"
+        )
+    if target.side_info_width is not None:
+        raise SchemaError(
+            f"target {target.version}: extraction writes no side_info column "
+            f"(side_info_width must be None)"
+        )
+    images = open_source(source)
+    chunks = images.plan(run.rows_per_file)
+    id_type, with_label = images.id_type_and_labels()
+    schema = embedding_schema(target.width, id_type, with_label=with_label)
+    staging = store.begin(gallery, target, staging_name or f"extract-{target.version}")
+    identity = {
+        "kind": "extract",
+        "model": file_digest(Path(model) / MODEL_FILE),
+        "source": repr(source),
+        "augment": augment,
+        "seed": seed,
+        "rows_per_file": run.rows_per_file,
+    }
+    record_plan(staging, identity, chunks)
+    todo = pending_chunks(staging, chunks)
+    total = sum(c.rows for c in chunks)
+    progress = Progress(
+        f"extract {gallery}/{target.version}",
+        total,
+        total - sum(c.rows for c in todo),
+        run.progress_every_s,
+    )
+    worker_kwargs = dict(
+        root=store.root,
+        storage_options=store.storage_options,
+        gallery=gallery,
+        info=target,
+        staging_name=staging.path.rsplit("/", 1)[1],
+        schema=schema,
+        model=str(model),
+        source=source,
+        augment=augment,
+        seed=seed,
+    )
+    run_chunks(todo, ExtractChunks, worker_kwargs, run, progress)
+    info = staging.commit(expected_rows=total)
+    return {**progress.summary(), "version": info}

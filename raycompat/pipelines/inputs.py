@@ -1,0 +1,91 @@
+"""Reading a stored version as pipeline input: plan chunks from footers, stream validated rows.
+
+Planning reads only Parquet footers (cheap, on the driver), so a corrupt or truncated input
+file, a file missing a column, or a file of another version fails before any Ray work. Rows are
+validated as they stream (in the actors): NaN/inf or null vectors raise a ``SchemaError`` naming
+the input file and the row in it. No Ray here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from raycompat.pipelines.parts import Chunk, plan_file_chunks
+from raycompat.store import CorruptFileError, GalleryStore, ManifestError, VersionInfo
+from raycompat.store.parquet import open_parquet
+from raycompat.store.validate import validate_schema, validate_values
+
+VECTOR_COLUMNS = ("id", "embedding", "side_info")
+
+
+def plan_version_chunks(
+    store: GalleryStore, gallery: str, info: VersionInfo, rows_per_file: int
+) -> tuple[list[Chunk], str, list[pa.Field]]:
+    """``(chunks, id type "string"|"int64", carried fields)`` of a published version.
+
+    Carried fields are the columns besides ``id``/``embedding``/``side_info`` (e.g. ``label``),
+    copied unchanged into the output.
+    """
+    chunks, rows, first = [], 0, None
+    for index, rel in enumerate(info.files):
+        path, source = store.path(gallery, rel), store.uri(gallery, rel)
+        with open_parquet(store.filesystem, path, source) as parquet:
+            schema = parquet.schema_arrow
+            validate_schema(schema, info, source)
+            first = first or schema
+            chunks += plan_file_chunks(index, path, parquet.metadata, rows_per_file)
+            rows += parquet.metadata.num_rows
+    if rows != info.rows:
+        raise ManifestError(
+            f"{store.uri(gallery)}: version {info.version} record says "
+            f"{info.rows} rows, its files hold {rows}"
+        )
+    id_type = "int64" if pa.types.is_integer(first.field("id").type) else "string"
+    carried = [f for f in first if f.name not in VECTOR_COLUMNS]
+    return chunks, id_type, carried
+
+
+def iter_chunk_batches(
+    store: GalleryStore, chunk: Chunk, info: VersionInfo, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    """Validated batches of one chunk (its row groups of its input file), bounded memory."""
+    source = store.backend.uri(chunk.path)
+    offset = chunk.start
+    with open_parquet(store.filesystem, chunk.path, source) as parquet:
+        batches = parquet.iter_batches(batch_size=batch_size, row_groups=chunk.row_groups)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError) as error:
+                raise CorruptFileError(
+                    f"{source}: corrupt data after row {offset} ({error})"
+                ) from None
+            validate_values(batch, info, source, offset)
+            offset += batch.num_rows
+            yield batch
+
+
+def vectors(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
+    """A ``fixed_size_list<float32>[d]`` column as a float32 ``(N, d)`` array."""
+    column = table.column(name)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    flat = column.flatten().to_numpy(zero_copy_only=False)
+    # a writable copy: torch refuses to wrap read-only Arrow buffers without a warning
+    return np.array(flat, dtype=np.float32).reshape(len(column), column.type.list_size)
+
+
+def file_digest(path: str | Path, block: int = 1 << 22) -> str:
+    """SHA-256 of a file (identifies the model a staging prefix was written with)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while data := handle.read(block):
+            digest.update(data)
+    return digest.hexdigest()

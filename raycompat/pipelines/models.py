@@ -1,0 +1,52 @@
+"""The FCT transformations a pipeline applies, in the training run's export format.
+
+``raycompat.train.fct_export`` writes ``h`` as ``<dir>/h.safetensors`` + ``<dir>/h.json`` and
+``g`` as ``<dir>/g.*`` (the JSON holds ``d_old``, ``d_side``, ``d_new``, ``width``,
+``normalize_output``). The pipelines take the directory of ``h`` and that of ``g`` (usually the
+same one), read the JSON alone to check widths against the store *before* any Ray work, and
+rebuild the modules in each actor. No Ray here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from raycompat.train.fct_export import TRANSFORMATION_KEYS, export_transformation
+from raycompat.train.fct_export import load_transformation as _load
+from raycompat.transformation import FCTTransformation
+
+H, G = "h", "g"
+
+
+def save_transformation(directory: str | Path, module: FCTTransformation, name: str = H) -> None:
+    """Write ``module`` as ``name`` (``"h"`` or ``"g"``) in the training run's format."""
+    dims = {
+        "d_old": module.d_old,
+        "d_side": module.d_side,
+        "d_new": module.d_new,
+        "width": module.old_projection[0].out_features,
+        "normalize_output": module.normalize_output,
+    }
+    export_transformation(directory, name, module.state_dict(), dims)
+
+
+def weights_path(directory: str | Path, name: str = H) -> Path:
+    return Path(directory) / f"{name}.safetensors"
+
+
+def read_transformation_spec(directory: str | Path, name: str = H) -> dict:
+    """The builder arguments of ``name`` without loading weights (cheap up-front checks)."""
+    path = Path(directory) / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no exported transformation {name!r} in {directory}")
+    info = json.loads(path.read_text())
+    missing = [k for k in TRANSFORMATION_KEYS if not isinstance(info, dict) or k not in info]
+    if missing:
+        raise ValueError(f"{path}: lacks {missing}")
+    return {k: info[k] for k in TRANSFORMATION_KEYS}
+
+
+def load_transformation(directory: str | Path, name: str = H) -> FCTTransformation:
+    """The module in eval mode (BatchNorm uses its running statistics)."""
+    return _load(directory, name)

@@ -1,0 +1,128 @@
+"""Work units (chunks) and their output part files: planned from footers, written atomically.
+
+A :class:`Chunk` is a run of whole row groups of one input file (or a row range of an image
+dataset) that becomes exactly one output part file with a deterministic name. The part is
+streamed batch by batch into ``_tmp/`` under the staging prefix and moved into place when
+complete (the store's own protocol, ``raycompat.store.parquet.write_parquet``), so a part name
+never holds a partial file, and memory stays at one batch whatever ``rows_per_file`` is.
+This module does not import Ray.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from raycompat.store import Staging, validate_table, version_metadata
+
+
+@dataclass
+class Chunk:
+    """One unit of work -> one output part file.
+
+    Attributes:
+        part: output part file name, e.g. ``"part-00003-0001.parquet"`` (input 3, chunk 1).
+        input: index of the input (a source file, or 0 for a dataset).
+        path: filesystem path of the input file ("" for a dataset source).
+        row_groups: the input's row groups this chunk reads (empty for a dataset source).
+        start, stop: row range ``[start, stop)`` in the input (for messages and datasets).
+    """
+
+    part: str
+    input: int
+    path: str
+    start: int
+    stop: int
+    row_groups: list[int] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+def plan_file_chunks(
+    index: int, path: str, metadata: pq.FileMetaData, rows_per_file: int
+) -> list[Chunk]:
+    """Group the row groups of one Parquet input into chunks of about ``rows_per_file`` rows.
+
+    A chunk closes once it holds ``rows_per_file`` rows or more, so chunks never split a row
+    group (output files are at most ``rows_per_file`` + one input row group long).
+    """
+    chunks, groups, start, rows = [], [], 0, 0
+    for g in range(metadata.num_row_groups):
+        groups.append(g)
+        rows += metadata.row_group(g).num_rows
+        if rows >= rows_per_file or g == metadata.num_row_groups - 1:
+            name = f"part-{index:05d}-{len(chunks):04d}.parquet"
+            chunks.append(Chunk(name, index, path, start, start + rows, groups))
+            groups, start, rows = [], start + rows, 0
+    return chunks
+
+
+def plan_range_chunks(total_rows: int, rows_per_file: int) -> list[Chunk]:
+    """Row ranges ``[k * rows_per_file, ...)`` of one dataset input."""
+    return [
+        Chunk(f"part-00000-{k:04d}.parquet", 0, "", s, min(s + rows_per_file, total_rows))
+        for k, s in enumerate(range(0, total_rows, rows_per_file))
+    ]
+
+
+class PartWriter:
+    """Stream validated tables into one part file; it appears under its name only on ``close``.
+
+    Every table is checked with ``validate_table`` against the version (schema, widths,
+    NaN/inf, norms, ids unique within the table); errors name the part and row.
+    """
+
+    def __init__(self, staging: Staging, name: str, schema: pa.Schema) -> None:
+        self.staging, self.name = staging, name
+        self.path = posixpath.join(staging.path, name)
+        self.source = f"{staging.uri}/{name}"
+        self._tmp = posixpath.join(staging.path, "_tmp", f"{name}.{uuid.uuid4().hex}")
+        meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+        meta.update(version_metadata(staging.info))
+        self.schema = schema.with_metadata(meta)
+        self.rows = 0
+        fs = staging.filesystem
+        if fs.type_name == "local":
+            fs.create_dir(posixpath.dirname(self._tmp), recursive=True)
+        self._writer = pq.ParquetWriter(
+            self._tmp, self.schema, filesystem=fs, write_page_checksum=True
+        )
+
+    def write(self, table: pa.Table) -> None:
+        table = table.select(self.schema.names).cast(self.schema)
+        validate_table(table, self.staging.info, f"{self.source} (rows from {self.rows})")
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> int:
+        """Finish the file and move it into place; returns its row count."""
+        self._writer.close()
+        self.staging.filesystem.move(self._tmp, self.path)
+        return self.rows
+
+    def abort(self) -> None:
+        """Drop the temporary file (called on any error; the part name stays absent)."""
+        try:
+            self._writer.close()
+        finally:
+            fs = self.staging.filesystem
+            if fs.get_file_info(self._tmp).type != pafs.FileType.NotFound:
+                fs.delete_file(self._tmp)
+
+
+def part_rows(fs: pafs.FileSystem, path: str) -> int | None:
+    """Rows in a complete part file, or None if it is absent or unreadable (to be redone)."""
+    try:
+        with fs.open_input_file(path) as handle:
+            return pq.ParquetFile(handle).metadata.num_rows
+    except FileNotFoundError:
+        return None
+    except (pa.ArrowException, OSError):
+        return None

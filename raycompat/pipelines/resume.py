@@ -1,0 +1,89 @@
+"""Resumability: a per-chunk commit log kept in the staging prefix itself.
+
+The log is the set of complete part files. Each chunk has a deterministic part name and parts
+appear atomically (``PartWriter``), so "part exists and its footer holds the chunk's row count"
+means "chunk done". A rerun with the same staging name skips those chunks and redoes the rest;
+nothing is ever appended to, so a kill at any moment loses at most the chunks in flight.
+
+Deterministic names are only safe if the rerun plans the *same* chunks, so the first run writes
+``_plan.json`` (ignored by the store's listings: it starts with ``_``) holding the job's
+identity (source, models, ``rows_per_file``...) and the chunk list; a rerun whose plan differs
+is refused instead of mixing two chunkings (which would duplicate or lose rows).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+from dataclasses import asdict
+
+import pyarrow.fs as pafs
+
+from raycompat.pipelines.parts import Chunk, part_rows
+from raycompat.store import Staging, StoreError
+
+logger = logging.getLogger(__name__)
+PLAN_FILE = "_plan.json"
+
+
+class PlanMismatchError(StoreError):
+    """The staging prefix holds parts of a different plan (other source, model or sizing)."""
+
+
+def record_plan(staging: Staging, identity: dict, chunks: list[Chunk]) -> None:
+    """Write the plan on the first run; on a rerun check it equals the stored one."""
+    fs, path = staging.filesystem, posixpath.join(staging.path, PLAN_FILE)
+    plan = {"identity": identity, "chunks": [asdict(c) for c in chunks]}
+    data = json.dumps(plan, sort_keys=True).encode()
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        with fs.open_input_stream(path) as handle:
+            stored = json.loads(handle.read())
+        if stored != json.loads(data):
+            diff = {
+                k: (stored["identity"].get(k), v)
+                for k, v in identity.items()
+                if stored["identity"].get(k) != v
+            }
+            raise PlanMismatchError(
+                f"{staging.uri}: holds a run with another plan (identity changes {diff or 'none'}"
+                f"; chunks {len(stored['chunks'])} vs {len(chunks)}). Use another staging name, "
+                f"or abort that staging prefix to start over"
+            )
+        return
+    if fs.type_name == "local":
+        fs.create_dir(staging.path, recursive=True)
+    with fs.open_output_stream(path) as handle:
+        handle.write(data)
+
+
+def pending_chunks(staging: Staging, chunks: list[Chunk]) -> list[Chunk]:
+    """The chunks whose part file is absent or incomplete; complete ones are skipped."""
+    existing = {posixpath.basename(p) for p in staging.files()}
+    todo = []
+    for chunk in chunks:
+        if chunk.part in existing:
+            rows = part_rows(staging.filesystem, posixpath.join(staging.path, chunk.part))
+            if rows == chunk.rows:
+                continue
+            logger.warning(
+                "%s/%s holds %s rows, expected %d: redoing it",
+                staging.uri,
+                chunk.part,
+                rows,
+                chunk.rows,
+            )
+        todo.append(chunk)
+    unplanned = existing - {c.part for c in chunks}
+    if unplanned:
+        raise PlanMismatchError(
+            f"{staging.uri}: part files not in the plan: {sorted(unplanned)[:5]}"
+        )
+    logger.info(
+        "%s: %d of %d chunks done, %d to do",
+        staging.uri,
+        len(chunks) - len(todo),
+        len(chunks),
+        len(todo),
+    )
+    return todo

@@ -1,0 +1,163 @@
+"""Run chunks through a pool of model actors with Ray Data, then publish the staged version.
+
+    chunks (one row each) -> map_batches(Worker, compute=ActorPoolStrategy, batch_size=1)
+                          -> one output part file per chunk, written by the actor
+                          -> driver: progress from the (tiny) result rows -> Staging.commit
+
+Why the actors write the parts themselves rather than ``read_parquet -> map_batches ->
+write_parquet``: resuming needs each output file to be a deterministic function of its input
+chunk (``resume.py``), which Ray Data's writers do not offer (their file names and block
+boundaries depend on the run). Each actor streams its chunk batch by batch, so memory is
+bounded by ``actors x batch_size`` rows whatever the table size, and the model is loaded once
+per actor, never per batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import pyarrow as pa
+import ray
+import torch
+
+from raycompat.pipelines.parts import Chunk, PartWriter
+from raycompat.pipelines.progress import Progress
+from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
+
+logger = logging.getLogger(__name__)
+
+
+class PipelineError(RuntimeError):
+    """A chunk failed in an actor; the message carries the actor's error (file, row...)."""
+
+
+@dataclass
+class RunOptions:
+    """How a pipeline runs (the same keys in every ``configs/transform_*.yaml``).
+
+    Attributes:
+        rows_per_file: target rows per output part (parts never split an input row group).
+        batch_size: rows per model call inside an actor (bounds memory per actor).
+        actors: maximum actors in the pool (one model copy each).
+        threads_per_actor: torch intra-op threads per actor (and the CPUs it reserves).
+        num_gpus_per_actor: 0 on CPU; 1 (or a fraction) to put each model on a GPU.
+        precision: ``"auto"`` (bf16 on GPU, fp32 on CPU), ``"fp32"`` or ``"bf16"``.
+        progress_every_s: seconds between progress log lines.
+    """
+
+    rows_per_file: int = 1_000_000
+    batch_size: int = 65536
+    actors: int = 2
+    threads_per_actor: int = 1
+    num_gpus_per_actor: float = 0.0
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    progress_every_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("rows_per_file", "batch_size", "actors", "threads_per_actor"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"run.{name} must be >= 1, got {getattr(self, name)}")
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for a precision setting on a device (None: plain fp32)."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+class ChunkWorker:
+    """Stateful ``map_batches`` callable: one chunk in, one part file out, one result row back.
+
+    Subclasses load their model once in ``__init__`` and implement :meth:`fill`.
+    """
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        storage_options: dict,
+        gallery: str,
+        info: VersionInfo,
+        staging_name: str,
+        schema: pa.Schema,
+        run: RunOptions,
+    ) -> None:
+        torch.set_num_threads(run.threads_per_actor)
+        self.store = GalleryStore(root, storage_options)
+        # Not store.begin(): an actor the pool starts late, after the driver has published,
+        # must not fail on the "already published" check (it will get no chunk anyway).
+        gallery_path = self.store.path(gallery)
+        self.staging = Staging(self.store.backend, gallery_path, info, staging_name)
+        self.schema, self.run = schema, run
+        self.device = torch.device("cuda" if run.num_gpus_per_actor > 0 else "cpu")
+        self.autocast = autocast_dtype(run.precision, self.device)
+
+    def fill(self, chunk: Chunk, writer: PartWriter) -> None:
+        raise NotImplementedError
+
+    def __call__(self, batch: dict) -> dict:
+        results = {"part": [], "rows": []}
+        for item in batch["chunk"]:
+            chunk = Chunk(**json.loads(item))
+            writer = PartWriter(self.staging, chunk.part, self.schema)
+            try:
+                self.fill(chunk, writer)
+            except BaseException:
+                writer.abort()
+                raise
+            if writer.rows != chunk.rows:
+                writer.abort()
+                raise StoreError(
+                    f"{writer.source}: wrote {writer.rows} rows, the chunk has {chunk.rows}"
+                )
+            writer.close()
+            results["part"].append(chunk.part)
+            results["rows"].append(chunk.rows)
+        return results
+
+
+def run_chunks(
+    chunks: list[Chunk],
+    worker: type[ChunkWorker],
+    worker_kwargs: dict,
+    run: RunOptions,
+    progress: Progress,
+) -> None:
+    """Process ``chunks`` in an actor pool; raise :class:`PipelineError` if any chunk fails."""
+    if not chunks:
+        return
+    items = [{"chunk": json.dumps(asdict(c))} for c in chunks]
+    dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        worker,
+        fn_constructor_kwargs={**worker_kwargs, "run": run},
+        batch_size=1,
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=min(run.actors, len(chunks))),
+        num_cpus=run.threads_per_actor,
+        num_gpus=run.num_gpus_per_actor or None,
+    )
+    try:
+        for row in dataset.iter_rows():
+            progress.update(int(row["rows"]))
+    except Exception as error:  # Ray wraps the actor's error; keep its message, drop the noise
+        raise PipelineError(f"{progress.name} failed: {_root_message(error)}") from error
+
+
+_ERROR_LINE = re.compile(r"^([\w.]*(?:Error|Exception)): (.+)$")
+
+
+def _root_message(error: BaseException) -> str:
+    """The actor's own error line (e.g. ``SchemaError: <file>: row 17 ...``).
+
+    Ray Data re-raises a UDF failure as ``UserCodeException`` whose text holds the actor's
+    traceback; the first ``<Type>Error: message`` line in it that is not Ray's is the cause.
+    """
+    for line in str(error).splitlines():
+        match = _ERROR_LINE.match(line.strip())
+        if match and not match.group(1).startswith("ray."):
+            return line.strip()
+    return str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)

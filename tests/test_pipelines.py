@@ -1,0 +1,399 @@
+"""Ray Data pipelines: FCT transformation and extraction against single-process references,
+resume after a failure half-way, and one test per bad input (the output is never published)."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from raycompat.data import create_dataset, read_image
+from raycompat.pipelines import (
+    PipelineError,
+    PlanMismatchError,
+    RunOptions,
+    SourceSpec,
+    extract_version,
+    identity_upgrade,
+    load_transformation,
+    save_transformation,
+    transform_version,
+)
+from raycompat.pipelines import transform as transform_module
+from raycompat.pipelines.parts import Chunk
+from raycompat.pipelines.resume import record_plan
+from raycompat.pipelines.runner import run_chunks
+from raycompat.store import (
+    CorruptFileError,
+    GalleryStore,
+    ManifestError,
+    SchemaError,
+    VersionInfo,
+    embedding_table,
+    version_metadata,
+)
+from raycompat.train.config import ModelSpec
+from raycompat.train.export import export_model, load_exported_model
+from raycompat.transformation import fct_transformation, side_info_transformation
+
+D_OLD, D_SIDE, D_NEW, D_SIDE_NEW = 32, 8, 16, 8
+
+
+def make_source(root: Path, gallery: str, rows: int, files: int, group_rows: int) -> GalleryStore:
+    """Publish ``gallery/v1``: ``files`` Parquet files of ``group_rows``-row groups, int ids."""
+    store = GalleryStore(str(root))
+    info = VersionInfo("v1", "m1", D_OLD, False, "v1 = extract(m1)", side_info_width=D_SIDE)
+    staging = store.begin(gallery, info, "init")
+    rng = np.random.default_rng(0)
+    os.makedirs(staging.path, exist_ok=True)
+    for k, ids in enumerate(np.array_split(np.arange(rows, dtype=np.int64) * 3 + 1, files)):
+        table = embedding_table(
+            ids,
+            rng.standard_normal((len(ids), D_OLD)),
+            rng.standard_normal((len(ids), D_SIDE)),
+            labels=ids % 5,
+        ).replace_schema_metadata(version_metadata(info))
+        pq.write_table(table, f"{staging.path}/in-{k}.parquet", row_group_size=group_rows)
+    staging.commit(expected_rows=rows)
+    return store
+
+
+def random_models(directory: Path) -> tuple[str, str]:
+    """h and g with random weights and BN statistics (so eval-mode BN is not the identity)."""
+    torch.manual_seed(0)
+    h = fct_transformation(D_OLD, D_SIDE, D_NEW, width=64)
+    g = side_info_transformation(D_OLD, D_SIDE, D_SIDE_NEW, width=64)
+    for module in (h, g):
+        for m in module.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.normal_()
+                m.running_var.uniform_(0.5, 2.0)
+    save_transformation(directory / "fct", h, "h")  # the training run's layout: h.* and g.*
+    save_transformation(directory / "fct", g, "g")
+    return str(directory / "fct"), str(directory / "fct")
+
+
+def target(version: str = "v2") -> VersionInfo:
+    return VersionInfo(version, "m2", D_NEW, False, f"{version} = h(v1)", D_SIDE_NEW)
+
+
+def reference(store: GalleryStore, gallery: str, h_dir: str, g_dir: str) -> dict:
+    """Single-process: the whole table through h and g in one call, keyed by id."""
+    table = store.read(gallery, "v1")
+    n = table.num_rows
+    old, side = (
+        torch.tensor(table[c].combine_chunks().flatten().to_numpy().reshape(n, -1))
+        for c in ("embedding", "side_info")
+    )
+    with torch.no_grad():
+        new = load_transformation(h_dir)(old, side).numpy()
+        new_side = load_transformation(g_dir, "g")(old, side).numpy()
+    return {
+        "ids": table["id"].to_numpy(),
+        "new": new,
+        "side": new_side,
+        "labels": table["label"].to_numpy(),
+    }
+
+
+def by_id(table: pa.Table, column: str) -> np.ndarray:
+    order = np.argsort(table["id"].to_numpy())
+    values = table[column].combine_chunks()
+    if pa.types.is_fixed_size_list(values.type):
+        return values.flatten().to_numpy().reshape(len(values), -1)[order]
+    return values.to_numpy()[order]
+
+
+def load_job(path: Path):
+    spec = importlib.util.spec_from_file_location("transform_job", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def published(store: GalleryStore, gallery: str) -> list[str]:
+    return [v.version for v in store.versions(gallery)]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_transform_200k_rows_equals_single_process_reference(tmp_path, ray_local):
+    store = make_source(tmp_path / "store", "big", rows=200_000, files=4, group_rows=10_000)
+    h_dir, g_dir = random_models(tmp_path)
+    run = RunOptions(rows_per_file=25_000, batch_size=8192, actors=2, progress_every_s=1)
+    result = transform_version(store, "big", "v1", target(), h_dir, g_dir, run)
+    info = result["version"]
+    # 4 files x 50k rows in 10k-row groups; chunks close at >= 25k rows: 30k + 20k per file
+    assert sorted(f.rsplit("/", 1)[1] for f in info.files) == [
+        f"part-{i:05d}-{k:04d}.parquet" for i in range(4) for k in range(2)
+    ]
+    for rel in info.files:
+        rows = pq.ParquetFile(store.path("big", rel)).metadata.num_rows
+        assert rows == (30_000 if rel.endswith("-0000.parquet") else 20_000)
+    out = store.read("big", "v2")
+    ref = reference(store, "big", h_dir, g_dir)
+    order = np.argsort(ref["ids"])
+    np.testing.assert_array_equal(np.sort(out["id"].to_numpy()), ref["ids"][order])
+    np.testing.assert_allclose(by_id(out, "embedding"), ref["new"][order], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(by_id(out, "side_info"), ref["side"][order], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(by_id(out, "label"), ref["labels"][order])
+    assert result["rows_written"] == 200_000 and result["rows_skipped"] == 0
+
+
+def failing_worker(marker: Path):
+    """A worker that fails on the first chunk of input 2 while ``marker`` does not exist."""
+
+    class FailOnceTransform(transform_module.TransformChunks):
+        def fill(self, chunk, writer):
+            if chunk.part == "part-00002-0000.parquet" and not marker.exists():
+                marker.write_text("failed once")
+                raise RuntimeError("injected failure half-way")
+            super().fill(chunk, writer)
+
+    return FailOnceTransform
+
+
+@pytest.mark.ray
+def test_transform_resumes_after_a_failure_without_rewriting_done_parts(
+    tmp_path, ray_local, monkeypatch
+):
+    store = make_source(tmp_path / "store", "g", rows=8_000, files=4, group_rows=1_000)
+    h_dir, g_dir = random_models(tmp_path)
+    run = RunOptions(rows_per_file=1_000, batch_size=500, actors=1)
+    with monkeypatch.context() as patch:
+        failing = failing_worker(tmp_path / "marker")
+        patch.setattr(  # swap the worker class only: TransformChunks stays importable by name
+            transform_module,
+            "run_chunks",
+            lambda chunks, worker, *args: run_chunks(chunks, failing, *args),
+        )
+        with pytest.raises(PipelineError, match="injected failure half-way"):
+            transform_version(store, "g", "v1", target(), h_dir, g_dir, run)
+    assert (tmp_path / "marker").exists()
+    assert published(store, "g") == ["v1"]  # nothing published on error
+    staging = store.begin("g", target(), "transform-v1")
+    done = {p: os.stat(p) for p in staging.files()}
+    assert "part-00002-0000.parquet" not in {p.rsplit("/", 1)[1] for p in done}
+    result = transform_version(store, "g", "v1", target(), h_dir, g_dir, run)
+    assert result["rows_skipped"] == 1_000 * len(done)
+    assert result["rows_written"] == 8_000 - 1_000 * len(done)
+    for path, before in done.items():  # finished parts were skipped, not rewritten
+        after = os.stat(path)
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    out = store.read("g", "v2")
+    ids = out["id"].to_numpy()
+    assert len(ids) == len(set(ids.tolist())) == 8_000
+    assert set(ids.tolist()) == set(store.read("g", "v1")["id"].to_numpy().tolist())
+    ref = reference(store, "g", h_dir, g_dir)
+    np.testing.assert_allclose(
+        by_id(out, "embedding"), ref["new"][np.argsort(ref["ids"])], rtol=1e-4, atol=1e-5
+    )
+
+
+def test_rerun_with_another_chunking_is_refused(tmp_path):
+    store = make_source(tmp_path / "store", "g", rows=4_000, files=2, group_rows=1_000)
+    staging = store.begin("g", target(), "job")
+    chunks = [Chunk("part-00000-0000.parquet", 0, "p", 0, 2_000, [0, 1])]
+    record_plan(staging, {"rows_per_file": 2_000}, chunks)
+    record_plan(staging, {"rows_per_file": 2_000}, chunks)  # same plan: fine
+    with pytest.raises(PlanMismatchError, match="rows_per_file.*2000, 1000"):
+        record_plan(staging, {"rows_per_file": 1_000}, chunks[:1])
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A published 2-file source (4k rows) and h/g directories."""
+    store = make_source(tmp_path / "store", "g", rows=4_000, files=2, group_rows=1_000)
+    return store, *random_models(tmp_path)
+
+
+def assert_not_started(store: GalleryStore) -> None:
+    assert published(store, "g") == ["v1"]
+    assert not Path(store.path("g", "_data", "v2")).exists()  # failed before any work
+
+
+def test_missing_source_version_fails_before_any_work(small):
+    store, h_dir, g_dir = small
+    with pytest.raises(ManifestError, match="no version 'v9'.*'v1'"):
+        transform_version(store, "g", "v9", target(), h_dir, g_dir)
+    assert_not_started(store)
+
+
+def test_width_mismatch_with_the_transformation_fails_before_any_work(small, tmp_path):
+    store, _, g_dir = small
+    save_transformation(tmp_path / "h33", fct_transformation(D_OLD + 1, D_SIDE, D_NEW, width=8))
+    with pytest.raises(SchemaError, match=f"source v1 width is {D_OLD} but .*h33 d_old is 33"):
+        transform_version(store, "g", "v1", target(), str(tmp_path / "h33"), g_dir)
+    with pytest.raises(SchemaError, match="target v2 width is 17 but .*d_new is 16"):
+        wide = VersionInfo("v2", "m2", D_NEW + 1, False, "v2 = h(v1)", D_SIDE_NEW)
+        transform_version(store, "g", "v1", wide, small[1], g_dir)
+    assert_not_started(store)
+
+
+def test_input_file_missing_a_column_is_named(small):
+    store, h_dir, g_dir = small
+    path = store.path("g", store.version("g", "v1").files[0])
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(["side_info"]), path)
+    with pytest.raises(SchemaError, match=r"in-0\.parquet: missing column 'side_info'"):
+        transform_version(store, "g", "v1", target(), h_dir, g_dir)
+    assert_not_started(store)
+
+
+def test_corrupt_parquet_input_is_named(small):
+    store, h_dir, g_dir = small
+    path = store.path("g", store.version("g", "v1").files[1])
+    Path(path).write_bytes(b"PAR1 this is not a parquet file PAR1")
+    with pytest.raises(CorruptFileError, match=r"in-1\.parquet: not a readable Parquet file"):
+        transform_version(store, "g", "v1", target(), h_dir, g_dir)
+    assert_not_started(store)
+
+
+@pytest.mark.ray
+def test_nan_in_input_rows_names_file_and_row_and_publishes_nothing(small, ray_local):
+    store, h_dir, g_dir = small
+    path = store.path("g", store.version("g", "v1").files[1])
+    table = pq.read_table(path)
+    x = table["embedding"].combine_chunks().flatten().to_numpy().reshape(len(table), -1).copy()
+    x[1017, 3] = np.nan  # row 1017 of the file: second row group
+    column = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), D_OLD)
+    table = table.set_column(table.schema.get_field_index("embedding"), "embedding", column)
+    pq.write_table(table, path, row_group_size=1_000)
+    run = RunOptions(rows_per_file=1_000, batch_size=500, actors=1)
+    with pytest.raises(PipelineError, match=r"in-1\.parquet: 1 row\(s\) of embedding .* row 1017"):
+        transform_version(store, "g", "v1", target(), h_dir, g_dir, run)
+    assert published(store, "g") == ["v1"]
+
+
+def test_identity_upgrade_writes_nothing(small):
+    store, _, _ = small
+    before = sorted(p for p in Path(store.root).rglob("*"))
+    upgrade = identity_upgrade(store, "g", "v1", "m1-bct")
+    assert (upgrade.version, upgrade.model_version, upgrade.rows) == ("v1", "m1-bct", 4_000)
+    assert sorted(p for p in Path(store.root).rglob("*")) == before
+    with pytest.raises(ManifestError, match="no version 'v7'"):
+        identity_upgrade(store, "g", "v7", "m")
+
+
+def exported_lenet(directory: Path) -> str:
+    spec = ModelSpec(
+        backbone="lenetpp",
+        head="linear",
+        num_classes=10,
+        embed_dim=8,
+        backbone_kwargs={"in_chans": 3, "image_size": 32},
+    )
+    from raycompat.train.export import build_model
+
+    torch.manual_seed(1)
+    export_model(directory, build_model(spec).state_dict(), spec)
+    return str(directory)
+
+
+def png(image: torch.Tensor) -> bytes:
+    array = (image.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.ray
+def test_extraction_equals_in_process_forward_features(tmp_path, ray_local):
+    model_dir = exported_lenet(tmp_path / "model")
+    model = load_exported_model(model_dir)[0]
+    options = {"num_classes": 10, "images_per_class": 20, "image_size": 32, "seed": 3}
+    dataset = create_dataset("synthetic", **options)
+    images = torch.stack([dataset[i][0] for i in range(len(dataset))])
+    store = GalleryStore(str(tmp_path / "store"))
+    run = RunOptions(rows_per_file=64, batch_size=16, actors=2)
+    info = VersionInfo("v1", "lenet", 8, True, "v1 = extract(lenet)")
+    spec = SourceSpec(kind="dataset", name="synthetic", options=options)
+    result = extract_version(store, "syn", info, model_dir, spec, run)
+    assert [f.rsplit("/", 1)[1] for f in result["version"].files] == [
+        f"part-00000-{k:04d}.parquet"
+        for k in range(4)  # 200 rows: 64 + 64 + 64 + 8
+    ]
+    out = store.read("syn", "v1")
+    with torch.no_grad():
+        expected = F.normalize(model.forward_features(images), dim=1).numpy()
+    np.testing.assert_array_equal(by_id(out, "id"), np.arange(200))
+    np.testing.assert_allclose(by_id(out, "embedding"), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(by_id(out, "label"), dataset.labels)
+
+    # The same images as a Parquet of PNG bytes with string ids.
+    encoded = [png(image) for image in images]
+    files = []
+    for k, rows in enumerate(np.array_split(np.arange(200), 2)):
+        files.append(str(tmp_path / f"images-{k}.parquet"))
+        ids = pa.array([f"img{r:03d}" for r in rows])
+        pq.write_table(
+            pa.table(
+                {
+                    "id": ids,
+                    "image": pa.array([encoded[r] for r in rows]),
+                    "label": pa.array(dataset.labels[rows]),
+                }
+            ),
+            files[-1],
+        )
+    spec = SourceSpec(kind="parquet_images", paths=files, mode="RGB")
+    extract_version(store, "png", info, model_dir, spec, run)
+    out = store.read("png", "v1")
+    decoded = torch.stack([read_image(e) for e in encoded])
+    with torch.no_grad():
+        expected = F.normalize(model.forward_features(decoded), dim=1).numpy()
+    assert sorted(out["id"].to_pylist()) == [f"img{r:03d}" for r in range(200)]
+    np.testing.assert_allclose(by_id(out, "embedding"), expected, rtol=1e-4, atol=1e-5)
+
+    pq.write_table(pa.table({"id": [1], "pixels": [b"x"]}), tmp_path / "bad.parquet")
+    bad = SourceSpec(kind="parquet_images", paths=[str(tmp_path / "bad.parquet")])
+    with pytest.raises(SchemaError, match=r"bad\.parquet: missing column\(s\) \['image'\]"):
+        extract_version(store, "bad", info, model_dir, bad, run)
+    assert published(store, "bad") == []
+
+
+@pytest.mark.ray
+def test_transform_job_main(small, tmp_path, ray_local):
+    job = load_job(Path(__file__).parents[1] / "jobs" / "transform.py")
+    store, h_dir, g_dir = small
+    config = tmp_path / "job.yaml"
+    config.write_text("mode: transform\nrun:\n  rows_per_file: 1500\n  actors: 1\n")
+    summary = job.main(
+        [
+            "--config",
+            str(config),
+            f"store.root={store.root}",
+            "store.gallery=g",
+            "source_version=v1",
+            f"transformation={h_dir}",
+            f"side_info_transformation={g_dir}",
+            "target.version=v2",
+            "target.model_version=m2",
+            f"target.width={D_NEW}",
+            f"target.side_info_width={D_SIDE_NEW}",
+        ]
+    )
+    # 2 files of 2 x 1000-row groups; a chunk closes at >= 1500 rows: one part per file
+    assert (summary["version"], summary["rows"], summary["files"]) == ("v2", 4_000, 2)
+    assert store.version("g", "v2").lineage == "v2 = h(v1)"
+    summary = job.main(
+        [
+            "--config",
+            str(config),
+            "mode=identity",
+            f"store.root={store.root}",
+            "store.gallery=g",
+            "source_version=v2",
+            "target.model_version=m3",
+        ]
+    )
+    assert (summary["mode"], summary["version"], summary["rows"]) == ("identity", "v2", 4_000)
