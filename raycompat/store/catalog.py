@@ -1,0 +1,172 @@
+"""The model catalog: which model versions exist and which gallery version each may query.
+
+Kept beside the galleries it describes, as immutable JSON records written with the store's
+create-if-absent primitive (the same one that publishes versions, see ``manifest.py``)::
+
+    <root>/_models/<model_version>.json              a ModelRecord
+    <root>/<gallery>/_queries/<model_version>.json   a QueryGrant: the gallery version the model
+                                                     queries, and why that is allowed
+
+A record is never rewritten, so an upgrade that is run twice cannot register a model twice or
+point it at two gallery versions: registering the same content again is a no-op, different
+content is a :class:`CatalogConflictError`. Grants name how the gallery version relates to the
+model: ``extracted`` (computed by this model), ``compatible`` (the model passed the empirical
+compatibility criterion against the version's model: no rewrite, CoReS/BCT/HOC), or
+``transformed`` (the version was moved forward to this model by an FCT transformation).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+import pyarrow.fs as pafs
+
+from raycompat.store.errors import StoreError
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.manifest import now_utc
+from raycompat.store.paths import check_name, join
+
+MODELS_DIR, QUERIES_DIR = "_models", "_queries"
+RELATIONS = ("extracted", "compatible", "transformed")
+
+
+class CatalogConflictError(StoreError):
+    """A record already exists with different content (a second upgrade under the same name)."""
+
+
+@dataclass
+class ModelRecord:
+    """A registered model version.
+
+    Attributes:
+        model_version: safe name (``"m3"``).
+        uri: directory of the exported model (``model.safetensors`` + ``model.json``).
+        embed_dim: the width of its embeddings.
+        method: how it was trained (a registered compatibility method).
+        parent: the model version it was trained to be compatible with, if any.
+    """
+
+    model_version: str
+    uri: str
+    embed_dim: int
+    method: str = ""
+    parent: str | None = None
+    run: str = ""
+    created: str = ""
+
+
+@dataclass
+class QueryGrant:
+    """``model_version`` queries ``gallery`` at ``gallery_version`` (``relation`` says why)."""
+
+    gallery: str
+    gallery_version: str
+    model_version: str
+    relation: str
+    evidence: dict = field(default_factory=dict)  # e.g. cross-test, self-test, ECC
+    created: str = ""
+
+
+def _same(a, b) -> bool:
+    return {**asdict(a), "created": ""} == {**asdict(b), "created": ""}
+
+
+class Catalog:
+    def __init__(self, store: GalleryStore) -> None:
+        self.store = store
+        self._backend = store.backend
+
+    def _read(self, path: str, cls):
+        fs = self._backend.filesystem
+        with fs.open_input_stream(path) as stream:
+            data = json.loads(stream.read().decode())
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def _exists(self, path: str) -> bool:
+        return self._backend.filesystem.get_file_info(path).type != pafs.FileType.NotFound
+
+    def _create(self, path: str, record, what: str):
+        """Write ``record`` once; the same content again returns the stored record."""
+        record.created = record.created or now_utc()
+        try:
+            self._backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
+            return record
+        except FileExistsError:
+            existing = self._read(path, type(record))
+            if _same(existing, record):
+                return existing
+            raise CatalogConflictError(
+                f"{what} is already recorded at {self._backend.uri(path)} with different "
+                f"content ({asdict(existing)}); records are immutable: use a new name"
+            ) from None
+
+    def _model_path(self, model_version: str) -> str:
+        return join(self._backend.root, MODELS_DIR, f"{check_name('model', model_version)}.json")
+
+    def register_model(self, record: ModelRecord) -> ModelRecord:
+        if record.parent is not None:
+            try:
+                self.model(record.parent)
+            except StoreError as err:
+                raise StoreError(f"model {record.model_version!r}: its parent {err}") from None
+        return self._create(
+            self._model_path(record.model_version), record, f"model {record.model_version!r}"
+        )
+
+    def model(self, model_version: str) -> ModelRecord:
+        path = self._model_path(model_version)
+        if not self._exists(path):
+            raise StoreError(
+                f"model {model_version!r} is not registered ({self._backend.uri(path)})"
+            )
+        return self._read(path, ModelRecord)
+
+    def _list(self, directory: str, cls) -> list:
+        selector = pafs.FileSelector(directory, allow_not_found=True)
+        infos = self._backend.filesystem.get_file_info(selector)
+        records = [self._read(i.path, cls) for i in infos if i.path.endswith(".json")]
+        return sorted(records, key=lambda r: r.created)
+
+    def models(self) -> list[ModelRecord]:
+        return self._list(join(self._backend.root, MODELS_DIR), ModelRecord)
+
+    def _grant_path(self, gallery: str, model_version: str) -> str:
+        return join(
+            self._backend.root,
+            check_name("gallery", gallery),
+            QUERIES_DIR,
+            f"{check_name('model', model_version)}.json",
+        )
+
+    def grant(self, grant: QueryGrant) -> QueryGrant:
+        """Record that ``grant.model_version`` queries the (published) gallery version."""
+        if grant.relation not in RELATIONS:
+            raise ValueError(f"relation {grant.relation!r} is not one of {', '.join(RELATIONS)}")
+        model = self.model(grant.model_version)
+        info = self.store.version(grant.gallery, grant.gallery_version)
+        if grant.relation != "compatible" and info.width != model.embed_dim:
+            raise StoreError(
+                f"gallery {grant.gallery} {grant.gallery_version} holds {info.width}-d rows but "
+                f"model {model.model_version} embeds to {model.embed_dim}-d"
+            )
+        return self._create(
+            self._grant_path(grant.gallery, grant.model_version),
+            grant,
+            f"the query grant of {grant.model_version!r} on {grant.gallery!r}",
+        )
+
+    def queryable_version(self, gallery: str, model_version: str) -> QueryGrant:
+        """The gallery version ``model_version`` may query, or a StoreError saying it has none."""
+        path = self._grant_path(gallery, model_version)
+        if not self._exists(path):
+            raise StoreError(
+                f"model {model_version!r} may not query gallery {gallery!r}: no grant at "
+                f"{self._backend.uri(path)} (it was refused, or its upgrade has not run)"
+            )
+        return self._read(path, QueryGrant)
+
+    def grants(self, gallery: str) -> list[QueryGrant]:
+        directory = join(self._backend.root, check_name("gallery", gallery), QUERIES_DIR)
+        return self._list(directory, QueryGrant)
