@@ -65,6 +65,7 @@ class CifarResNet(nn.Module):
         self, depth: int, embed_dim: int | None = None, in_chans: int = 3, shortcut: str = "A"
     ) -> None:
         super().__init__()
+        self.in_chans, self.image_size = in_chans, 32  # CIFAR input
         if (depth - 2) % 6 != 0 or depth < 8:
             raise ValueError(f"CIFAR ResNet depth must be 6n+2 with n >= 1, got {depth}")
         if shortcut not in ("A", "B"):

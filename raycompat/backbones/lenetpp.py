@@ -28,6 +28,7 @@ class LeNetPP(nn.Module):
     def __init__(self, embed_dim: int = 2, in_chans: int = 1, image_size: int = 28) -> None:
         super().__init__()
         self.embed_dim = embed_dim
+        self.in_chans, self.image_size = in_chans, image_size  # the input it was built for
         self.features = nn.Sequential(_stage(in_chans, 32), _stage(32, 64), _stage(64, 128))
         side = image_size
         for _ in range(3):

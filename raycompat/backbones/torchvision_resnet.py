@@ -28,6 +28,7 @@ class TorchvisionResNet(nn.Module):
         zero_init_residual: bool = False,
     ) -> None:
         super().__init__()
+        self.in_chans, self.image_size = in_chans, None  # any size (global pooling)
         if arch not in _ARCHS:
             raise ValueError(f"unknown torchvision ResNet {arch!r}; valid: {', '.join(_ARCHS)}")
         import torchvision.models as tvm

@@ -1,0 +1,112 @@
+"""The ``raycompat`` CLI on a real store: versions, models, and search with a registered model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from raycompat.cli import main
+from raycompat.store import GalleryStore, VersionInfo, embedding_table
+from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.train.config import ModelSpec
+from raycompat.train.export import build_model, export_model
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A gallery of 40 images embedded by an exported LeNet++, registered and granted."""
+    spec = ModelSpec(backbone="lenetpp", head="dsimplex", num_classes=5)
+    torch.manual_seed(0)
+    model = build_model(spec).eval()
+    export_model(tmp_path / "m1", model.state_dict(), spec)
+    pixels = np.random.default_rng(0).integers(0, 256, size=(40, 28, 28), dtype=np.uint8)
+    paths = []
+    for i, image in enumerate(pixels):
+        paths.append(tmp_path / f"img{i}.png")
+        Image.fromarray(image, mode="L").save(paths[-1])
+    with torch.no_grad():
+        gallery = model.forward_features(torch.from_numpy(pixels).float().div(255).unsqueeze(1))
+    store = GalleryStore(str(tmp_path / "store"))
+    info = VersionInfo(
+        "v1", model_version="m1", width=4, normalized=False, lineage="v1 = extract(m1)"
+    )
+    staging = store.begin("digits", info, staging_name="t")
+    staging.write_table(
+        embedding_table([f"img{i}" for i in range(40)], gallery.numpy()), "p.parquet"
+    )
+    staging.commit(expected_rows=40)
+    catalog = Catalog(store)
+    catalog.register_model(ModelRecord("m1", str(tmp_path / "m1"), 4, method="independent"))
+    catalog.grant(QueryGrant("digits", "v1", "m1", "extracted"))
+    return store, paths
+
+
+def run(capsys, *argv) -> tuple[int, dict | str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else err
+
+
+def test_search_finds_each_query_image_itself_first(served, capsys):
+    store, paths = served
+    code, out = run(
+        capsys,
+        "search",
+        str(paths[3]),
+        str(paths[17]),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m1",
+        "-k",
+        "3",
+    )
+    assert code == 0 and out["gallery_version"] == "v1" and out["relation"] == "extracted"
+    assert [r["ids"][0] for r in out["results"]] == ["img3", "img17"]
+    assert all(len(r["ids"]) == 3 for r in out["results"])
+
+
+def test_versions_and_models_list_what_the_catalog_holds(served, capsys):
+    store, _ = served
+    code, out = run(capsys, "versions", "digits", "--store", store.uri())
+    assert code == 0
+    (version,) = out["versions"]
+    assert version["queried_by"] == ["m1"] and version["lineage"] == "v1 = extract(m1)"
+    code, out = run(capsys, "models", "--store", store.uri())
+    assert [m["model_version"] for m in out["models"]] == ["m1"]
+
+
+def test_errors_name_what_is_missing(served, capsys, tmp_path):
+    store, paths = served
+    code, err = run(
+        capsys,
+        "search",
+        str(paths[0]),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m9",
+    )
+    assert code == 1 and "'m9' is not registered" in err
+    code, err = run(
+        capsys,
+        "search",
+        str(tmp_path / "nope.png"),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m1",
+    )
+    assert code == 2 and "nope.png" in err
+    code, err = run(capsys, "versions", "faces", "--store", store.uri())
+    assert code == 1 and "no published version" in err
