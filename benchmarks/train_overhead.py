@@ -73,26 +73,6 @@ def make_config(args, storage: str) -> TrainConfig:
     return load_config(TrainConfig, None, overrides)
 
 
-@torch.no_grad()
-def extract(prepared, dataset, rows: np.ndarray, batch_size: int, rank: int, world: int):
-    """Same strided share + all_gather as ``raycompat.train.loop.extract``, restated here
-    because importing ``loop`` imports Ray, whose import time the plain side must not pay."""
-    pad = (-len(rows)) % world
-    mine = np.concatenate([rows, np.repeat(rows[-1:], pad)])[rank::world]
-    prepared.eval()
-    parts = [
-        prepared.module(
-            data.load_images(dataset, mine[s : s + batch_size], "none", None), output="features"
-        )
-        for s in range(0, len(mine), batch_size)
-    ]
-    prepared.train()
-    local = torch.cat(parts)
-    gathered = [torch.empty_like(local) for _ in range(world)]
-    dist.all_gather(gathered, local)
-    return torch.stack(gathered, dim=1).reshape(-1, local.shape[-1])[: len(rows)]
-
-
 def plain_worker(rank: int, world: int, cfg: TrainConfig, init_file: str, out: str) -> None:
     """One plain DDP process: the work of ``train_loop_per_worker`` for a first step."""
     # Ray's raylet starts workers at niceness 15; match it, or on a shared machine the plain
@@ -139,8 +119,8 @@ def plain_worker(rank: int, world: int, cfg: TrainConfig, init_file: str, out: s
                 sums[name] = sums.get(name, 0.0) + float(value.detach())
             seen.append(rows)
         trained = time.perf_counter()
-        val = extract(prepared, dataset, splits.val, cfg.eval.batch_size, rank, world)
-        test = extract(prepared, test_dataset, test_rows, cfg.eval.batch_size, rank, world)
+        val = data.extract(prepared, dataset, splits.val, cfg.eval.batch_size, rank, world)
+        test = data.extract(prepared, test_dataset, test_rows, cfg.eval.batch_size, rank, world)
         times.append({"seconds": time.perf_counter() - began, "train": trained - began})
         save_checkpoint(prepared, plan, f"{out}/epoch_{epoch}", epoch, val, test, seen, rank)
     if rank == 0:

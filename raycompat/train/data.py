@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from raycompat.data import LFWPairs, create_dataset
 from raycompat.data.augment import AUGMENTATIONS
@@ -154,3 +155,24 @@ def sampler_batches(
             ),
             rows,
         )
+
+
+@torch.no_grad()
+def extract(prepared, dataset, rows: np.ndarray, batch_size: int, rank: int, world: int):
+    """Features of ``rows`` in order; every rank extracts a strided share (collective)."""
+    pad = (-len(rows)) % world
+    padded = np.concatenate([rows, np.repeat(rows[-1:], pad)]) if len(rows) else rows
+    mine = padded[rank::world]
+    prepared.eval()
+    parts = []
+    for start in range(0, len(mine), batch_size):
+        images = load_images(dataset, mine[start : start + batch_size], "none", None)
+        with prepared.autocast():
+            parts.append(prepared.module(prepared.prepare_inputs(images), output="features"))
+    prepared.train()
+    local = torch.cat(parts).float() if parts else torch.zeros(0, prepared.model.embed_dim)
+    if world > 1:
+        gathered = [torch.empty_like(local) for _ in range(world)]
+        dist.all_gather(gathered, local)
+        local = torch.stack(gathered, dim=1).reshape(-1, local.shape[-1])
+    return local[: len(rows)].cpu()

@@ -23,7 +23,6 @@ import numpy as np
 import ray.train
 import ray.train.torch
 import torch
-import torch.distributed as dist
 
 from raycompat.evaluation import EvalSet, score, selection_score
 from raycompat.methods import OldModel, create_method
@@ -31,7 +30,7 @@ from raycompat.parallel import create_strategy
 from raycompat.train import schedule
 from raycompat.train.config import TrainConfig
 from raycompat.train.data import (
-    load_images,
+    extract,
     make_splits,
     open_dataset,
     sampler_batches,
@@ -79,27 +78,6 @@ def old_model(plan: StepPlan, parent_plan: StepPlan | None, parent_dir: Path | N
     return OldModel.from_model(
         model, classes=info["seen_outputs"], with_classifier=access == "with_classifier"
     )
-
-
-@torch.no_grad()
-def extract(prepared, dataset, rows: np.ndarray, batch_size: int, rank: int, world: int):
-    """Features of ``rows`` in order; every rank extracts a strided share (collective)."""
-    pad = (-len(rows)) % world
-    padded = np.concatenate([rows, np.repeat(rows[-1:], pad)]) if len(rows) else rows
-    mine = padded[rank::world]
-    prepared.eval()
-    parts = []
-    for start in range(0, len(mine), batch_size):
-        images = load_images(dataset, mine[start : start + batch_size], "none", None)
-        with prepared.autocast():
-            parts.append(prepared.module(prepared.prepare_inputs(images), output="features"))
-    prepared.train()
-    local = torch.cat(parts).float() if parts else torch.zeros(0, prepared.model.embed_dim)
-    if world > 1:
-        gathered = [torch.empty_like(local) for _ in range(world)]
-        dist.all_gather(gathered, local)
-        local = torch.stack(gathered, dim=1).reshape(-1, local.shape[-1])
-    return local[: len(rows)].cpu()
 
 
 def selection_metrics(cfg, plan, labels, val_rows, val, parent_plan, parent_dir) -> dict:
