@@ -76,16 +76,12 @@ def matrix_summary(matrix: CompatibilityMatrix) -> dict:
     return out
 
 
-def preflight(cfg: TrainConfig, plans: list[StepPlan]) -> None:
-    """Fail fast, before any worker or GPU time: data present, labels fit, old model width."""
+def preflight(cfg: TrainConfig, plans: list[StepPlan], labels: np.ndarray, splits) -> None:
+    """Fail fast, before any worker or GPU time: options known, labels fit, old model width."""
     check_method_options(cfg.method, cfg.method_options)
-    dataset = open_dataset(cfg.data)  # a missing path raises FileNotFoundError naming it
-    labels = dataset.labels
-    splits = make_splits(cfg, labels)
     for plan in plans:
         if not plan.given and plan.epochs:
             step_rows(plan, labels, splits, cfg)
-    test_source(cfg, dataset, labels, splits)
     for plan in plans:
         if plan.given is not None:
             check_given_model(plan)
@@ -141,14 +137,12 @@ def make_trainer(
     )
 
 
-def ray_datasets(cfg: TrainConfig, plan: StepPlan) -> dict | None:
+def ray_datasets(cfg: TrainConfig, plan: StepPlan, labels: np.ndarray, splits) -> dict | None:
     if cfg.data.loader != "ray_data" or not plan.epochs or plan.given:
         return None
     from raycompat.train.ray_data import rows_dataset
 
-    dataset = open_dataset(cfg.data)
-    labels = dataset.labels
-    new, replay = step_rows(plan, labels, make_splits(cfg, labels), cfg)
+    new, replay = step_rows(plan, labels, splits, cfg)
     targets = targets_for(plan, labels).numpy()
     actors = max(1, cfg.scaling.num_workers)
     out = {"train": rows_dataset(cfg.data, new, targets, cfg.seed, actors)}
@@ -190,12 +184,11 @@ class MatrixBuilder:
         return row
 
 
-def matrix_builders(cfg: TrainConfig) -> dict[str, MatrixBuilder]:
+def matrix_builders(cfg: TrainConfig, dataset, splits) -> dict[str, MatrixBuilder]:
     """Test matrix (the reported one) and, with a validation split, the validation matrix that
-    sweeps and model selection may look at (never the test split)."""
-    dataset = open_dataset(cfg.data)
+    sweeps and model selection may look at (never the test split). Opens ``eval.dataset``, so
+    a missing one fails here, before training."""
     labels = dataset.labels
-    splits = make_splits(cfg, labels)
     _, _, test_set = test_source(cfg, dataset, labels, splits)
     builders = {"test": MatrixBuilder(cfg.eval.protocol, test_set, cfg.eval.distance, "test")}
     if len(splits.val):
@@ -212,7 +205,10 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     ``TuneReportCallback`` forwards each epoch's report to a sweep).
     """
     plans = plan_steps(cfg)
-    preflight(cfg, plans)
+    dataset = open_dataset(cfg.data)  # a missing path raises FileNotFoundError naming it
+    splits = make_splits(cfg, dataset.labels)
+    preflight(cfg, plans, dataset.labels, splits)
+    builders = matrix_builders(cfg, dataset, splits)
     fs, base = storage.run_filesystem(cfg.run)
     run_path = f"{base}/{cfg.run.name}"
     fs.create_dir(run_path, recursive=True)
@@ -220,7 +216,6 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     write_text(fs, f"{run_path}/config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
     storage.write_json(fs, f"{run_path}/plan.json", describe(plans))
 
-    builders = matrix_builders(cfg)
     checkpoints, metrics = {}, {}
     for index, plan in enumerate(plans):
         done = state["steps"].get(plan.name)
@@ -231,7 +226,14 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
         else:
             parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
             trainer = make_trainer(
-                cfg, plans, index, parent, fs, run_path, ray_datasets(cfg, plan), callbacks
+                cfg,
+                plans,
+                index,
+                parent,
+                fs,
+                run_path,
+                ray_datasets(cfg, plan, dataset.labels, splits),
+                callbacks,
             )
             checkpoint, chosen = select_checkpoint(trainer.fit())
         checkpoints[plan.name], metrics[plan.name] = checkpoint, chosen
