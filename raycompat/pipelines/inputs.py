@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from raycompat.pipelines.parts import Chunk, plan_file_chunks
-from raycompat.store import CorruptFileError, GalleryStore, ManifestError, VersionInfo
-from raycompat.store.parquet import open_parquet
+from raycompat.store import GalleryStore, ManifestError, VersionInfo
+from raycompat.store.parquet import iter_file_batches, open_parquet
 from raycompat.store.validate import validate_schema, validate_values
 
 VECTOR_COLUMNS = ("id", "embedding", "side_info")
@@ -55,20 +55,12 @@ def iter_chunk_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Validated batches of one chunk (its row groups of its input file), bounded memory."""
     source = store.backend.uri(chunk.path)
-    offset = chunk.start
     with open_parquet(store.filesystem, chunk.path, source) as parquet:
-        batches = parquet.iter_batches(batch_size=batch_size, row_groups=chunk.row_groups)
-        while True:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            except (pa.ArrowException, OSError) as error:
-                raise CorruptFileError(
-                    f"{source}: corrupt data after row {offset} ({error})"
-                ) from None
+        batches = iter_file_batches(
+            parquet, source, batch_size, row_groups=chunk.row_groups, start=chunk.start
+        )
+        for batch, offset in batches:
             validate_values(batch, info, source, offset)
-            offset += batch.num_rows
             yield batch
 
 

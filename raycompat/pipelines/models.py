@@ -9,11 +9,13 @@ rebuild the modules in each actor. No Ray here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from raycompat.train.fct_export import TRANSFORMATION_KEYS, export_transformation
-from raycompat.train.fct_export import load_transformation as _load
+from raycompat.train.fct_export import (  # noqa: F401  (re-exported for the pipelines)
+    export_transformation,
+    load_transformation,
+    read_transformation_spec,
+)
 from raycompat.transformation import FCTTransformation
 
 H, G = "h", "g"
@@ -33,20 +35,3 @@ def save_transformation(directory: str | Path, module: FCTTransformation, name: 
 
 def weights_path(directory: str | Path, name: str = H) -> Path:
     return Path(directory) / f"{name}.safetensors"
-
-
-def read_transformation_spec(directory: str | Path, name: str = H) -> dict:
-    """The builder arguments of ``name`` without loading weights (cheap up-front checks)."""
-    path = Path(directory) / f"{name}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no exported transformation {name!r} in {directory}")
-    info = json.loads(path.read_text())
-    missing = [k for k in TRANSFORMATION_KEYS if not isinstance(info, dict) or k not in info]
-    if missing:
-        raise ValueError(f"{path}: lacks {missing}")
-    return {k: info[k] for k in TRANSFORMATION_KEYS}
-
-
-def load_transformation(directory: str | Path, name: str = H) -> FCTTransformation:
-    """The module in eval mode (BatchNorm uses its running statistics)."""
-    return _load(directory, name)

@@ -38,10 +38,20 @@ def open_parquet(fs: pafs.FileSystem, path: str, source: str) -> Iterator[pq.Par
 
 
 def iter_file_batches(
-    parquet: pq.ParquetFile, source: str, batch_size: int = 65536, columns: list | None = None
+    parquet: pq.ParquetFile,
+    source: str,
+    batch_size: int = 65536,
+    columns: list | None = None,
+    row_groups: list[int] | None = None,
+    start: int = 0,
 ) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """Yield ``(batch, row offset of the batch in the file)``; bounded memory (one row group)."""
-    offset, batches = 0, parquet.iter_batches(batch_size=batch_size, columns=columns)
+    """Yield ``(batch, row offset of the batch in the file)``; bounded memory (one row group).
+
+    ``row_groups`` reads only those groups, and ``start`` is the file row the first one begins
+    at (so errors still name the row in the file).
+    """
+    offset = start
+    batches = parquet.iter_batches(batch_size=batch_size, columns=columns, row_groups=row_groups)
     while True:
         try:
             batch = next(batches)

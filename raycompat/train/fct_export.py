@@ -73,8 +73,16 @@ def export_transformation(directory, name: str, state_dict: dict, dims: dict, **
     _save(directory, name, state_dict, {**{k: dims[k] for k in TRANSFORMATION_KEYS}, **info})
 
 
+def read_transformation_spec(directory: str | Path, name: str = "h") -> dict:
+    """The builder arguments of ``h`` or ``g`` without loading weights (cheap up-front checks)."""
+    info = _read_info(directory, name)
+    missing = [k for k in TRANSFORMATION_KEYS if not isinstance(info, dict) or k not in info]
+    if missing:
+        raise ValueError(f"{Path(directory) / f'{name}.json'}: lacks {missing}")
+    return {k: info[k] for k in TRANSFORMATION_KEYS}
+
+
 def load_transformation(directory: str | Path, name: str = "h") -> FCTTransformation:
     """``h`` (or ``g`` with ``name="g"``) from a directory written by the transformation run."""
-    info = _read_info(directory, name)
-    model = FCTTransformation(**{k: info[k] for k in TRANSFORMATION_KEYS})
+    model = FCTTransformation(**read_transformation_spec(directory, name))
     return _load_into(model, directory, name)
