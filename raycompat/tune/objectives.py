@@ -31,22 +31,17 @@ def _needs_two(matrix: CompatibilityMatrix, name: str) -> None:
         raise ValueError(f"objective {name} needs at least two models in the sequence")
 
 
-@OBJECTIVES.register("AC")
-def ac(summary: dict, matrix: CompatibilityMatrix) -> float:
-    _needs_two(matrix, "AC")
-    return float(summary["AC"])
+def _summary_metric(name: str) -> Callable[[dict, CompatibilityMatrix], float]:
+    def value(summary: dict, matrix: CompatibilityMatrix) -> float:
+        _needs_two(matrix, name)
+        return float(summary[name])
+
+    value.__doc__ = f"{name} of the validation matrix (needs two models)."
+    return value
 
 
-@OBJECTIVES.register("AA")
-def aa(summary: dict, matrix: CompatibilityMatrix) -> float:
-    _needs_two(matrix, "AA")
-    return float(summary["AA"])
-
-
-@OBJECTIVES.register("ACA")
-def aca(summary: dict, matrix: CompatibilityMatrix) -> float:
-    _needs_two(matrix, "ACA")
-    return float(summary["ACA"])
+for _name in ("AC", "AA", "ACA"):
+    OBJECTIVES.register(_name)(_summary_metric(_name))
 
 
 @OBJECTIVES.register("self_test")
