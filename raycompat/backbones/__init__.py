@@ -88,55 +88,15 @@ def resnet50(
     )
 
 
-@BACKBONES.register("dinov3_vits16")
-def dinov3_vits16(
-    *,
-    embed_dim: int | None = None,
-    in_chans: int = 3,
-    img_size: int = 224,
-    global_pool: str = "token",
-    drop_path_rate: float = 0.0,
-    weights: str | None = None,
-    strict: bool = True,
-    storage_options: dict | None = None,
-) -> nn.Module:
-    from raycompat.backbones.dinov3 import DINOv3Backbone
+def _dinov3(variant: str):
+    def build(**kwargs) -> nn.Module:
+        """DINOv3 ViT (timm, pretrained=False); keyword arguments as :class:`DINOv3Backbone`."""
+        from raycompat.backbones.dinov3 import DINOv3Backbone
 
-    return DINOv3Backbone(
-        "vits16",
-        embed_dim=embed_dim,
-        in_chans=in_chans,
-        img_size=img_size,
-        global_pool=global_pool,
-        drop_path_rate=drop_path_rate,
-        weights=weights,
-        strict=strict,
-        storage_options=storage_options,
-    )
+        return DINOv3Backbone(variant, **kwargs)
+
+    return build
 
 
-@BACKBONES.register("dinov3_vitb16")
-def dinov3_vitb16(
-    *,
-    embed_dim: int | None = None,
-    in_chans: int = 3,
-    img_size: int = 224,
-    global_pool: str = "token",
-    drop_path_rate: float = 0.0,
-    weights: str | None = None,
-    strict: bool = True,
-    storage_options: dict | None = None,
-) -> nn.Module:
-    from raycompat.backbones.dinov3 import DINOv3Backbone
-
-    return DINOv3Backbone(
-        "vitb16",
-        embed_dim=embed_dim,
-        in_chans=in_chans,
-        img_size=img_size,
-        global_pool=global_pool,
-        drop_path_rate=drop_path_rate,
-        weights=weights,
-        strict=strict,
-        storage_options=storage_options,
-    )
+for _variant in ("vits16", "vitb16"):
+    BACKBONES.register(f"dinov3_{_variant}")(_dinov3(_variant))
