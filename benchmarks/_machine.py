@@ -3,8 +3,11 @@ same machine)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import sys
+from pathlib import Path
 
 
 def machine_info() -> dict:
@@ -28,3 +31,12 @@ def machine_info() -> dict:
     except OSError:
         pass
     return info
+
+
+def emit(result: dict, out: str | os.PathLike | None) -> None:
+    """Print ``result`` as JSON and, when ``out`` is given, save the same text there."""
+    text = json.dumps(result, indent=2) + "\n"
+    sys.stdout.write(text)
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)

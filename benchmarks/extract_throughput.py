@@ -13,7 +13,6 @@ write parts, verify on publish). Their ratio is the pipeline's overhead.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
 
 from raycompat.data import create_dataset  # noqa: E402
 from raycompat.pipelines import RunOptions, SourceSpec, extract_version  # noqa: E402
@@ -100,8 +99,7 @@ def main() -> None:
         "pipeline_over_forward": forward_s / pipeline_s,
         "seconds": {"forward_only": forward_s, "pipeline": pipeline_s},
     }
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    print(json.dumps(results, indent=1))
+    emit(results, args.out)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Every time is the median of ``--repeats`` runs; the whole query batch is one cal
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -29,6 +28,8 @@ import faiss
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _machine import emit  # noqa: E402
+
 from raycompat.search import build_index  # noqa: E402
 
 
@@ -157,11 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.skip_ivf:
         result["ivfpq"] = ivfpq_sweep(args)
     result["machine"]["loadavg_end"] = os.getloadavg()
-    text = json.dumps(result, indent=2)
-    sys.stdout.write(text + "\n")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
     return result
 
 

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(worker(k, variant, args.batch, args.repeats, args.device)))
         return {}
 
-    from _machine import machine_info
+    from _machine import emit, machine_info
 
     runs = []
     for k in args.ks:
@@ -104,10 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
             }
         )
     report = {"benchmark": "simplex_head", "machine": machine_info(), "runs": runs}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(report, args.out or None)
     return report
 
 

@@ -21,7 +21,6 @@ below real S3 and the s3fs/native ratio is indicative only.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -40,7 +39,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
 
 from raycompat.store import GalleryStore, VersionInfo, embedding_table  # noqa: E402
 from raycompat.store.filesystems import native_s3_options  # noqa: E402
@@ -205,11 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     # What GalleryStore picks for these options with its default bulk_io="auto".
     result["store_bulk_io_default"] = default_fs
     result["machine"]["loadavg_end"] = os.getloadavg()
-    text = json.dumps(result, indent=2)
-    sys.stdout.write(text + "\n")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
     return result
 
 

@@ -37,7 +37,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
 
 from raycompat.config import load_config  # noqa: E402
 from raycompat.methods import create_method  # noqa: E402
@@ -222,11 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
         "target_epoch_ratio_cpu": TARGET_CPU,
         "meets_target": epoch_ratio <= TARGET_CPU,
     }
-    text = json.dumps(report, indent=2)
-    sys.stdout.write(text + "\n")
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(report, args.out)
     return report
 
 

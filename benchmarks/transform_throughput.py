@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
 
 from raycompat.pipelines import RunOptions, apply_transformation, transform_version  # noqa: E402
 from raycompat.pipelines.models import load_transformation, save_transformation  # noqa: E402
@@ -178,8 +178,7 @@ def main() -> None:
         results["ray_peak_rss_ratio_largest_over_smallest"] = (
             large["peak_rss_mb"]["ray_process_tree"] / small["peak_rss_mb"]["ray_process_tree"]
         )
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    print(json.dumps(results, indent=1))
+    emit(results, args.out)
 
 
 if __name__ == "__main__":
