@@ -121,10 +121,22 @@ def _merge(base: dict, update: dict) -> dict:
     return out
 
 
+def _defaults(cls: type) -> dict:
+    """The default instance as a dict, or {} when ``cls`` has required fields."""
+    try:
+        return to_dict(cls())
+    except TypeError:
+        return {}
+
+
 def load_config(
     cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None
 ) -> C:
-    """Build ``cls`` from defaults, an optional YAML file and ``key=value`` overrides."""
+    """Build ``cls`` from defaults, an optional YAML file and ``key=value`` overrides.
+
+    A section given in part keeps the defaults of the rest of that section, including defaults
+    that a parent class sets for it (``UpgradeConfig.training`` is not ``TrainConfig()``).
+    """
     data: dict = {}
     if path is not None:
         path = Path(path)
@@ -134,7 +146,7 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         data = loaded
-    data = _merge(data, parse_overrides(overrides or []))
+    data = _merge(_merge(_defaults(cls), data), parse_overrides(overrides or []))
     try:
         return _build(cls, data)
     except ConfigError as exc:
