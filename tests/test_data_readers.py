@@ -479,3 +479,15 @@ def test_dataset_registry():
     assert create_dataset("mnist5k").num_classes == 10
     with pytest.raises(UnknownNameError, match="valid names: .*cifar10"):
         DATASETS.create("cifar1000")
+
+
+def test_mnist5k_per_class_keeps_the_first_images_of_each_digit():
+    from raycompat.data import create_dataset
+
+    full = create_dataset("mnist5k")
+    small = create_dataset("mnist5k", per_class=3)
+    assert len(small) == 30 and np.bincount(small.labels).tolist() == [3] * 10
+    first_sevens = np.flatnonzero(full.labels == 7)[:3]
+    sevens = np.flatnonzero(small.labels == 7)
+    for i, j in zip(sevens, first_sevens, strict=True):
+        assert torch.equal(small[int(i)][0], full[int(j)][0])

@@ -52,8 +52,9 @@ Size = int | Sequence[int] | None
 
 
 @DATASETS.register("mnist5k")
-def mnist5k(*, transform: Transform | None = None) -> ImageDataset:
-    return MNIST5k(transform=transform)
+def mnist5k(*, transform: Transform | None = None, per_class: int | None = None) -> ImageDataset:
+    """MNIST-5k; ``per_class`` keeps the first N images of each digit (small test runs)."""
+    return MNIST5k(transform=transform, per_class=per_class)
 
 
 @DATASETS.register("cifar100")

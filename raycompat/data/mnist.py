@@ -69,6 +69,18 @@ def load_mnist5k(path: str | Path | None = None) -> tuple[np.ndarray, np.ndarray
 class MNIST5k(ArrayDataset):
     """The 5000 MNIST digits as an :class:`ArrayDataset` with 1 x 28 x 28 images, 10 classes."""
 
-    def __init__(self, path: str | Path | None = None, transform: Transform | None = None):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        transform: Transform | None = None,
+        per_class: int | None = None,
+    ):
         images, labels = load_mnist5k(path)
+        if per_class is not None:
+            if per_class < 1:
+                raise ValueError(f"per_class must be >= 1, got {per_class}")
+            keep = np.sort(
+                np.concatenate([np.flatnonzero(labels == d)[:per_class] for d in range(10)])
+            )
+            images, labels = images[keep], labels[keep]
         super().__init__(images, labels, 10, [str(d) for d in range(10)], transform)
