@@ -13,6 +13,7 @@ protocol and publishing as :mod:`raycompat.pipelines.transform`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,6 +33,7 @@ from raycompat.store import (
     embedding_schema,
     embedding_table,
 )
+from raycompat.store.staging import Staging
 from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
 
 
@@ -77,10 +79,12 @@ def extract_version(
     augment: str = "none",
     seed: int = 0,
     staging_name: str | None = None,
+    verify: Callable[[Staging], None] | None = None,
 ) -> dict:
     """Embed every image of ``source`` with the exported ``model`` into version ``target``.
 
     Widths are checked before any Ray work (the model is built on the meta device).
+    ``verify(staging)``, if given, runs before publishing (see :func:`transform_version`).
     Returns the progress summary plus ``"version"``, the published record.
     """
     run = run or RunOptions()
@@ -133,5 +137,7 @@ def extract_version(
         seed=seed,
     )
     run_chunks(todo, ExtractChunks, worker_kwargs, run, progress)
+    if verify is not None:  # the caller's quality gate: raising here publishes nothing
+        verify(staging)
     info = staging.commit(expected_rows=total)
     return {**progress.summary(), "version": info}

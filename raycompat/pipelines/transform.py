@@ -18,6 +18,7 @@ version (recording that pairing belongs to the model registry, a later issue).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,7 @@ from raycompat.pipelines.progress import Progress
 from raycompat.pipelines.resume import pending_chunks, record_plan
 from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_chunks
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
+from raycompat.store.staging import Staging
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +160,7 @@ def transform_version(
     side_info_transformation: str | None = None,
     run: RunOptions | None = None,
     staging_name: str | None = None,
+    verify: Callable[[Staging], None] | None = None,
 ) -> dict:
     """Write ``target`` = h(``source_version``) as a new published version; resumable.
 
@@ -165,6 +168,8 @@ def transform_version(
         transformation / side_info_transformation: directories written by
             ``save_transformation`` (h, and g for side info or None).
         staging_name: fixed per job so that a rerun resumes (default ``transform-<source>``).
+        verify: called with the staging area once every part is written, before publishing;
+            an exception it raises leaves the version unpublished (the parts stay, resumable).
     Returns:
         progress summary (rows, rows/s, seconds) plus ``"version"``: the published record.
     """
@@ -204,6 +209,8 @@ def transform_version(
         source=source,
     )
     run_chunks(todo, TransformChunks, worker_kwargs, run, progress)
+    if verify is not None:  # the caller's quality gate: raising here publishes nothing
+        verify(staging)
     info = staging.commit(expected_rows=source.rows)
     return {**progress.summary(), "version": info}
 

@@ -4,6 +4,9 @@ Kept beside the galleries it describes, as immutable JSON records written with t
 create-if-absent primitive (the same one that publishes versions, see ``manifest.py``)::
 
     <root>/_models/<model_version>.json              a ModelRecord
+    <root>/_models/<model_version>/                  its files (model.safetensors + model.json,
+                                                     and an FCT transformation's h.*), copied in
+                                                     before the record is written
     <root>/<gallery>/_queries/<model_version>.json   a QueryGrant: the gallery version the model
                                                      queries, and why that is allowed
 
@@ -18,6 +21,7 @@ compatibility criterion against the version's model: no rewrite, CoReS/BCT/HOC),
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, fields
 
 import pyarrow.fs as pafs
@@ -104,6 +108,50 @@ class Catalog:
 
     def _model_path(self, model_version: str) -> str:
         return join(self._backend.root, MODELS_DIR, f"{check_name('model', model_version)}.json")
+
+    def model_files_uri(self, model_version: str) -> str:
+        return self._backend.uri(self._files_path(model_version))
+
+    def _files_path(self, model_version: str) -> str:
+        return join(self._backend.root, MODELS_DIR, check_name("model", model_version))
+
+    def put_model_files(self, model_version: str, local_dir: str) -> str:
+        """Copy the files of ``local_dir`` into the store beside the record; returns their URI.
+
+        Done before :meth:`register_model`, so a record never points at missing files. Copying
+        the same files again (a rerun) overwrites them with identical bytes; a registered
+        model's files are never replaced.
+        """
+        if self._exists(self._model_path(model_version)):
+            return self.model_files_uri(model_version)
+        target = self._files_path(model_version)
+        fs = self._backend.filesystem
+        fs.create_dir(target, recursive=True)
+        for name in sorted(os.listdir(local_dir)):
+            source = os.path.join(local_dir, name)
+            if os.path.isfile(source):
+                with open(source, "rb") as handle, fs.open_output_stream(join(target, name)) as out:
+                    out.write(handle.read())
+        return self.model_files_uri(model_version)
+
+    def fetch_model_files(self, model_version: str, local_dir: str) -> str:
+        """Copy a registered model's stored files into ``local_dir``; returns ``local_dir``."""
+        self.model(model_version)  # StoreError when not registered
+        fs = self._backend.filesystem
+        selector = pafs.FileSelector(self._files_path(model_version), allow_not_found=True)
+        infos = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
+        if not infos:
+            raise StoreError(
+                f"model {model_version!r} is registered but has no files at "
+                f"{self.model_files_uri(model_version)}"
+            )
+        os.makedirs(local_dir, exist_ok=True)
+        for info in infos:
+            with fs.open_input_stream(info.path) as stream:
+                data = stream.read()
+            with open(os.path.join(local_dir, info.base_name), "wb") as out:
+                out.write(data)
+        return local_dir
 
     def register_model(self, record: ModelRecord) -> ModelRecord:
         if record.parent is not None:
