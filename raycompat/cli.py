@@ -4,6 +4,8 @@
                                                   models may query each
     raycompat models --store ROOT                 registered model versions
     raycompat search --store ROOT --gallery G --model M IMAGE [IMAGE ...] [-k 5]
+    raycompat report RUN_DIR [--json]             an upgrade run's report (report.md, or the
+                                                  decisions and matrix as JSON)
 
 ``search`` embeds the images with model M, finds the gallery version M may query (its catalog
 grant: extracted, compatible or transformed), and searches that version's faiss index (built on
@@ -31,11 +33,11 @@ from raycompat.store.index import build_version_index, load_version_index
 log = logging.getLogger("raycompat.cli")
 
 
-def versions(args) -> dict:
-    store = GalleryStore(args.store)
-    grants = Catalog(store).grants(args.gallery)
+def gallery_versions(store: GalleryStore, gallery: str) -> list[dict]:
+    """Every published version of ``gallery``: model, width, rows, lineage and query models."""
+    grants = Catalog(store).grants(gallery)
     rows = []
-    for info in store.versions(args.gallery):
+    for info in store.versions(gallery):
         queried_by = [g.model_version for g in grants if g.gallery_version == info.version]
         rows.append(
             {
@@ -48,6 +50,11 @@ def versions(args) -> dict:
                 "queried_by": queried_by,
             }
         )
+    return rows
+
+
+def versions(args) -> dict:
+    rows = gallery_versions(GalleryStore(args.store), args.gallery)
     if not rows:
         raise StoreError(f"gallery {args.gallery!r} has no published version in {args.store}")
     return {"gallery": args.gallery, "versions": rows}
@@ -105,7 +112,20 @@ def search(args) -> dict:
     }
 
 
-COMMANDS = {"versions": versions, "models": models, "search": search}
+def report(args) -> dict | str:
+    directory = Path(args.run)
+    name = "report.json" if args.json else "report.md"
+    path = directory / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist: give the report directory of an upgrade run "
+            f"(<report_dir>/<name>/, written by jobs/upgrade.py)"
+        )
+    text = path.read_text()
+    return json.loads(text) if args.json else text
+
+
+COMMANDS = {"versions": versions, "models": models, "search": search, "report": report}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -122,6 +142,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gallery", required=True)
     p.add_argument("--model", required=True, help="a registered model version")
     p.add_argument("-k", type=int, default=5)
+    p = sub.add_parser("report", help="show an upgrade run's report")
+    p.add_argument("run", help="the run's report directory, e.g. outputs/upgrade/report/<name>")
+    p.add_argument("--json", action="store_true", help="report.json instead of report.md")
     return top
 
 
@@ -138,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StoreError, FileNotFoundError) as err:
         print(f"raycompat: {err}", file=sys.stderr)
         return 1
-    print(json.dumps(out, indent=2, default=str))
+    print(out if isinstance(out, str) else json.dumps(out, indent=2, default=str))
     return 0
 
 
