@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m raycompat.demo
+	$(PY) jobs/upgrade.py
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -25,6 +25,7 @@ from raycompat.train.export import build_model
 from raycompat.train.scenarios import plan_steps
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.space import param_space, trial_overrides
+from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
 
 
 def check_sweep(sweep: SweepConfig) -> None:
@@ -46,6 +47,7 @@ COMMANDS = {
     "python jobs/tune.py": SweepConfig,
     "python -m raycompat.demo": DemoConfig,
     "python jobs/transform.py": TransformJobConfig,
+    "python jobs/upgrade.py": UpgradeConfig,
 }
 
 
@@ -77,7 +79,10 @@ def test_config_parses_and_matches_the_code(path):
     if cls is SweepConfig:
         check_sweep(cfg)
         return
-    if cls is not TrainConfig:
+    if cls is UpgradeConfig:
+        check_upgrade_config(cfg)
+        cfg = cfg.training
+    elif cls is not TrainConfig:
         return
     for name, registry in (
         (cfg.method, METHODS),

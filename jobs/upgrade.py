@@ -1,0 +1,94 @@
+"""Upgrade a gallery's embedding model: train, evaluate, decide, publish, report.
+
+    python jobs/upgrade.py                                  # the embedded MNIST-5k history
+    python jobs/upgrade.py --config configs/upgrade_mnist.yaml [key.sub=value ...]
+    ray job submit --working-dir . -- python jobs/upgrade.py --config configs/<x>.yaml
+
+For every entry of ``upgrades`` (in order): the first model of an empty store is trained and the
+gallery is extracted with it; every later model is trained on Ray Train against the model the
+gallery is stored in, scored against every registered model on the shared test images, and then
+
+- registered as a query model of the current gallery version (``compatible``: ECC holds),
+- or, for an FCT method, the gallery is transformed by Ray Data into a new version, which is
+  checked before it is published (``transform``),
+- or refused (the default) / backfilled by re-extraction (``policy.on_incompatible``).
+
+Nothing is published before its checks pass. Entries an earlier run published are not redone,
+so rerunning the same config resumes or does nothing. The report lands in
+``<report_dir>/<name>/`` (``report.md``, ``matrix.png``, ``report.json``...). A refusal is a
+decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given (then 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from raycompat.config import load_config, to_dict  # noqa: E402
+from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config  # noqa: E402
+
+log = logging.getLogger("raycompat.jobs.upgrade")
+REFUSED_EXIT = 3
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML file with UpgradeConfig keys (default: MNIST-5k)")
+    parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+    parser.add_argument(
+        "--fail-on-refuse",
+        action="store_true",
+        help=f"exit with status {REFUSED_EXIT} when an upgrade was refused (for automation)",
+    )
+    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    cfg = load_config(UpgradeConfig, args.config, args.overrides)
+    check_upgrade_config(cfg)
+
+    import ray
+
+    from raycompat.cli import gallery_versions
+    from raycompat.store import GalleryStore
+    from raycompat.store.catalog import Catalog
+    from raycompat.upgrade.evaluate import eval_data, history_matrix
+    from raycompat.upgrade.history import Upgrader
+    from raycompat.upgrade.report import Report, write_report
+
+    began = time.perf_counter()
+    if not ray.is_initialized():
+        ray.init(address=args.address or cfg.ray_address, log_to_driver=True)
+    store = GalleryStore(cfg.store.root, cfg.store.storage_options)
+    upgrader = Upgrader(cfg, store, Catalog(store), eval_data(cfg.training))
+    upgrader.load_registered()
+
+    # 1-3. Each model of the history: train, evaluate, decide and act (or skip if published).
+    outcomes = [upgrader.run(position) for position in range(len(cfg.upgrades))]
+
+    # 4. The report: the whole history's matrix, the decisions, the published versions.
+    matrix = history_matrix(upgrader.order, upgrader.features, upgrader.data)
+    report = Report(
+        cfg.name,
+        cfg.training.eval.protocol,
+        matrix,
+        outcomes,
+        gallery_versions(store, cfg.store.gallery),
+        seconds=time.perf_counter() - began,
+    )
+    directory = os.path.join(cfg.report_dir, cfg.name)
+    write_report(directory, report, to_dict(cfg), upgrader.features_2d())
+    summary = {**report.summary(), "report": os.path.join(directory, "report.md")}
+    log.info("summary: %s", json.dumps(summary))
+    if args.fail_on_refuse and "refuse" in summary["decisions"].values():
+        raise SystemExit(REFUSED_EXIT)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Typed config of ``jobs/upgrade.py`` (YAML -> dataclasses; unknown keys are errors).
+
+An :class:`UpgradeConfig` names a gallery store and an ordered history of model upgrades. Each
+entry of ``upgrades`` is one model version; the job runs the entries in order and skips what an
+earlier run already published, so a config may describe one upgrade or a whole history. The
+first entry of an empty store is the initial model: it is trained, and the gallery is extracted
+with it. The defaults are the embedded MNIST-5k history that ``python jobs/upgrade.py`` runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from raycompat.pipelines.config import StoreSpec
+from raycompat.pipelines.runner import RunOptions
+from raycompat.pipelines.sources import SourceSpec
+from raycompat.train.config import (
+    DataSpec,
+    EvalSpec,
+    ModelSpec,
+    OptimSpec,
+    RunSpec,
+    ScalingSpec,
+    ScenarioSpec,
+    TrainConfig,
+)
+from raycompat.train.fct_config import FCTOptimSpec
+
+
+@dataclass
+class FCTSpec:
+    """How an FCT upgrade learns ``h(phi_old) -> phi_new`` (FCT sec. 3.3, appendix D).
+
+    ``width`` is h's hidden width (2048 in the paper; smaller for toy widths). The gallery
+    stores no side-information column, so h maps ``phi_old`` alone (FCT's no-side-info variant).
+    """
+
+    width: int = 256
+    epochs: int = 30
+    batch_size: int = 256
+    optim: FCTOptimSpec = field(default_factory=lambda: FCTOptimSpec(warmup_epochs=2))
+
+
+@dataclass
+class UpgradeSpec:
+    """One model version of the history.
+
+    Attributes:
+        model_version: the name the model is registered under (``m2``).
+        classes: the model trains on dataset classes ``[0, classes)`` (the growing data).
+        method: a registered compatibility method; ``fct`` (or any method whose
+            ``needs_transformation`` is set) upgrades by transforming the gallery.
+        gallery_version: the version this entry writes if it writes one (the initial
+            extraction, an FCT transformation or a backfill); default ``v<position>``.
+        baselines: methods trained beside this one on the same data for the report only (never
+            published), e.g. ``[ift]`` to show what incompatible fine-tuning does.
+    """
+
+    model_version: str
+    classes: int
+    method: str = "cores"
+    method_options: dict = field(default_factory=dict)
+    epochs: int | None = None  # None: training.epochs
+    gallery_version: str = ""
+    baselines: list[str] = field(default_factory=list)
+    fct: FCTSpec = field(default_factory=FCTSpec)
+
+
+@dataclass
+class PolicySpec:
+    """What to do when an upgrade is neither backward-compatible nor forward-transformable.
+
+    ``refuse`` (default) publishes nothing; ``backfill`` re-extracts the whole gallery with the
+    new model into a new version (the expensive path compatibility exists to avoid).
+    """
+
+    on_incompatible: Literal["refuse", "backfill"] = "refuse"
+
+
+def _mnist_training() -> TrainConfig:
+    """LeNet++ with a d-Simplex head on MNIST-5k: CoReS' toy setting (sec. 5)."""
+    return TrainConfig(
+        model=ModelSpec(backbone="lenetpp", head="dsimplex", num_classes=10),
+        data=DataSpec(name="mnist5k"),
+        eval=EvalSpec(protocol="identification", test_fraction=0.2, val_fraction=0.1),
+        optim=OptimSpec(name="adam", lr=0.002, weight_decay=0.0, schedule="constant"),
+        scaling=ScalingSpec(num_workers=1, cpus_per_worker=1.0),
+        run=RunSpec(name="", storage_path="outputs/upgrade/runs", checkpoints_to_keep=1),
+        epochs=3,
+        batch_size=64,
+    )
+
+
+def _mnist_history() -> list[UpgradeSpec]:
+    return [
+        UpgradeSpec(model_version="m1", classes=4, method="independent"),
+        UpgradeSpec(
+            model_version="m2",
+            classes=7,
+            method="dsimplex_hoc",
+            method_options={"lam": 0.1, "rho": 5.0},
+            baselines=["ift"],
+        ),
+        UpgradeSpec(model_version="m3", classes=10, method="fct"),
+    ]
+
+
+@dataclass
+class UpgradeConfig:
+    """The store, the training setup shared by every upgrade, and the upgrade history.
+
+    ``training`` is a :class:`~raycompat.train.config.TrainConfig` whose ``method``,
+    ``scenario`` and ``run.name`` are set per upgrade; its data, splits and evaluation protocol
+    are shared, so every model is scored on the same test images.
+    """
+
+    name: str = "mnist-history"  # stable: rerunning the same name resumes or no-ops
+    store: StoreSpec = field(
+        default_factory=lambda: StoreSpec(root="outputs/upgrade/store", gallery="mnist")
+    )
+    gallery_images: SourceSpec = field(default_factory=SourceSpec)  # what the gallery holds
+    normalized: bool = True  # gallery rows L2-normalised (cosine search)
+    training: TrainConfig = field(default_factory=_mnist_training)
+    upgrades: list[UpgradeSpec] = field(default_factory=_mnist_history)
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    pipeline: RunOptions = field(
+        default_factory=lambda: RunOptions(rows_per_file=2500, batch_size=500, actors=2)
+    )
+    report_dir: str = "outputs/upgrade/report"  # the report goes to <report_dir>/<name>/
+    work_dir: str = "outputs/upgrade/work"  # local scratch: model copies, triples, features
+    ray_address: str | None = None
+
+
+def check_upgrade_config(cfg: UpgradeConfig) -> None:
+    """Everything that can be checked without data or Ray: names, methods, classes, options."""
+    from raycompat.config import ConfigError
+    from raycompat.methods import METHODS
+    from raycompat.methods.base import check_method_options
+    from raycompat.store.paths import check_name
+
+    for key in ("root", "gallery"):
+        if not getattr(cfg.store, key):
+            raise ConfigError(f"store.{key} must be set")
+    check_name("gallery", cfg.store.gallery)
+    check_name("run", cfg.name)
+    if not cfg.upgrades:
+        raise ConfigError("upgrades: the history is empty; give at least one model version")
+    k = cfg.training.model.num_classes
+    seen_models, seen_versions = set(), set()
+    for i, spec in enumerate(cfg.upgrades):
+        key = f"upgrades[{i}]"
+        check_name("model", spec.model_version)
+        if spec.model_version in seen_models:
+            raise ConfigError(f"{key}.model_version {spec.model_version!r} appears twice")
+        seen_models.add(spec.model_version)
+        version = spec.gallery_version or f"v{i + 1}"
+        check_name("version", version)
+        if version in seen_versions:
+            raise ConfigError(f"{key}.gallery_version {version!r} appears twice")
+        seen_versions.add(version)
+        if not 1 <= spec.classes <= k:
+            raise ConfigError(f"{key}.classes={spec.classes} must be in 1..{k} (model K)")
+        for method in [spec.method, *spec.baselines]:
+            METHODS.get(method)  # unknown names list the valid ones
+        check_method_options(spec.method, spec.method_options)
+        if spec.epochs is not None and spec.epochs < 1:
+            raise ConfigError(f"{key}.epochs must be >= 1, got {spec.epochs}")
+
+
+def gallery_version_of(cfg: UpgradeConfig, position: int) -> str:
+    return cfg.upgrades[position].gallery_version or f"v{position + 1}"
+
+
+def history_from_training(cfg: TrainConfig, name: str) -> UpgradeConfig:
+    """The upgrade history that replays a training scenario through ``jobs/upgrade.py``.
+
+    Each model of the scenario becomes one upgrade trained on every class seen so far: CoReS
+    and two-model tasks are already cumulative, CL2R tasks are summed. The first model uses
+    ``first_method``, the others ``method`` with its options (a sweep's best values). The
+    upgrade job trains each model against the gallery's model on all of its classes, so CL2R's
+    replay-buffer restriction does not carry over. Replacements and given old models are
+    refused (they have no history equivalent yet).
+    """
+    from raycompat.config import ConfigError
+
+    scenario = cfg.scenario
+    if scenario.replacements or scenario.old_model is not None:
+        raise ConfigError(
+            "scenario.replacements / scenario.old_model have no upgrade-history equivalent; "
+            "write the upgrades list by hand"
+        )
+    classes = list(scenario.tasks)
+    if scenario.kind in ("cl2r", "iam_cl2r"):
+        classes = [sum(classes[: i + 1]) for i in range(len(classes))]
+    upgrades = [UpgradeSpec(model_version="m1", classes=classes[0], method=cfg.first_method)]
+    upgrades += [
+        UpgradeSpec(
+            model_version=f"m{i + 1}",
+            classes=c,
+            method=cfg.method,
+            method_options=dict(cfg.method_options),
+        )
+        for i, c in enumerate(classes[1:], start=1)
+    ]
+    training = dataclasses.replace(cfg, scenario=ScenarioSpec())  # set per upgrade
+    return UpgradeConfig(
+        name=name,
+        store=StoreSpec(root=f"outputs/upgrade/stores/{name}", gallery="gallery"),
+        gallery_images=SourceSpec(kind="dataset", name=cfg.data.name, options=cfg.data.options),
+        training=training,
+        upgrades=upgrades,
+    )

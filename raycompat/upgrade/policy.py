@@ -1,0 +1,48 @@
+"""The upgrade decision: which action an evaluated candidate gets (pure; no Ray, no I/O).
+
+Actions, in the order they are considered:
+
+- ``transform``: the method upgrades by FCT and ``h(gallery)`` passes ECC: the new model's
+  queries against the transformed gallery beat the old model's self-test (FCT sec. 3.2);
+- ``compatible``: the candidate's queries against the stored gallery pass ECC (CoReS eq. 3):
+  register it as a query model of that version, no rewrite;
+- otherwise the policy's ``on_incompatible``: ``refuse`` (publish nothing) or ``backfill``
+  (re-extract the gallery with the new model).
+
+An FCT method never falls back to ``compatible``: it was not trained for it, and a transformed
+gallery that fails the criterion is a failed upgrade, not a reason to skip the rewrite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raycompat.upgrade.config import PolicySpec
+from raycompat.upgrade.evaluate import Evidence
+
+ACTIONS = ("initial", "compatible", "transform", "backfill", "refuse")
+
+
+@dataclass
+class Decision:
+    action: str
+    reason: str
+
+
+def _ecc_text(e: Evidence, gallery: str) -> str:
+    op = ">" if e.ecc else "<="
+    return f"M(new, {gallery}) = {e.cross:.4f} {op} M({e.against}, {e.against}) = {e.old_self:.4f}"
+
+
+def decide(direct: Evidence, fct: Evidence | None, policy: PolicySpec) -> Decision:
+    """``direct``: the candidate against the stored gallery; ``fct``: against ``h(gallery)``
+    when the method upgrades by transformation, else None."""
+    if fct is not None and fct.ecc:
+        return Decision("transform", "FCT: " + _ecc_text(fct, f"h({fct.against})") + ": ECC holds")
+    if fct is None and direct.ecc:
+        return Decision("compatible", "backward compatible: " + _ecc_text(direct, direct.against))
+    failed = _ecc_text(fct, f"h({fct.against})") if fct else _ecc_text(direct, direct.against)
+    why = f"ECC fails ({failed})"
+    if policy.on_incompatible == "backfill":
+        return Decision("backfill", why + "; the policy allows a backfill by re-extraction")
+    return Decision("refuse", why + "; policy.on_incompatible=refuse: nothing is published")

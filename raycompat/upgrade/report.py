@@ -1,0 +1,292 @@
+"""The upgrade report: JSON, a heatmap, 2-D feature plots and a ``report.md`` (no Ray).
+
+``write_report(directory, report)`` renders a :class:`Report` that the job filled in:
+the history's compatibility matrix (rows query models, columns gallery models; cells that fail
+ECC, M(t, k) <= M(k, k), are marked), AC/AA/ACA, one self/cross table per upgrade with its
+baselines beside it (as the papers' tables), the decision and why, what was published, and the
+timings of every stage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from raycompat.metrics.compatibility import (
+    CompatibilityMatrix,
+    average_accuracy,
+    average_compatibility,
+    average_compatibility_accuracy,
+)
+
+
+@dataclass
+class Outcome:
+    """One entry of the history: what was trained, what the evidence said, what was done."""
+
+    model_version: str
+    method: str
+    classes: int
+    action: str
+    reason: str
+    against: str | None = None  # the gallery model it was compared with
+    gallery_version: str | None = None  # the version it may query (None if refused)
+    evidence: dict = field(default_factory=dict)  # "direct" and, for FCT, "transformed"
+    baselines: dict = field(default_factory=dict)  # method -> direct evidence
+    seconds: dict = field(default_factory=dict)  # stage -> wall seconds
+    resumed: bool = False  # already published by an earlier run: nothing done this time
+
+
+@dataclass
+class Report:
+    name: str
+    protocol: str
+    matrix: CompatibilityMatrix
+    outcomes: list[Outcome]
+    versions: list[dict]  # the gallery's versions after the run (raycompat versions)
+    baseline_rows: dict = field(default_factory=dict)  # "m2/ift" -> its matrix row
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        out = {
+            "name": self.name,
+            "protocol": self.protocol,
+            "matrix": self.matrix.as_array().tolist(),
+            "names": self.matrix.names,
+            "decisions": {o.model_version: o.action for o in self.outcomes},
+            "seconds": round(self.seconds, 1),
+        }
+        if len(self.matrix) > 1:
+            out.update(
+                AC=average_compatibility(self.matrix),
+                AA=average_accuracy(self.matrix),
+                ACA=average_compatibility_accuracy(self.matrix),
+            )
+        return out
+
+
+def compatible_cells(array: np.ndarray) -> np.ndarray:
+    """``ok[t, k]`` for ``k < t``: M(t, k) > M(k, k) (strict ECC); diagonal and upper are True."""
+    ok = np.ones_like(array, dtype=bool)
+    for t in range(len(array)):
+        for k in range(t):
+            ok[t, k] = bool(array[t, k] > array[k, k])
+    return ok
+
+
+def plot_matrix(matrix: CompatibilityMatrix, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    array = matrix.as_array()
+    ok = compatible_cells(array)
+    n = len(array)
+    masked = np.ma.masked_where(np.triu(np.ones((n, n), bool), 1), array)
+    fig, ax = plt.subplots(figsize=(1.3 * n + 2.2, 1.1 * n + 1.6))
+    image = ax.imshow(masked, cmap="viridis", vmin=0.0, vmax=1.0)
+    for t in range(n):
+        for k in range(t + 1):
+            label = f"{array[t, k] * 100:.1f}" + ("" if ok[t, k] else "\n✗ ECC")
+            ax.text(
+                k,
+                t,
+                label,
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="white" if array[t, k] < 0.6 else "black",
+            )
+            if not ok[t, k]:
+                ax.add_patch(
+                    plt.Rectangle(
+                        (k - 0.5, t - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5
+                    )
+                )
+    ax.set_xticks(range(n), matrix.names, rotation=30)
+    ax.set_yticks(range(n), matrix.names)
+    ax.set_xlabel("gallery model")
+    ax.set_ylabel("query model")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_features_2d(features: np.ndarray, labels: np.ndarray, path: Path, title: str) -> None:
+    """Scatter of 2-D features coloured by class (CoReS Fig. 7 style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    colors = plt.get_cmap("tab10")
+    for c in np.unique(labels):
+        pts = features[labels == c]
+        ax.scatter(pts[:, 0], pts[:, 1], s=3, color=colors(int(c) % 10), label=str(c), alpha=0.6)
+    ax.set_aspect("equal")
+    ax.set_title(title)
+    ax.legend(markerscale=4, fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x * 100:.2f}"
+
+
+def _evidence_row(label: str, e: dict) -> str:
+    gain = "-" if e.get("update_gain") is None else f"{e['update_gain']:.3f}"
+    return (
+        f"| {label} | {_pct(e['old_self'])} | {_pct(e['cross'])} | {_pct(e['new_self'])} | "
+        f"{'yes' if e['ecc'] else '**no**'} | {gain} |"
+    )
+
+
+def markdown(report: Report, files: dict[str, str]) -> str:
+    matrix, array = report.matrix, report.matrix.as_array()
+    ok = compatible_cells(array)
+    lines = [f"# Upgrade report: {report.name}", ""]
+    lines += [
+        f"Protocol: {report.protocol} (top-1 %, rows: query model, columns: gallery model; "
+        "✗ marks cells that fail ECC, M(t, k) <= M(k, k)). Wall time "
+        f"{report.seconds:.0f} s.",
+        "",
+    ]
+    lines += [
+        "## Decisions",
+        "",
+        "| model | method | classes | action | queries | why |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in report.outcomes:
+        note = " (published by an earlier run)" if o.resumed else ""
+        lines.append(
+            f"| {o.model_version} | {o.method} | {o.classes} | **{o.action}**{note} | "
+            f"{o.gallery_version or '-'} | {o.reason} |"
+        )
+    lines += [
+        "",
+        "## Compatibility matrix",
+        "",
+        "| query \\ gallery | " + " | ".join(matrix.names) + " |",
+        "| --- |" + " --- |" * len(matrix.names),
+    ]
+    for t, name in enumerate(matrix.names):
+        cells = [
+            (f"{array[t, k] * 100:.2f}" + ("" if ok[t, k] else " ✗")) if k <= t else ""
+            for k in range(len(matrix.names))
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    summary = report.summary()
+    if "AC" in summary:
+        lines += [
+            "",
+            f"AC = {summary['AC']:.3f}, AA = {summary['AA'] * 100:.2f}, "
+            f"ACA = {summary['ACA'] * 100:.2f} (over the {len(matrix)} models above).",
+        ]
+    lines += ["", f"![compatibility matrix]({files['matrix']})", ""]
+    lines += [
+        "## Self- and cross-tests per upgrade",
+        "",
+        "M(old, old): the gallery model's self-test; M(new, old): the new model's queries "
+        "against the gallery it would search; M(new, new): its self-test. Baselines are "
+        "trained on the same data for comparison and never published.",
+        "",
+    ]
+    for o in report.outcomes:
+        if not o.evidence:
+            continue
+        lines += [
+            f"### {o.model_version} ({o.method}) against {o.against}",
+            "",
+            "| model | M(old, old) | M(new, old) | M(new, new) | ECC | update gain |",
+            "| --- | --- | --- | --- | --- | --- |",
+            _evidence_row(f"{o.model_version} ({o.method}), stored gallery", o.evidence["direct"]),
+        ]
+        if "seen_classes" in o.evidence:
+            seen = o.evidence["seen_classes"]
+            label = f"{o.model_version} ({o.method}), classes < {seen['classes']} only"
+            lines.append(_evidence_row(label, seen))
+        if "transformed" in o.evidence:
+            lines.append(
+                _evidence_row(
+                    f"{o.model_version} ({o.method}), h(gallery)", o.evidence["transformed"]
+                )
+            )
+        for method, e in o.baselines.items():
+            lines.append(_evidence_row(f"baseline: {method}", e))
+        lines.append("")
+    lines += [
+        "## Gallery versions",
+        "",
+        "| version | model | rows | lineage | queried by |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for v in report.versions:
+        lines.append(
+            f"| {v['version']} | {v['model_version']} | {v['rows']} | {v['lineage']} | "
+            f"{', '.join(v['queried_by'])} |"
+        )
+    lines += [
+        "",
+        "## Timings (s)",
+        "",
+        "| model | " + " | ".join(STAGES) + " |",
+        "| --- |" + " --- |" * len(STAGES),
+    ]
+    for o in report.outcomes:
+        lines.append(
+            f"| {o.model_version} | "
+            + " | ".join(f"{o.seconds[s]:.1f}" if s in o.seconds else "-" for s in STAGES)
+            + " |"
+        )
+    plots = [f for k, f in files.items() if k.startswith("features_")]
+    if plots:
+        lines += ["", "## 2-D features", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+STAGES = ("train", "baselines", "evaluate", "fct", "publish")
+
+
+def write_report(
+    directory: str | Path,
+    report: Report,
+    config: dict,
+    features_2d: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict:
+    """Write everything under ``directory``; returns ``{kind: file name}``."""
+    import yaml
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "config": "config.yaml",
+        "matrix_json": "matrix.json",
+        "matrix": "matrix.png",
+        "report_json": "report.json",
+        "markdown": "report.md",
+    }
+    (out / files["config"]).write_text(yaml.safe_dump(config, sort_keys=False))
+    (out / files["matrix_json"]).write_text(report.matrix.to_json())
+    plot_matrix(report.matrix, out / files["matrix"], f"{report.name}: {report.protocol}")
+    for name, (feats, labels) in (features_2d or {}).items():
+        files[f"features_{name}"] = f"features_{name}.png"
+        plot_features_2d(feats, labels, out / files[f"features_{name}"], f"{name}: test features")
+    body = {
+        **report.summary(),
+        "outcomes": [asdict(o) for o in report.outcomes],
+        "versions": report.versions,
+        "baseline_rows": report.baseline_rows,
+    }
+    (out / files["report_json"]).write_text(json.dumps(body, indent=2, default=float))
+    (out / files["markdown"]).write_text(markdown(report, files))
+    return files

@@ -1,0 +1,211 @@
+"""The stages of one upgrade that touch Ray or the store (the job's building blocks).
+
+- :func:`train_candidate`: one model trained on Ray Train (the driver's ``two_model`` scenario
+  against the gallery's model, or a single ``cores`` step for the initial model), copied to a
+  local work directory as ``model.safetensors`` + ``model.json`` + ``test_features.npy``;
+- :func:`train_fct`: triples of the candidate's training images, then ``h`` on Ray Train;
+- :func:`rows_of`: the stored (or staged) vectors of given ids, for checks on what the service
+  will actually search;
+- :func:`publish_model`: model files into the store, then the catalog record (then a grant).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from raycompat.store import GalleryStore
+from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.errors import StoreError
+from raycompat.train.config import OldModelSpec, RunSpec, ScenarioSpec, TrainConfig
+from raycompat.train.export import MODEL_FILE, SPEC_FILE, load_features, read_spec
+from raycompat.upgrade.config import UpgradeConfig, UpgradeSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Parent:
+    """The model the gallery is stored in: its version name, local files and classes."""
+
+    model_version: str
+    directory: str
+    classes: int
+
+
+def parent_of(catalog: Catalog, model_version: str, work_dir: str) -> Parent:
+    directory = os.path.join(work_dir, "models", model_version)
+    if not os.path.isfile(os.path.join(directory, MODEL_FILE)):
+        catalog.fetch_model_files(model_version, directory)
+    _, info = read_spec(directory)
+    classes = max(int(c) for c in info["label_map"]) + 1
+    return Parent(model_version, directory, classes)
+
+
+def train_config(
+    cfg: UpgradeConfig, spec: UpgradeSpec, method: str, run_name: str, parent: Parent | None
+) -> TrainConfig:
+    """The shared training config specialised to one model of the history."""
+    base = cfg.training
+    if parent is None:  # the initial model: one step on its classes
+        scenario = ScenarioSpec(kind="cores", tasks=[spec.classes])
+    else:
+        old_spec, _ = read_spec(parent.directory)
+        old = OldModelSpec(
+            checkpoint=os.path.join(parent.directory, MODEL_FILE),
+            model=old_spec,
+            classes=parent.classes,
+        )
+        scenario = ScenarioSpec(
+            kind="two_model",
+            tasks=[parent.classes, spec.classes],
+            old_model=old,
+            model_selection=base.scenario.model_selection,  # CoReS eq. 10-12 when asked
+        )
+    return dataclasses.replace(
+        base,
+        method=method,
+        first_method=method if parent is None else base.first_method,
+        method_options=spec.method_options if method == spec.method else {},
+        scenario=scenario,
+        run=dataclasses.replace(base.run, name=run_name),
+        epochs=spec.epochs if spec.epochs is not None else base.epochs,
+    )
+
+
+def train_candidate(train_cfg: TrainConfig, directory: str) -> tuple[str, dict]:
+    """Train (or resume) the run and copy its last model into ``directory``.
+
+    Returns ``(directory, metrics of the selected epoch)``.
+    """
+    from raycompat.train.driver import run_training
+
+    result = run_training(train_cfg)
+    last = list(result.checkpoints)[-1]
+    if os.path.isdir(directory):
+        shutil.rmtree(directory)
+    result.checkpoints[last].to_directory(directory)
+    shutil.rmtree(os.path.join(directory, "train_state"), ignore_errors=True)
+    return directory, result.metrics[last]
+
+
+def test_features(directory: str) -> np.ndarray:
+    return load_features(directory, "test")
+
+
+def rows_of(fs, paths: list[str], ids: np.ndarray, source: str) -> np.ndarray | None:
+    """``(len(ids), d)`` vectors of ``ids`` from Parquet ``paths``, in ``ids`` order; None when
+    some id is absent (the gallery does not hold those images)."""
+    wanted = pa.array(np.asarray(ids, dtype=np.int64))
+    found_ids, found = [], []
+    for path in paths:
+        table = pq.read_table(path, filesystem=fs, columns=["id", "embedding"])
+        if not pa.types.is_integer(table.schema.field("id").type):
+            return None
+        table = table.filter(pc.is_in(table.column("id"), value_set=wanted))
+        found_ids.append(table.column("id").to_numpy())
+        column = table.column("embedding").combine_chunks()
+        found.append(
+            np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
+                len(table), column.type.list_size
+            )
+        )
+    got = np.concatenate(found_ids) if found_ids else np.zeros(0, np.int64)
+    if len(got) != len(ids):
+        log.info("%s holds %d of the %d test ids", source, len(got), len(ids))
+        return None
+    order = np.argsort(got)[np.searchsorted(got, ids, sorter=np.argsort(got))]
+    return np.concatenate(found)[order]
+
+
+def version_rows(store: GalleryStore, gallery: str, version: str, ids) -> np.ndarray | None:
+    info = store.version(gallery, version)
+    paths = [store.path(gallery, f) for f in info.files]
+    return rows_of(store.filesystem, paths, ids, store.uri(gallery, version))
+
+
+def publish_model(
+    catalog: Catalog, record: ModelRecord, local_dir: str, grant: QueryGrant
+) -> QueryGrant:
+    """Files, then the model record, then its grant: each create-if-absent (reruns no-op)."""
+    files = [
+        MODEL_FILE,
+        SPEC_FILE,
+        *sorted(f for f in os.listdir(local_dir) if f[:2] in ("h.", "g.")),
+    ]
+    staging = os.path.join(local_dir, "_publish")
+    os.makedirs(staging, exist_ok=True)
+    for name in files:
+        shutil.copy2(os.path.join(local_dir, name), os.path.join(staging, name))
+    record.uri = catalog.put_model_files(record.model_version, staging)
+    catalog.register_model(record)
+    return catalog.grant(grant)
+
+
+def existing_grant(catalog: Catalog, gallery: str, model_version: str) -> QueryGrant | None:
+    try:
+        return catalog.queryable_version(gallery, model_version)
+    except StoreError:
+        return None
+
+
+def run_spec(cfg: UpgradeConfig, name: str) -> RunSpec:
+    return dataclasses.replace(cfg.training.run, name=name)
+
+
+def train_fct(
+    cfg: UpgradeConfig,
+    spec: UpgradeSpec,
+    parent: Parent,
+    candidate: str,
+    source_normalized: bool,
+    work_dir: str,
+) -> str:
+    """Learn ``h: phi_parent -> phi_candidate`` on the candidate's training images (FCT
+    sec. 3.3) and copy ``h.*`` into ``candidate``. The old side of the triples is normalised
+    like the stored gallery, since ``h`` is applied to stored rows."""
+    import torch
+    import torch.nn.functional as F
+
+    from raycompat.train.data import make_splits, open_dataset
+    from raycompat.train.fct import compute_triples, train_transformation
+    from raycompat.train.fct_config import TransformationSpec, TransformationTrainConfig
+
+    base = cfg.training
+    dataset = open_dataset(base.data)
+    splits = make_splits(base, dataset.labels)
+    rows = splits.train[dataset.labels[splits.train] < spec.classes]
+    triples = compute_triples(parent.directory, None, candidate, dataset, rows)
+    if source_normalized:
+        triples.old = F.normalize(torch.from_numpy(np.asarray(triples.old)), dim=1).numpy()
+    triples_dir = os.path.join(work_dir, "triples", spec.model_version)
+    triples.save(triples_dir)
+    fct = spec.fct
+    tcfg = TransformationTrainConfig(
+        triples=triples_dir,
+        h=TransformationSpec(
+            d_old=triples.old.shape[1], d_side=0, d_new=triples.new.shape[1], width=fct.width
+        ),
+        optim=fct.optim,
+        epochs=fct.epochs,
+        batch_size=fct.batch_size,
+        scaling=dataclasses.replace(base.scaling, precision="fp32"),
+        run=run_spec(cfg, f"{cfg.name}-{spec.model_version}-fct"),
+        seed=base.seed,
+    )
+    result = train_transformation(tcfg)
+    out = os.path.join(work_dir, "fct", spec.model_version)
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    result.checkpoint.to_directory(out)
+    for name in os.listdir(out):
+        if name.startswith("h."):
+            shutil.copy2(os.path.join(out, name), os.path.join(candidate, name))
+    return candidate
