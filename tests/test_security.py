@@ -191,35 +191,44 @@ def test_no_unrestricted_unpickling_in_the_code_base():
 def test_credentials_never_reach_outputs_checkpoints_or_logs(
     ray_local, s3_bucket, s3_server, tmp_path
 ):
-    """A full toy training run stored on S3: no file it wrote, locally, in the bucket or in
-    Ray's session logs, contains the access key or the secret from the environment."""
+    """A full toy upgrade (initial model and gallery, then an FCT upgrade) with its store, its
+    catalog and its training runs on S3: no file it wrote, locally, in the bucket or in Ray's
+    session logs, contains the access key or the secret from the environment."""
     import importlib.util
     import os
 
     bucket, options = s3_bucket
     spec = importlib.util.spec_from_file_location(
-        "train_job", Path(__file__).parent.parent / "jobs" / "train.py"
+        "upgrade_job", Path(__file__).parent.parent / "jobs" / "upgrade.py"
     )
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
-    job.main(
+    summary = job.main(
         [
-            "data.name=synthetic",
-            "data.options={num_classes: 4, images_per_class: 30, image_size: 28, channels: 1}",
-            "model.num_classes=4",
-            "scenario.tasks=[2,4]",
-            "epochs=1",
-            "run.name=secrets",
-            f"run.storage_path=s3://{bucket}/runs",
-            f"run.endpoint_url={s3_server}",
+            "name=secrets",
+            f"store.root=s3://{bucket}/store",
+            f"store.storage_options={{client_kwargs: {{endpoint_url: '{s3_server}'}}}}",
+            "gallery_images.options={per_class: 40}",
+            "training.data.options={per_class: 40}",
+            "training.epochs=1",
+            f"training.run.storage_path=s3://{bucket}/runs",
+            f"training.run.endpoint_url={s3_server}",
+            "upgrades=[{model_version: m1, classes: 4, method: independent},"
+            " {model_version: m2, classes: 10, method: fct,"
+            " fct: {width: 32, epochs: 2, batch_size: 64}}]",
+            "pipeline={rows_per_file: 200, batch_size: 200, actors: 1}",
+            f"report_dir={tmp_path}/report",
+            f"work_dir={tmp_path}/work",
         ]
     )
+    assert summary["decisions"]["m1"] == "initial"
     secrets = [os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]]
     assert secrets[0].startswith("AKIARAYCOMPAT")  # the distinctive fake values of conftest
 
     fs = s3fs.S3FileSystem(**options)
-    stored = fs.find(f"{bucket}/runs")
+    stored = fs.find(f"{bucket}/runs") + fs.find(f"{bucket}/store")
     assert any(p.endswith("model.safetensors") for p in stored)
+    assert any("/_versions/v1.json" in p for p in stored)
     blobs = {}
     for path in stored:
         try:
