@@ -115,6 +115,31 @@ def test_four_trial_sweep_survives_a_failing_trial_and_resumes(ray_local, tmp_pa
     table = pd.read_parquet(results / "trials.parquet")
     assert table["objective"].notna().all() and len(table) == 4
 
+    # The best trial as an upgrade history: it validates and runs through jobs/upgrade.py.
+    from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
+
+    history = load_config(UpgradeConfig, results / "best_upgrade.yaml")
+    check_upgrade_config(history)
+    assert [(u.classes, u.method) for u in history.upgrades] == [
+        (3, "independent"),
+        (6, "dsimplex_hoc"),
+    ]
+    assert history.upgrades[1].method_options["lam"] == again["best"]["method_options.lam"]
+    summary = load_job("upgrade").main(
+        [
+            "--config",
+            str(results / "best_upgrade.yaml"),
+            f"store.root={tmp_path}/store",
+            f"report_dir={tmp_path}/report",
+            f"work_dir={tmp_path}/work",
+            f"training.run.storage_path={tmp_path}/runs",
+        ]
+    )
+    assert summary["decisions"]["m1"] == "initial"
+    assert summary["decisions"]["m2"] in ("compatible", "refuse")
+    assert len(summary["matrix"]) == 2
+    assert (tmp_path / "report" / "toy-best" / "report.md").is_file()
+
 
 def test_optuna_search_refuses_grid_parameters():
     from raycompat.tune.config import SweepConfig

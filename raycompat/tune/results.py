@@ -4,6 +4,7 @@ compatibility-vs-accuracy plot with the Pareto front marked."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ from raycompat.config import load_config, save_config
 from raycompat.train.config import TrainConfig
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.space import trial_overrides
+
+logger = logging.getLogger(__name__)
 
 METRICS = ("objective", "AC", "AA", "ACA", "self_test")
 
@@ -70,7 +73,26 @@ def write_best_config(sweep: SweepConfig, params: dict, path: Path) -> TrainConf
         f"# Run: python jobs/train.py --config {path}\n"
         f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}).\n{body}"
     )
+    write_best_upgrade(cfg, chosen, sweep, path.with_name("best_upgrade.yaml"))
     return cfg
+
+
+def write_best_upgrade(cfg: TrainConfig, chosen: str, sweep: SweepConfig, path: Path) -> None:
+    """The best trial as a ready ``jobs/upgrade.py`` config (its scenario as a history)."""
+    from raycompat.upgrade.config import history_from_training
+
+    try:
+        upgrade = history_from_training(cfg, f"{sweep.name}-best")
+    except ValueError as err:  # e.g. model replacements: no history equivalent
+        logger.warning("no best_upgrade.yaml for sweep %s: %s", sweep.name, err)
+        return
+    save_config(upgrade, path)
+    body = path.read_text()
+    path.write_text(
+        f"# Run: python jobs/upgrade.py --config {path}\n"
+        f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}), as an upgrade "
+        f"history.\n{body}"
+    )
 
 
 def plot_tradeoff(table: pd.DataFrame, path: Path, x: str = "AC", y: str = "AA") -> None:
