@@ -408,3 +408,25 @@ def test_clusters_token_settings_refuse_clients_without_the_token(prepared, tmp_
         except subprocess.TimeoutExpired:
             head.kill()
             head.wait()
+
+
+def test_documented_job_commands_use_keys_the_jobs_accept():
+    """Every ``ray job submit ... python jobs/<job>.py`` in docs/cluster.md passes overrides that
+    the job's config class accepts (a renamed key must not leave the docs behind)."""
+    import shlex
+
+    from raycompat.config import load_config
+    from raycompat.pipelines.config import TransformJobConfig
+    from raycompat.tune.config import SweepConfig
+    from raycompat.upgrade.config import UpgradeConfig
+
+    classes = {"upgrade": UpgradeConfig, "tune": SweepConfig, "transform": TransformJobConfig}
+    text = (ROOT / "docs" / "cluster.md").read_text().replace("\\\n", " ")
+    commands = [line for line in text.splitlines() if line.startswith("ray job submit")]
+    assert {c.split("jobs/")[1].split(".py")[0] for c in commands} == set(classes)
+    for command in commands:
+        words = shlex.split(command)
+        job = next(w for w in words if w.startswith("jobs/"))[5:-3]
+        overrides = [w for w in words[words.index("--config") + 2 :]]
+        assert all("=" in w for w in overrides), command
+        load_config(classes[job], None, overrides)  # unknown keys raise ConfigError
