@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +85,11 @@ def search(args) -> dict:
     catalog = Catalog(store)
     record = catalog.model(args.model)
     grant = catalog.queryable_version(args.gallery, args.model)
-    queries = embed_images(record.uri, args.images)
+    if Path(record.uri).is_dir():
+        queries = embed_images(record.uri, args.images)
+    else:  # files in an S3 store: copy them out first
+        with tempfile.TemporaryDirectory() as local:
+            queries = embed_images(catalog.fetch_model_files(args.model, local), args.images)
     try:
         index = load_version_index(store, args.gallery, grant.gallery_version)
     except StoreError:

@@ -110,3 +110,29 @@ def test_errors_name_what_is_missing(served, capsys, tmp_path):
     assert code == 2 and "nope.png" in err
     code, err = run(capsys, "versions", "faces", "--store", store.uri())
     assert code == 1 and "no published version" in err
+
+
+def test_search_copies_model_files_out_of_the_store_when_uri_is_remote(served, capsys, tmp_path):
+    """A model registered by the upgrade job on an S3 store has an s3:// uri: search copies its
+    files out of the store instead of reading the uri as a local folder."""
+    store, paths = served
+    catalog = Catalog(store)
+    uri = catalog.put_model_files("m2", str(tmp_path / "m1"))
+    assert uri.endswith("_models/m2")
+    catalog.register_model(ModelRecord("m2", "s3://elsewhere/_models/m2", 4, parent="m1"))
+    catalog.grant(QueryGrant("digits", "v1", "m2", "compatible"))
+    code, out = run(
+        capsys,
+        "search",
+        str(paths[5]),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m2",
+        "-k",
+        "1",
+    )
+    assert code == 0 and out["relation"] == "compatible"
+    assert out["results"][0]["ids"] == ["img5"]
