@@ -60,6 +60,9 @@ def test_objectives_on_a_hand_built_matrix():
     assert OBJECTIVES.get("ecc_self_test")(summary, m) == pytest.approx(1.8)  # 0.7 > 0.6
     worse = CompatibilityMatrix.from_array(np.array([[0.6, 0.0], [0.5, 0.8]]))
     assert OBJECTIVES.get("ecc_self_test")(summary, worse) == pytest.approx(0.8)
+    assert OBJECTIVES.get("update_gain")(summary, m) == pytest.approx((0.7 - 0.6) / (0.8 - 0.6))
+    flat = CompatibilityMatrix.from_array(np.array([[0.6, 0.0], [0.5, 0.6]]))
+    assert np.isnan(OBJECTIVES.get("update_gain")(summary, flat))  # M(T,T) == M(T-1,T-1)
     assert OBJECTIVES.get("ACA")(summary, m) == 0.7
 
 

@@ -38,7 +38,7 @@ class SweepConfig:
     space: list[ParamSpec] = field(default_factory=list)
     search: Literal["grid", "random", "optuna"] = "grid"
     num_samples: int = 1  # repeats of the grid, or samples for random/optuna
-    objective: Literal["AC", "AA", "ACA", "self_test", "ecc_self_test"] = "ACA"
+    objective: Literal["AC", "AA", "ACA", "self_test", "ecc_self_test", "update_gain"] = "ACA"
     asha: ASHASpec | None = None
     max_concurrent_trials: int | None = None  # None: what the cluster's CPUs/GPUs allow
     max_failures: int = 0  # per trial; a failed trial never stops the sweep

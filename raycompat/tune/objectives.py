@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from raycompat.evaluation import selection_score
-from raycompat.metrics.compatibility import CompatibilityMatrix
+from raycompat.metrics.compatibility import CompatibilityMatrix, update_gain
 from raycompat.registry import Registry
 
 OBJECTIVES: Registry = Registry("sweep objective")
@@ -23,6 +23,7 @@ PROXY = {
     "ecc_self_test": "selection_score",
     "AA": "val_self_test",
     "self_test": "val_self_test",
+    "update_gain": "selection_score",
 }
 
 
@@ -57,6 +58,20 @@ def ecc_self_test(summary: dict, matrix: CompatibilityMatrix) -> float:
     if len(c) < 2:
         return selection_score(float(c[-1, -1]), None, None)[0]
     return selection_score(float(c[-1, -1]), float(c[-1, -2]), float(c[-2, -2]))[0]
+
+
+@OBJECTIVES.register("update_gain")
+def update_gain_objective(summary: dict, matrix: CompatibilityMatrix) -> float:
+    """Update gain of the last model over the previous one (BCT; CoReS eq. 4), with the last
+    model's own self-test standing for M(up, up) (a sweep trains no joint upper bound):
+    (M(T, T-1) - M(T-1, T-1)) / (M(T, T) - M(T-1, T-1)); NaN when undefined (such a trial
+    cannot win)."""
+    _needs_two(matrix, "update_gain")
+    c = matrix.as_array()
+    try:
+        return update_gain(float(c[-1, -2]), float(c[-2, -2]), float(c[-1, -1]))
+    except ValueError:
+        return float("nan")
 
 
 def objective(name: str) -> Callable[[dict, CompatibilityMatrix], float]:
