@@ -91,7 +91,7 @@ class Upgrader:
     def _train(self, spec, method: str, parent, suffix: str = "") -> tuple[str, np.ndarray]:
         name = f"{self.cfg.name}-{spec.model_version}{suffix}"
         train_cfg = steps.train_config(self.cfg, spec, method, name, parent)
-        directory, _ = steps.train_candidate(
+        directory = steps.train_candidate(
             train_cfg, os.path.join(self.work, "candidates", spec.model_version + suffix)
         )
         return directory, steps.test_features(directory)
@@ -103,12 +103,9 @@ class Upgrader:
         grant = steps.existing_grant(self.catalog, self.gallery, spec.model_version)
         if grant is not None:
             return self._resumed(spec, grant)
-        mine = [
-            v for v in self.store.versions(self.gallery) if v.model_version == spec.model_version
-        ]
-        others = [
-            v for v in self.store.versions(self.gallery) if v.model_version != spec.model_version
-        ]
+        versions = self.store.versions(self.gallery)
+        mine = [v for v in versions if v.model_version == spec.model_version]
+        others = [v for v in versions if v.model_version != spec.model_version]
         if not others:
             return self._initial(position, spec, mine[0] if mine else None)
         return self._upgrade(position, spec, others[-1], mine[0] if mine else None)

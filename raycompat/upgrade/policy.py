@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from raycompat.upgrade.config import PolicySpec
 from raycompat.upgrade.evaluate import Evidence
 
-ACTIONS = ("initial", "compatible", "transform", "backfill", "refuse")
-
 
 @dataclass
 class Decision:

@@ -47,7 +47,6 @@ class Report:
     matrix: CompatibilityMatrix
     outcomes: list[Outcome]
     versions: list[dict]  # the gallery's versions after the run (raycompat versions)
-    baseline_rows: dict = field(default_factory=dict)  # "m2/ift" -> its matrix row
     seconds: float = 0.0
 
     def summary(self) -> dict:
@@ -285,7 +284,6 @@ def write_report(
         **report.summary(),
         "outcomes": [asdict(o) for o in report.outcomes],
         "versions": report.versions,
-        "baseline_rows": report.baseline_rows,
     }
     (out / files["report_json"]).write_text(json.dumps(body, indent=2, default=float))
     (out / files["markdown"]).write_text(markdown(report, files))

@@ -80,11 +80,8 @@ def train_config(
     )
 
 
-def train_candidate(train_cfg: TrainConfig, directory: str) -> tuple[str, dict]:
-    """Train (or resume) the run and copy its last model into ``directory``.
-
-    Returns ``(directory, metrics of the selected epoch)``.
-    """
+def train_candidate(train_cfg: TrainConfig, directory: str) -> str:
+    """Train (or resume) the run and copy its last model into ``directory`` (returned)."""
     from raycompat.train.driver import run_training
 
     result = run_training(train_cfg)
@@ -93,7 +90,7 @@ def train_candidate(train_cfg: TrainConfig, directory: str) -> tuple[str, dict]:
         shutil.rmtree(directory)
     result.checkpoints[last].to_directory(directory)
     shutil.rmtree(os.path.join(directory, "train_state"), ignore_errors=True)
-    return directory, result.metrics[last]
+    return directory
 
 
 def test_features(directory: str) -> np.ndarray:
