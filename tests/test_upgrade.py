@@ -280,6 +280,7 @@ def test_compatible_action_grants_the_current_version_without_a_rewrite(tmp_path
     cfg = UpgradeConfig()
     upgrader = Upgrader(cfg, store, catalog, data=None)
     new = _exported_model(tmp_path / "m2")
+    (tmp_path / "m2" / "test_features.npy").write_bytes(b"not a model file")  # stays behind
 
     def act(reason):
         return upgrader._act(

@@ -115,8 +115,11 @@ class Catalog:
     def _files_path(self, model_version: str) -> str:
         return join(self._backend.root, MODELS_DIR, check_name("model", model_version))
 
-    def put_model_files(self, model_version: str, local_dir: str) -> str:
-        """Copy the files of ``local_dir`` into the store beside the record; returns their URI.
+    def put_model_files(
+        self, model_version: str, local_dir: str, names: list[str] | None = None
+    ) -> str:
+        """Copy the files ``names`` of ``local_dir`` (default: every file in it) into the store
+        beside the record; returns their URI.
 
         Done before :meth:`register_model`, so a record never points at missing files. Copying
         the same files again (a rerun) overwrites them with identical bytes; a registered
@@ -127,7 +130,7 @@ class Catalog:
         target = self._files_path(model_version)
         fs = self._backend.filesystem
         fs.create_dir(target, recursive=True)
-        for name in sorted(os.listdir(local_dir)):
+        for name in sorted(os.listdir(local_dir)) if names is None else names:
             source = os.path.join(local_dir, name)
             if os.path.isfile(source):
                 with open(source, "rb") as handle, fs.open_output_stream(join(target, name)) as out:

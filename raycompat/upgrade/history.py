@@ -310,6 +310,14 @@ class Upgrader:
         grant = QueryGrant(self.gallery, version, spec.model_version, relation, evidence)
         steps.publish_model(self.catalog, record, directory, grant)
 
+    def _staged_test_rows(self, staging) -> np.ndarray | None:
+        """The staged vectors of the test images, in test order; None (logged) when the gallery
+        does not hold them, which leaves the staged data to the commit's own checks."""
+        staged = steps.rows_of(staging.filesystem, staging.files(), self.data.rows, staging.uri)
+        if staged is None:
+            log.warning("%s does not hold the test images: checked by commit only", staging.uri)
+        return staged
+
     def _extract(self, spec, directory: str, features: np.ndarray, version: str) -> None:
         """Embed the gallery images into ``version``; published only if the staged vectors of
         the test images are the model's features (cosine >= 0.999)."""
@@ -317,9 +325,8 @@ class Upgrader:
         expected = F.normalize(torch.from_numpy(features), dim=1).numpy()
 
         def verify(staging) -> None:
-            staged = steps.rows_of(staging.filesystem, staging.files(), self.data.rows, staging.uri)
+            staged = self._staged_test_rows(staging)
             if staged is None:
-                log.warning("%s does not hold the test images: checked by commit only", staging.uri)
                 return
             cosine = np.sum(F.normalize(torch.from_numpy(staged), dim=1).numpy() * expected, 1)
             if cosine.min() < 0.999:
@@ -360,11 +367,8 @@ class Upgrader:
         staged rows of the test images beat the old self-test (FCT's criterion)."""
 
         def verify(staging) -> None:
-            staged = steps.rows_of(staging.filesystem, staging.files(), self.data.rows, staging.uri)
+            staged = self._staged_test_rows(staging)
             if staged is None:
-                log.warning(
-                    "%s does not hold the test images: checked on features only", staging.uri
-                )
                 return
             cross = self.data.score(features, staged)
             log.info(

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from raycompat.pipelines.inputs import vectors
 from raycompat.store import GalleryStore
 from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.errors import StoreError
@@ -108,12 +109,7 @@ def rows_of(fs, paths: list[str], ids: np.ndarray, source: str) -> np.ndarray | 
             return None
         table = table.filter(pc.is_in(table.column("id"), value_set=wanted))
         found_ids.append(table.column("id").to_numpy())
-        column = table.column("embedding").combine_chunks()
-        found.append(
-            np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
-                len(table), column.type.list_size
-            )
-        )
+        found.append(vectors(table, "embedding"))
     got = np.concatenate(found_ids) if found_ids else np.zeros(0, np.int64)
     if len(got) != len(ids):
         log.info("%s holds %d of the %d test ids", source, len(got), len(ids))
@@ -137,11 +133,7 @@ def publish_model(
         SPEC_FILE,
         *sorted(f for f in os.listdir(local_dir) if f[:2] in ("h.", "g.")),
     ]
-    staging = os.path.join(local_dir, "_publish")
-    os.makedirs(staging, exist_ok=True)
-    for name in files:
-        shutil.copy2(os.path.join(local_dir, name), os.path.join(staging, name))
-    record.uri = catalog.put_model_files(record.model_version, staging)
+    record.uri = catalog.put_model_files(record.model_version, local_dir, files)
     catalog.register_model(record)
     return catalog.grant(grant)
 
