@@ -339,3 +339,40 @@ def test_evidence_on_the_gallery_models_classes_is_the_subset_score():
     assert evidence_on_classes(data, 4, new, gallery, old, "m1") is None  # not a subset
     data.labels_are_classes = False  # e.g. LFW as eval.dataset: its labels are not classes
     assert evidence_on_classes(data, 2, new, gallery, old, "m1") is None
+
+
+@pytest.mark.parametrize(
+    ("parent", "relation", "action"),
+    [
+        (None, "extracted", "initial"),
+        ("m1", "extracted", "backfill"),
+        ("m1", "compatible", "compatible"),
+        ("m1", "transformed", "transform"),
+    ],
+)
+def test_a_published_model_is_reported_with_its_own_action_on_rerun(
+    tmp_path, parent, relation, action
+):
+    from raycompat.store import VersionInfo, embedding_table
+    from raycompat.store.catalog import QueryGrant
+    from raycompat.upgrade.history import Upgrader
+
+    store = GalleryStore(str(tmp_path / "store"))
+    catalog = Catalog(store)
+    staging = store.begin("mnist", VersionInfo("v1", "m2", 9, False, "v1 = extract(m2)"))
+    staging.write_table(
+        embedding_table(np.arange(4), np.ones((4, 9), np.float32)), "part-0.parquet"
+    )
+    staging.commit()
+    if parent:
+        catalog.register_model(ModelRecord(parent, "", 9))
+    catalog.register_model(ModelRecord("m2", "", 9, parent=parent))
+    grant = catalog.grant(QueryGrant("mnist", "v1", "m2", relation, {"reason": "why"}))
+    cfg = load_config(UpgradeConfig, None, [f"work_dir={tmp_path}/work"])
+    upgrader = Upgrader(cfg, store, catalog, data=None)
+    cache = tmp_path / "work" / cfg.name / "features"
+    cache.mkdir(parents=True)
+    np.save(cache / "m2.npy", np.zeros((3, 9), np.float32))  # no model files needed
+    outcome = upgrader._resumed(cfg.upgrades[1], grant)
+    assert (outcome.action, outcome.resumed, outcome.reason) == (action, True, "why")
+    assert outcome.gallery_version == "v1" and outcome.against == parent

@@ -118,10 +118,11 @@ class Upgrader:
             grant.gallery_version,
         )
         self._add(spec.model_version, self.stored_features(spec.model_version))
-        action = {v: k for k, v in RELATION.items() if k not in ("initial", "backfill")}.get(
-            grant.relation, "initial" if grant.relation == "extracted" else grant.relation
-        )
         record = self.catalog.model(spec.model_version)
+        # "extracted" is the initial model's grant (no parent) or a backfill's (a parent).
+        action = {"compatible": "compatible", "transformed": "transform"}.get(
+            grant.relation, "initial" if record.parent is None else "backfill"
+        )
         return Outcome(
             spec.model_version,
             spec.method,
