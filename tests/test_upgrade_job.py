@@ -233,3 +233,42 @@ def test_incompatible_upgrade_is_refused_then_backfilled_on_request(ray_local, t
     v2 = store.version("digits", "v2")
     assert v2.model_version == "m2" and v2.lineage == "v2 = extract(m2)" and v2.rows == 3000
     assert catalog.queryable_version("digits", "m2").relation == "extracted"
+
+
+def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, tmp_path):
+    """A transformation that scrambles the gallery: the staged rows fail the new model's
+    cross-test, the staging area is aborted, nothing is published and the decision becomes a
+    refusal that says why."""
+    import numpy as np
+    import torch
+
+    from raycompat.evaluation import EvalSet
+    from raycompat.pipelines import RunOptions, save_transformation
+    from raycompat.store import VersionInfo, embedding_table
+    from raycompat.transformation import fct_transformation
+    from raycompat.upgrade.config import UpgradeConfig
+    from raycompat.upgrade.evaluate import EvalData
+    from raycompat.upgrade.history import Upgrader
+    from raycompat.upgrade.policy import Decision
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(5), 8)
+    features = (np.eye(5)[labels] + 0.05 * rng.normal(size=(40, 5))).astype(np.float32)
+    store = GalleryStore(str(tmp_path / "store"))
+    staging = store.begin("mnist", VersionInfo("v1", "m1", 5, False, "v1 = extract(m1)"))
+    staging.write_table(embedding_table(np.arange(40), features), "part-0.parquet")
+    v1 = staging.commit()
+    torch.manual_seed(0)
+    save_transformation(tmp_path / "m3", fct_transformation(5, 0, 5, width=8))  # untrained h
+    data = EvalData(None, np.arange(40), EvalSet(labels), "identification", "cosine", True, 8)
+    assert data.score(features, features) == 1.0  # the old self-test the rows must beat
+    cfg = UpgradeConfig(pipeline=RunOptions(rows_per_file=40, batch_size=40, actors=1))
+    upgrader = Upgrader(cfg, store, Catalog(store), data)
+    decision, version = upgrader._act(2, cfg.upgrades[2], Decision("transform", "h passed"),
+                                      str(tmp_path / "m3"), features, v1, None, 0.5, {}, "m1")
+    assert decision.action == "refuse" and version is None
+    assert "failed its check before publishing" in decision.reason
+    assert "not above the old self-test 0.5000" in decision.reason
+    assert [v.version for v in store.versions("mnist")] == ["v1"]
+    assert Catalog(store).models() == []
+    assert not any((tmp_path / "store" / "mnist" / "_data" / "v3").glob("**/*.parquet"))
