@@ -192,10 +192,15 @@ def matrix_builders(cfg: TrainConfig, dataset, splits) -> dict[str, MatrixBuilde
     _, _, test_set = test_source(cfg, dataset, labels, splits)
     builders = {"test": MatrixBuilder(cfg.eval.protocol, test_set, cfg.eval.distance, "test")}
     if len(splits.val):
-        protocol = "identification" if cfg.eval.protocol == "verification" else cfg.eval.protocol
-        val_set = EvalSet(labels[splits.val])
-        builders["val"] = MatrixBuilder(protocol, val_set, cfg.eval.distance, "val")
+        builders["val"] = MatrixBuilder(*val_evaluation(cfg, labels, splits), "val")
     return builders
+
+
+def val_evaluation(cfg: TrainConfig, labels: np.ndarray, splits) -> tuple[str, EvalSet, str]:
+    """``(protocol, eval set, distance)`` of the validation split: 1:N identification among
+    its own images (verification pairs exist only for the test split)."""
+    protocol = "identification" if cfg.eval.protocol == "verification" else cfg.eval.protocol
+    return protocol, EvalSet(labels[splits.val]), cfg.eval.distance
 
 
 def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingResult:

@@ -98,3 +98,18 @@ class TransformationTrainConfig:
     scaling: ScalingSpec = field(default_factory=lambda: ScalingSpec(precision="fp32"))
     run: RunSpec = field(default_factory=lambda: RunSpec(name="fct-transformation"))
     seed: int = 0
+
+
+@dataclass
+class FCTSpec:
+    """How an upgrade or a sweep trial learns ``h(phi_old) -> phi_new`` between two trained
+    models (FCT sec. 3.3, appendix D; :func:`raycompat.train.fct_fit.fit_transformation`).
+
+    ``width`` is h's hidden width (2048 in the paper; smaller for toy widths). Stored galleries
+    hold no side-information column, so h maps ``phi_old`` alone (FCT's no-side-info variant).
+    """
+
+    width: int = 256
+    epochs: int = 30
+    batch_size: int = 256
+    optim: FCTOptimSpec = field(default_factory=lambda: FCTOptimSpec(warmup_epochs=2))

@@ -26,21 +26,7 @@ from raycompat.train.config import (
     ScenarioSpec,
     TrainConfig,
 )
-from raycompat.train.fct_config import FCTOptimSpec
-
-
-@dataclass
-class FCTSpec:
-    """How an FCT upgrade learns ``h(phi_old) -> phi_new`` (FCT sec. 3.3, appendix D).
-
-    ``width`` is h's hidden width (2048 in the paper; smaller for toy widths). The gallery
-    stores no side-information column, so h maps ``phi_old`` alone (FCT's no-side-info variant).
-    """
-
-    width: int = 256
-    epochs: int = 30
-    batch_size: int = 256
-    optim: FCTOptimSpec = field(default_factory=lambda: FCTOptimSpec(warmup_epochs=2))
+from raycompat.train.fct_config import FCTSpec
 
 
 @dataclass
@@ -173,7 +159,7 @@ def gallery_version_of(cfg: UpgradeConfig, position: int) -> str:
     return cfg.upgrades[position].gallery_version or f"v{position + 1}"
 
 
-def history_from_training(cfg: TrainConfig, name: str) -> UpgradeConfig:
+def history_from_training(cfg: TrainConfig, name: str, fct: FCTSpec | None = None) -> UpgradeConfig:
     """The upgrade history that replays a training scenario through ``jobs/upgrade.py``.
 
     Each model of the scenario becomes one upgrade trained on every class seen so far: CoReS
@@ -181,7 +167,8 @@ def history_from_training(cfg: TrainConfig, name: str) -> UpgradeConfig:
     ``first_method``, the others ``method`` with its options (a sweep's best values). The
     upgrade job trains each model against the gallery's model on all of its classes, so CL2R's
     replay-buffer restriction does not carry over. Replacements and given old models are
-    refused (they have no history equivalent yet).
+    refused (they have no history equivalent yet). ``fct``: how FCT upgrades learn ``h``
+    (default :class:`FCTSpec`).
     """
     from raycompat.config import ConfigError
 
@@ -201,6 +188,7 @@ def history_from_training(cfg: TrainConfig, name: str) -> UpgradeConfig:
             classes=c,
             method=cfg.method,
             method_options=dict(cfg.method_options),
+            fct=dataclasses.replace(fct) if fct is not None else FCTSpec(),
         )
         for i, c in enumerate(classes[1:], start=1)
     ]

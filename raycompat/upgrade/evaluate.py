@@ -77,13 +77,6 @@ def model_features(model, data: EvalData) -> np.ndarray:
     return torch.cat(parts).numpy()
 
 
-@torch.no_grad()
-def transformed(h, old_features: np.ndarray) -> np.ndarray:
-    """``h(phi_old)`` without side-information: the gallery after an FCT rewrite."""
-    h.eval()
-    return h(torch.from_numpy(np.ascontiguousarray(old_features))).float().numpy()
-
-
 def history_matrix(names: list[str], features: dict[str, np.ndarray], data: EvalData):
     """Lower-triangular ``M(t, k)``, ``k <= t``, over ``names`` in order."""
     matrix: CompatibilityMatrix | None = None

@@ -29,6 +29,7 @@ from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.errors import VerificationError
 from raycompat.train.export import load_exported_model
+from raycompat.train.fct_fit import transform_features
 from raycompat.upgrade import steps
 from raycompat.upgrade.config import UpgradeConfig, gallery_version_of
 from raycompat.upgrade.evaluate import (
@@ -36,7 +37,6 @@ from raycompat.upgrade.evaluate import (
     evidence,
     evidence_on_classes,
     model_features,
-    transformed,
 )
 from raycompat.upgrade.policy import Decision, decide
 from raycompat.upgrade.report import Outcome
@@ -211,7 +211,7 @@ class Upgrader:
             fct = evidence(
                 self.data,
                 features,
-                transformed(h, gallery),
+                transform_features(h, gallery),
                 old_self,
                 parent.model_version,
                 transformed=True,

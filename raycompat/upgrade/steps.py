@@ -160,41 +160,25 @@ def train_fct(
     """Learn ``h: phi_parent -> phi_candidate`` on the candidate's training images (FCT
     sec. 3.3) and copy ``h.*`` into ``candidate``. The old side of the triples is normalised
     like the stored gallery, since ``h`` is applied to stored rows."""
-    import torch
-    import torch.nn.functional as F
-
     from raycompat.train.data import make_splits, open_dataset
-    from raycompat.train.fct import compute_triples, train_transformation
-    from raycompat.train.fct_config import TransformationSpec, TransformationTrainConfig
+    from raycompat.train.fct_fit import fit_transformation
 
     base = cfg.training
     dataset = open_dataset(base.data)
     splits = make_splits(base, dataset.labels)
-    rows = splits.train[dataset.labels[splits.train] < spec.classes]
-    triples = compute_triples(parent.directory, None, candidate, dataset, rows)
-    if source_normalized:
-        triples.old = F.normalize(torch.from_numpy(np.asarray(triples.old)), dim=1).numpy()
-    triples_dir = os.path.join(work_dir, "triples", spec.model_version)
-    triples.save(triples_dir)
-    fct = spec.fct
-    tcfg = TransformationTrainConfig(
-        triples=triples_dir,
-        h=TransformationSpec(
-            d_old=triples.old.shape[1], d_side=0, d_new=triples.new.shape[1], width=fct.width
-        ),
-        optim=fct.optim,
-        epochs=fct.epochs,
-        batch_size=fct.batch_size,
-        scaling=dataclasses.replace(base.scaling, precision="fp32"),
+    h_dir = fit_transformation(
+        parent.directory,
+        candidate,
+        dataset,
+        splits.train[dataset.labels[splits.train] < spec.classes],
+        spec.fct,
+        scaling=base.scaling,
         run=run_spec(cfg, f"{cfg.name}-{spec.model_version}-fct"),
+        work_dir=os.path.join(work_dir, "fct", spec.model_version),
         seed=base.seed,
+        normalize_old=source_normalized,
     )
-    result = train_transformation(tcfg)
-    out = os.path.join(work_dir, "fct", spec.model_version)
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    result.checkpoint.to_directory(out)
-    for name in os.listdir(out):
+    for name in os.listdir(h_dir):
         if name.startswith("h."):
-            shutil.copy2(os.path.join(out, name), os.path.join(candidate, name))
+            shutil.copy2(os.path.join(h_dir, name), os.path.join(candidate, name))
     return candidate
