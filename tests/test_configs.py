@@ -24,6 +24,7 @@ from raycompat.train.config import TrainConfig
 from raycompat.train.export import build_model
 from raycompat.train.scenarios import plan_steps
 from raycompat.tune.config import SweepConfig
+from raycompat.tune.fct import check_transformation, split_params, transformation_of
 from raycompat.tune.space import param_space, trial_overrides
 from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
 
@@ -31,14 +32,17 @@ from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
 def check_sweep(sweep: SweepConfig) -> None:
     """The base config and every grid point's config load; the space builds."""
     param_space(sweep.space)
+    check_transformation(sweep, load_config(TrainConfig, sweep.base, sweep.overrides))
     grids = [s for s in sweep.space if s.kind == "grid"]
     for spec in grids or sweep.space[:1]:
         for value in spec.values or [spec.low]:
+            training, _ = split_params({spec.key: value})
             cfg = load_config(
-                TrainConfig, sweep.base, [*sweep.overrides, *trial_overrides({spec.key: value})]
+                TrainConfig, sweep.base, [*sweep.overrides, *trial_overrides(training)]
             )
             check_method_options(cfg.method, cfg.method_options)
             plan_steps(cfg)
+            transformation_of(sweep, {spec.key: value})
 
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))

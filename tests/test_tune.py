@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from raycompat.config import load_config
+from raycompat.config import ConfigError, load_config
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.train.config import TrainConfig
+from raycompat.train.fct_config import FCTSpec
 from raycompat.train.scenarios import plan_steps
-from raycompat.tune.config import ParamSpec
+from raycompat.tune.config import ParamSpec, SweepConfig
+from raycompat.tune.fct import check_transformation, split_params, transformation_of
 from raycompat.tune.objectives import OBJECTIVES
 from raycompat.tune.results import pareto_front
 from raycompat.tune.space import param_space, trial_overrides
@@ -64,6 +67,55 @@ def test_objectives_on_a_hand_built_matrix():
     flat = CompatibilityMatrix.from_array(np.array([[0.6, 0.0], [0.5, 0.6]]))
     assert np.isnan(OBJECTIVES.get("update_gain")(summary, flat))  # M(T,T) == M(T-1,T-1)
     assert OBJECTIVES.get("ACA")(summary, m) == 0.7
+
+
+def test_cross_test_objective_is_the_last_models_query_against_the_previous_gallery():
+    m = CompatibilityMatrix.from_array(
+        np.array([[0.6, 0.0, 0.0], [0.7, 0.8, 0.0], [0.5, 0.65, 0.9]])
+    )
+    assert OBJECTIVES.get("cross_test")({}, m) == 0.65
+    with pytest.raises(ValueError, match="at least two models"):
+        OBJECTIVES.get("cross_test")({}, CompatibilityMatrix.from_array(np.array([[0.6]])))
+
+
+def test_transformation_keys_split_from_training_keys_and_reach_the_fct_spec():
+    sweep = load_config(SweepConfig, ROOT / "configs" / "tune_fct_width.yaml")
+    params = {"transformation.width": 64, "transformation.optim.lr": 0.01, "epochs": 2}
+    training, transformation = split_params(params)
+    assert training == {"epochs": 2}
+    assert transformation == {"width": 64, "optim.lr": 0.01}
+    spec = transformation_of(sweep, params)
+    assert (spec.width, spec.optim.lr, spec.epochs) == (64, 0.01, sweep.transformation.epochs)
+    assert sweep.transformation.width == 256  # the sweep's own section is not mutated
+
+
+def test_transformation_sweeps_are_checked_before_any_trial():
+    base = load_config(TrainConfig, ROOT / "configs" / "train_mnist_two_model.yaml")
+    width = [ParamSpec("transformation.width", values=[16, 64])]
+    with pytest.raises(ConfigError, match="add a 'transformation:' section"):
+        check_transformation(SweepConfig(space=width), base)
+    with pytest.raises(ConfigError, match="method is 'nifcl_rw'"):
+        check_transformation(SweepConfig(space=width, transformation=FCTSpec()), base)
+    fct = load_config(TrainConfig, ROOT / "configs" / "train_mnist_two_model.yaml", ["method=fct"])
+    check_transformation(SweepConfig(space=width, transformation=FCTSpec()), fct)
+    typo = [ParamSpec("transformation.widht", values=[16])]
+    with pytest.raises(ConfigError, match="'transformation.widht' is not an FCTSpec key"):
+        check_transformation(SweepConfig(space=typo, transformation=FCTSpec()), fct)
+
+
+def test_best_fct_trial_becomes_an_upgrade_history_with_its_transformation(tmp_path):
+    from raycompat.tune.results import write_best_config
+    from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
+
+    sweep = load_config(SweepConfig, ROOT / "configs" / "tune_fct_width.yaml")
+    write_best_config(sweep, {"transformation.width": 64}, tmp_path / "best_config.yaml")
+    best = load_config(TrainConfig, tmp_path / "best_config.yaml")
+    assert best.method == "fct"
+    history = load_config(UpgradeConfig, tmp_path / "best_upgrade.yaml")
+    check_upgrade_config(history)
+    assert [(u.classes, u.method) for u in history.upgrades] == [(5, "independent"), (10, "fct")]
+    assert history.upgrades[1].fct.width == 64
+    assert history.upgrades[1].fct.epochs == sweep.transformation.epochs
 
 
 def load_job(name: str):
@@ -145,7 +197,6 @@ def test_four_trial_sweep_survives_a_failing_trial_and_resumes(ray_local, tmp_pa
 
 
 def test_optuna_search_refuses_grid_parameters():
-    from raycompat.tune.config import SweepConfig
     from raycompat.tune.sweep import search_algorithm
 
     sweep = SweepConfig(search="optuna", space=[ParamSpec("epochs", "grid", values=[1, 2])])
@@ -153,3 +204,71 @@ def test_optuna_search_refuses_grid_parameters():
         search_algorithm(sweep)
     sweep.space = [ParamSpec("optim.lr", "loguniform", low=1e-4, high=1e-2)]
     assert type(search_algorithm(sweep)).__name__ == "OptunaSearch"
+
+
+def naive_top1(query: np.ndarray, gallery: np.ndarray, labels: np.ndarray) -> float:
+    """1:N cosine top-1 with the query's own row excluded, one query at a time."""
+    q = query / np.linalg.norm(query, axis=1, keepdims=True)
+    g = gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
+    hits = 0
+    for i in range(len(q)):
+        sims = g @ q[i]
+        sims[i] = -np.inf
+        hits += labels[int(np.argmax(sims))] == labels[i]
+    return hits / len(q)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, tmp_path):
+    """Two widths: each trial learns h after training and its cross-test is M(new, h(old)),
+    recomputed here from the trial's stored features and h with a naive top-1."""
+    from raycompat.train.data import make_splits, open_dataset
+    from raycompat.train.export import load_features
+    from raycompat.train.fct_export import load_transformation
+    from raycompat.train.fct_fit import transform_features
+    from raycompat.upgrade.config import UpgradeConfig
+
+    base = [
+        "method=fct",
+        "data.name=synthetic",
+        "data.options={num_classes: 6, images_per_class: 40, image_size: 28, channels: 1,"
+        " difficulty: 0.3}",
+        "model.num_classes=6",
+        "model.embed_dim=8",
+        "model.backbone_kwargs={in_chans: 1, image_size: 28}",
+        "scenario.tasks=[3,6]",
+        "epochs=2",
+        "scaling.num_workers=1",
+    ]
+    summary = load_job("tune").main(
+        [
+            "--config",
+            str(ROOT / "configs" / "tune_fct_width.yaml"),
+            f"overrides={base!r}".replace("'", '"'),
+            "transformation={epochs: 4, batch_size: 32, optim: {warmup_epochs: 1}}",
+            "space=[{key: transformation.width, values: [8, 32]}]",
+            f"storage_path={tmp_path}",
+            "name=fct",
+        ]
+    )
+    assert summary["status"] == {"TERMINATED": 2}
+    table = pd.read_csv(tmp_path / "fct" / "results" / "trials.csv")
+    assert sorted(table["param:transformation.width"]) == [8, 32]
+    for _, row in table.iterrows():
+        run = Path(row["run_path"])
+        cfg = load_config(TrainConfig, run / "config.yaml")
+        dataset = open_dataset(cfg.data)
+        labels = dataset.labels[make_splits(cfg, dataset.labels).val]
+        steps = json.loads((run / "state.json").read_text())["steps"]
+        old, new = (load_features(steps[s]["checkpoint"], "val") for s in ("step_1", "step_2"))
+        h = load_transformation(tmp_path / "fct" / "work" / f"{run.name}-h" / "h")
+        assert h.mixer[-1].in_features == row["param:transformation.width"]
+        assert row["cross_test"] == pytest.approx(
+            naive_top1(new, transform_features(h, old), labels)
+        )
+        assert row["stored_cross_test"] == pytest.approx(naive_top1(new, old, labels))
+        assert row["self_test"] == pytest.approx(naive_top1(new, new, labels))
+        assert row["objective"] == row["cross_test"]
+    history = load_config(UpgradeConfig, tmp_path / "fct" / "results" / "best_upgrade.yaml")
+    assert history.upgrades[1].fct.width == summary["best"]["transformation.width"]

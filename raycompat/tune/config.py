@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from raycompat.train.fct_config import FCTSpec
+
 
 @dataclass
 class ParamSpec:
@@ -38,8 +40,13 @@ class SweepConfig:
     space: list[ParamSpec] = field(default_factory=list)
     search: Literal["grid", "random", "optuna"] = "grid"
     num_samples: int = 1  # repeats of the grid, or samples for random/optuna
-    objective: Literal["AC", "AA", "ACA", "self_test", "ecc_self_test", "update_gain"] = "ACA"
+    objective: Literal[
+        "AC", "AA", "ACA", "self_test", "ecc_self_test", "update_gain", "cross_test"
+    ] = "ACA"
     asha: ASHASpec | None = None
+    # FCT sweeps (base method fct): each trial also learns h and is scored on h(old) features;
+    # its keys are searchable as "transformation.width", "transformation.optim.lr", ...
+    transformation: FCTSpec | None = None
     max_concurrent_trials: int | None = None  # None: what the cluster's CPUs/GPUs allow
     max_failures: int = 0  # per trial; a failed trial never stops the sweep
     name: str = "sweep"

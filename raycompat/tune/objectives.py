@@ -3,7 +3,8 @@
 Each objective has a final value (from the run's validation matrix) and a per-epoch proxy that
 ASHA compares between trials at the same training iteration: the CoReS selection score
 (self-test + 1 when the epoch satisfies ECC against the previous model) for compatibility
-objectives, the validation self-test for accuracy objectives.
+objectives, the validation self-test for accuracy objectives, the validation cross-test for
+``cross_test``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PROXY = {
     "AA": "val_self_test",
     "self_test": "val_self_test",
     "update_gain": "selection_score",
+    "cross_test": "val_cross_test",
 }
 
 
@@ -58,6 +60,14 @@ def ecc_self_test(summary: dict, matrix: CompatibilityMatrix) -> float:
     if len(c) < 2:
         return selection_score(float(c[-1, -1]), None, None)[0]
     return selection_score(float(c[-1, -1]), float(c[-1, -2]), float(c[-2, -2]))[0]
+
+
+@OBJECTIVES.register("cross_test")
+def cross_test(summary: dict, matrix: CompatibilityMatrix) -> float:
+    """The last model's queries against the previous model's gallery, M(T, T-1) (the number
+    NI-FCL's tables report)."""
+    _needs_two(matrix, "cross_test")
+    return float(matrix.as_array()[-1, -2])
 
 
 @OBJECTIVES.register("update_gain")

@@ -12,12 +12,15 @@ import pandas as pd
 
 from raycompat.config import load_config, save_config
 from raycompat.train.config import TrainConfig
+from raycompat.train.fct_config import FCTSpec
 from raycompat.tune.config import SweepConfig
+from raycompat.tune.fct import split_params, transformation_of
 from raycompat.tune.space import trial_overrides
 
 logger = logging.getLogger(__name__)
 
-METRICS = ("objective", "AC", "AA", "ACA", "self_test")
+METRICS = ("objective", "AC", "AA", "ACA", "self_test", "cross_test", "old_self_test")
+FCT_METRICS = ("stored_cross_test",)  # FCT sweeps: M(T, T-1) before h
 
 
 def trial_table(results, sweep: SweepConfig) -> pd.DataFrame:
@@ -30,7 +33,10 @@ def trial_table(results, sweep: SweepConfig) -> pd.DataFrame:
         row = {"trial": Path(result.path).name if result.path else None, "status": status}
         row.update({f"param:{s.key}": result.config.get(s.key) for s in sweep.space})
         row.update({m: metrics.get(m) if final else None for m in METRICS})
+        if sweep.transformation is not None:
+            row.update({m: metrics.get(m) if final else None for m in FCT_METRICS})
         row["error"] = error_line(result.error) if result.error else None
+        row["run_path"] = metrics.get("run_path") if final else None
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -64,7 +70,8 @@ def _plain(value):
 
 
 def write_best_config(sweep: SweepConfig, params: dict, path: Path) -> TrainConfig:
-    cfg = load_config(TrainConfig, sweep.base, [*sweep.overrides, *trial_overrides(params)])
+    training = trial_overrides(split_params(params)[0])
+    cfg = load_config(TrainConfig, sweep.base, [*sweep.overrides, *training])
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, name=f"{sweep.name}-best"))
     save_config(cfg, path)
     body = path.read_text()
@@ -73,16 +80,20 @@ def write_best_config(sweep: SweepConfig, params: dict, path: Path) -> TrainConf
         f"# Run: python jobs/train.py --config {path}\n"
         f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}).\n{body}"
     )
-    write_best_upgrade(cfg, chosen, sweep, path.with_name("best_upgrade.yaml"))
+    fct = transformation_of(sweep, params)
+    write_best_upgrade(cfg, fct, chosen, sweep, path.with_name("best_upgrade.yaml"))
     return cfg
 
 
-def write_best_upgrade(cfg: TrainConfig, chosen: str, sweep: SweepConfig, path: Path) -> None:
-    """The best trial as a ready ``jobs/upgrade.py`` config (its scenario as a history)."""
+def write_best_upgrade(
+    cfg: TrainConfig, fct: FCTSpec | None, chosen: str, sweep: SweepConfig, path: Path
+) -> None:
+    """The best trial as a ready ``jobs/upgrade.py`` config (its scenario as a history, FCT
+    upgrades with the trial's transformation)."""
     from raycompat.upgrade.config import history_from_training
 
     try:
-        upgrade = history_from_training(cfg, f"{sweep.name}-best")
+        upgrade = history_from_training(cfg, f"{sweep.name}-best", fct=fct)
     except ValueError as err:  # e.g. model replacements: no history equivalent
         logger.warning("no best_upgrade.yaml for sweep %s: %s", sweep.name, err)
         return

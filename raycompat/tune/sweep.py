@@ -24,8 +24,16 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from ray.tune.schedulers import ASHAScheduler
 
 from raycompat.config import apply_overrides, load_config
+from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.train.config import TrainConfig
+from raycompat.train.driver import matrix_summary, run_training
 from raycompat.tune.config import SweepConfig
+from raycompat.tune.fct import (
+    check_transformation,
+    split_params,
+    transformation_of,
+    transformed_val_matrix,
+)
 from raycompat.tune.objectives import PROXY, objective
 from raycompat.tune.space import param_space, trial_overrides
 
@@ -45,7 +53,7 @@ class ObjectiveReportCallback(TuneReportCallback):
 
 
 def trial_config(base: TrainConfig, sweep: SweepConfig, params: dict, trial_id: str) -> TrainConfig:
-    cfg = apply_overrides(base, trial_overrides(params))
+    cfg = apply_overrides(base, trial_overrides(split_params(params)[0]))
     run = dataclasses.replace(cfg.run, name=trial_id, storage_path=runs_path(sweep))
     return dataclasses.replace(cfg, run=run)
 
@@ -64,19 +72,33 @@ def make_trainable(sweep: SweepConfig):
     base = load_config(TrainConfig, sweep.base, sweep.overrides)
 
     def train_driver(params: dict) -> None:
-        from raycompat.train.driver import run_training
 
         cfg = trial_config(base, sweep, params, tune.get_context().get_trial_id())
         result = run_training(cfg, callbacks=[ObjectiveReportCallback(PROXY[sweep.objective])])
         if result.val_matrix is None:
             raise ValueError("sweeps score the validation split: set eval.val_fraction > 0")
-        summary = result.summary()["val"]
-        final = {k: summary[k] for k in ("AC", "AA", "ACA") if k in summary}
-        final["self_test"] = objective("self_test")(summary, result.val_matrix)
-        final["objective"] = objective(sweep.objective)(summary, result.val_matrix)
-        tune.report({**final, "final": True, "run_path": result.run_path})
+        matrix, final = result.val_matrix, {}
+        fct = transformation_of(sweep, params)
+        if fct is not None:
+            run = dataclasses.replace(cfg.run, name=f"{cfg.run.name}-h")
+            matrix, final["stored_cross_test"] = transformed_val_matrix(
+                cfg, result, fct, run, os.path.join(sweep_path(sweep), "work")
+            )
+        tune.report({**final, **final_metrics(sweep, matrix), "run_path": result.run_path})
 
     return train_driver
+
+
+def final_metrics(sweep: SweepConfig, matrix: CompatibilityMatrix) -> dict:
+    """What a finished trial reports: the objective and the validation matrix's metrics."""
+    summary = matrix_summary(matrix)
+    final = {k: summary[k] for k in ("AC", "AA", "ACA") if k in summary}
+    final["self_test"] = objective("self_test")(summary, matrix)
+    if len(matrix) > 1:
+        c = matrix.as_array()
+        final["cross_test"], final["old_self_test"] = float(c[-1, -2]), float(c[-2, -2])
+    final["objective"] = objective(sweep.objective)(summary, matrix)
+    return {**final, "final": True}
 
 
 def concurrency(sweep: SweepConfig) -> int:
@@ -139,6 +161,7 @@ def make_tuner(sweep: SweepConfig) -> tune.Tuner:
 
 def run_sweep(sweep: SweepConfig):
     """Fit (or restore) the sweep and return its ``ResultGrid``."""
-    load_config(TrainConfig, sweep.base, sweep.overrides)  # a bad base fails before any trial
+    base = load_config(TrainConfig, sweep.base, sweep.overrides)  # fails before any trial
     param_space(sweep.space)
+    check_transformation(sweep, base)
     return make_tuner(sweep).fit()

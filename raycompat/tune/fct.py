@@ -1,0 +1,110 @@
+"""FCT sweeps: each trial also learns the transformation ``h`` and is scored on ``h(old)``.
+
+A sweep with a ``transformation`` section (and an FCT base method) searches the
+transformation's keys next to the training ones: ``transformation.width``,
+``transformation.epochs``, ``transformation.optim.lr``, ... After training, the trial learns
+``h: phi_{T-1} -> phi_T`` on the last model's training images (as the upgrade job does) and
+replaces the validation cross-test ``M(T, T-1)`` by ``M(T, h(T-1))``: queries of the new model
+against the transformed old gallery, which is what an FCT upgrade serves. The stored cross-test
+is kept in the table as ``stored_cross_test``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from raycompat.config import ConfigError, apply_overrides
+from raycompat.evaluation import score
+from raycompat.methods import METHODS
+from raycompat.metrics.compatibility import CompatibilityMatrix
+from raycompat.train.config import RunSpec, TrainConfig
+from raycompat.train.fct_config import FCTSpec
+from raycompat.tune.config import SweepConfig
+from raycompat.tune.space import trial_overrides
+
+PREFIX = "transformation."
+
+
+def split_params(params: dict) -> tuple[dict, dict]:
+    """Trial parameters -> (training-config keys, transformation keys without the prefix)."""
+    training = {k: v for k, v in params.items() if not k.startswith(PREFIX)}
+    transformation = {k[len(PREFIX) :]: v for k, v in params.items() if k.startswith(PREFIX)}
+    return training, transformation
+
+
+def transformation_of(sweep: SweepConfig, params: dict) -> FCTSpec | None:
+    """The trial's :class:`FCTSpec` (the sweep's section with the trial's values), or None."""
+    if sweep.transformation is None:
+        return None
+    return apply_overrides(sweep.transformation, trial_overrides(split_params(params)[1]))
+
+
+def check_transformation(sweep: SweepConfig, base: TrainConfig) -> None:
+    """Transformation keys need a ``transformation`` section, which needs an FCT method."""
+    keys = [s.key for s in sweep.space if s.key.startswith(PREFIX)]
+    if keys and sweep.transformation is None:
+        raise ConfigError(
+            f"space keys {keys} tune the FCT transformation: add a 'transformation:' section "
+            "(FCTSpec: width, epochs, batch_size, optim) to the sweep config"
+        )
+    if sweep.transformation is None:
+        return
+    if not getattr(METHODS.get(base.method), "needs_transformation", False):
+        raise ConfigError(
+            f"transformation: the base config's method is {base.method!r}; only methods that "
+            "learn a transformation (fct) have one to sweep"
+        )
+    for key in (s.key for s in sweep.space):
+        if key.startswith(PREFIX) and key[len(PREFIX) :].split(".")[0] not in {
+            f.name for f in dataclasses.fields(FCTSpec)
+        }:
+            raise ConfigError(f"space: {key!r} is not an FCTSpec key")
+
+
+def transformed_val_matrix(
+    cfg: TrainConfig, result, spec: FCTSpec, run: RunSpec, work_dir: str
+) -> tuple[CompatibilityMatrix, float]:
+    """Learn ``h`` between the run's last two models and return the validation matrix with
+    ``M(T, T-1)`` replaced by ``M(T, h(T-1))``, and the stored ``M(T, T-1)``."""
+    from raycompat.train.data import make_splits, open_dataset
+    from raycompat.train.driver import val_evaluation
+    from raycompat.train.export import load_features
+    from raycompat.train.fct_export import load_transformation
+    from raycompat.train.fct_fit import fit_transformation, transform_features
+    from raycompat.train.scenarios import plan_steps
+
+    matrix = result.val_matrix
+    if matrix is None or len(matrix) < 2:
+        raise ValueError("an FCT sweep needs two models and a validation split")
+    old_name, new_name = matrix.names[-2:]
+    plan = next(p for p in plan_steps(cfg) if p.name == new_name)
+    dataset = open_dataset(cfg.data)
+    labels = dataset.labels
+    splits = make_splits(cfg, labels)
+    rows = splits.train[np.isin(labels[splits.train], plan.seen_classes)]
+    with (
+        result.checkpoints[old_name].as_directory() as old_dir,
+        result.checkpoints[new_name].as_directory() as new_dir,
+    ):
+        h_dir = fit_transformation(
+            old_dir,
+            new_dir,
+            dataset,
+            rows,
+            spec,
+            scaling=cfg.scaling,
+            run=run,
+            work_dir=os.path.join(work_dir, run.name),
+            seed=cfg.seed,
+        )
+        old_val, new_val = load_features(old_dir, "val"), load_features(new_dir, "val")
+    transformed = transform_features(load_transformation(h_dir), old_val)
+    protocol, eval_set, distance = val_evaluation(cfg, labels, splits)
+    values = matrix.as_array().copy()
+    stored = float(values[-1, -2])
+    values[-1, -2] = score(protocol, new_val, transformed, eval_set, distance)
+    out = CompatibilityMatrix.from_array(values, names=list(matrix.names), metric=matrix.metric)
+    return out, stored
