@@ -4,7 +4,9 @@
     ray job submit --working-dir . -- python jobs/tune.py --config configs/tune_hoc_lambda.yaml
 
 Run it again with the same ``name`` and ``storage_path`` to resume an interrupted sweep (errored
-trials are retried, finished ones kept). Outputs in ``<storage_path>/<name>/``: Tune's state,
+trials are retried, finished ones kept). ``storage_path`` is a local (or shared) folder or an
+``s3://`` prefix (``endpoint_url=`` for S3-compatible stores). Outputs in
+``<storage_path>/<name>/``: Tune's state,
 one training run per trial under ``runs/``, and ``results/`` with ``trials.csv``,
 ``trials.parquet``, ``best_config.yaml`` (ready for ``jobs/train.py``) and ``tradeoff.png``.
 """
@@ -16,7 +18,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,13 +36,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     import ray
 
-    from raycompat.tune.results import write_outputs
-    from raycompat.tune.sweep import run_sweep, sweep_path
+    from raycompat.tune.results import publish_outputs
+    from raycompat.tune.sweep import run_sweep
 
     if not ray.is_initialized():
         ray.init(address=args.address)
     results = run_sweep(sweep)
-    summary = write_outputs(results, sweep, Path(sweep_path(sweep)) / "results")
+    summary = publish_outputs(results, sweep)
     logging.getLogger("raycompat.tune").info("sweep summary: %s", json.dumps(summary))
     return summary
 

@@ -272,3 +272,82 @@ def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, 
         assert row["objective"] == row["cross_test"]
     history = load_config(UpgradeConfig, tmp_path / "fct" / "results" / "best_upgrade.yaml")
     assert history.upgrades[1].fct.width == summary["best"]["transformation.width"]
+
+
+def test_sweep_locations_local_and_s3(tmp_path):
+    from raycompat.tune.sweep import runs_path, sweep_path
+
+    local = SweepConfig(storage_path=str(tmp_path / "sweeps"), name="a")
+    assert sweep_path(local) == str(tmp_path / "sweeps" / "a")
+    assert runs_path(local) == str(tmp_path / "sweeps" / "a" / "runs")
+    remote = SweepConfig(storage_path="s3://bucket/team/sweeps/", name="a")
+    assert sweep_path(remote) == "s3://bucket/team/sweeps/a"
+    assert runs_path(remote) == "s3://bucket/team/sweeps/a/runs"
+
+
+def test_sweep_storage_with_refused_credentials_fails_naming_the_location(
+    s3_server, s3_bucket, s3_strict_auth
+):
+    import os
+
+    from raycompat.tune.sweep import check_storage
+
+    bucket, _ = s3_bucket
+    sweep = SweepConfig(storage_path=f"s3://{bucket}/sweeps", endpoint_url=s3_server, name="x")
+    with pytest.raises(PermissionError) as err:
+        check_storage(sweep)  # the session's credentials are refused while strict auth is on
+    message = str(err.value)
+    assert f"s3://{bucket}/sweeps/x" in message and "credentials" in message
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in message
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sweep_on_s3_keeps_everything_in_the_bucket_and_resumes(
+    ray_local, s3_server, s3_bucket, tmp_path, monkeypatch
+):
+    import s3fs
+
+    bucket, storage_options = s3_bucket
+    monkeypatch.chdir(tmp_path)
+    base = [
+        "data.name=synthetic",
+        "data.options={num_classes: 4, images_per_class: 30, image_size: 28, channels: 1}",
+        "model.num_classes=4",
+        "model.backbone_kwargs={in_chans: 1, image_size: 28}",
+        "scenario.tasks=[2,2]",
+        "scenario.replay_per_class=5",
+        "data.loader=sampler",
+        "epochs=1",
+        "eval.val_fraction=0.2",
+        "scaling.num_workers=1",
+    ]
+    args = [
+        "--config",
+        str(ROOT / "configs" / "tune_hoc_lambda.yaml"),
+        f"overrides={base!r}".replace("'", '"'),
+        f"base={ROOT / 'configs' / 'train_mnist_cl2r.yaml'}",
+        "space=[{key: method_options.lam, values: [0.1, 0.5]}]",
+        f"storage_path=s3://{bucket}/sweeps",
+        f"endpoint_url={s3_server}",
+        "name=remote",
+    ]
+    job = load_job("tune")
+    first = job.main(args)
+    assert first["status"] == {"TERMINATED": 2}
+    assert first["output_dir"] == f"s3://{bucket}/sweeps/remote/results"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **storage_options)
+    results = f"{bucket}/sweeps/remote/results"
+    for name in ("trials.csv", "trials.parquet", "best_config.yaml", "tradeoff.png"):
+        assert fs.exists(f"{results}/{name}"), name
+    with fs.open(f"{results}/trials.csv") as f:
+        table = pd.read_csv(f)
+    for run_path in table["run_path"]:  # each trial's training run is in the bucket too
+        assert run_path.startswith(f"{bucket}/sweeps/remote/runs/")
+        assert fs.exists(f"{run_path}/summary.json")
+    assert not list(tmp_path.iterdir())  # nothing was written to the working folder
+
+    again = job.main(args)  # restored from the bucket: no trial runs again
+    assert again["status"] == {"TERMINATED": 2}
+    with fs.open(f"{results}/trials.csv") as f:
+        assert sorted(pd.read_csv(f)["trial"]) == sorted(table["trial"])

@@ -50,5 +50,6 @@ class SweepConfig:
     max_concurrent_trials: int | None = None  # None: what the cluster's CPUs/GPUs allow
     max_failures: int = 0  # per trial; a failed trial never stops the sweep
     name: str = "sweep"
-    storage_path: str = "outputs/sweeps"
+    storage_path: str = "outputs/sweeps"  # a local (or shared) folder, or s3://bucket/prefix
+    endpoint_url: str | None = None  # S3-compatible endpoint; credentials come from the env
     seed: int = 0

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.fs as pafs
 
 from raycompat.config import load_config, save_config
 from raycompat.train.config import TrainConfig
@@ -146,3 +148,21 @@ def write_outputs(results, sweep: SweepConfig, out: Path) -> dict:
         write_best_config(sweep, params, out / "best_config.yaml")
     counts = table["status"].value_counts().to_dict()
     return {"trials": len(table), "status": counts, "best": params, "output_dir": str(out)}
+
+
+def publish_outputs(results, sweep: SweepConfig) -> dict:
+    """Write the outputs into ``<storage_path>/<name>/results`` (through a local temporary
+    folder, uploaded, when the sweep lives on S3)."""
+    from raycompat.tune.sweep import is_remote, sweep_path, sweep_storage
+
+    if not is_remote(sweep):
+        return write_outputs(results, sweep, Path(sweep_path(sweep)) / "results")
+    fs, base = sweep_storage(sweep)
+    destination = f"{base}/{sweep.name}/results"
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = write_outputs(results, sweep, Path(tmp))
+        fs.create_dir(destination, recursive=True)
+        pafs.copy_files(
+            tmp, destination, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs
+        )
+    return {**summary, "output_dir": f"{sweep_path(sweep)}/results"}

@@ -10,6 +10,8 @@ restored trial resumes its own training run), and reports:
 - once at the end, the objective and AC/AA/ACA/self-test of the validation matrix.
 
 Running the same sweep again restores it from its storage path (errored trials are retried).
+The storage path is a local (or shared) folder or an ``s3://`` prefix: Tune's state, every
+trial's training runs and the results all live there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import tempfile
 
+import pyarrow.fs as pafs
 import ray
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
@@ -25,7 +29,8 @@ from ray.tune.schedulers import ASHAScheduler
 
 from raycompat.config import apply_overrides, load_config
 from raycompat.metrics.compatibility import CompatibilityMatrix
-from raycompat.train.config import TrainConfig
+from raycompat.train import storage
+from raycompat.train.config import RunSpec, TrainConfig
 from raycompat.train.driver import matrix_summary, run_training
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.fct import (
@@ -54,16 +59,57 @@ class ObjectiveReportCallback(TuneReportCallback):
 
 def trial_config(base: TrainConfig, sweep: SweepConfig, params: dict, trial_id: str) -> TrainConfig:
     cfg = apply_overrides(base, trial_overrides(split_params(params)[0]))
-    run = dataclasses.replace(cfg.run, name=trial_id, storage_path=runs_path(sweep))
+    run = dataclasses.replace(
+        cfg.run, name=trial_id, storage_path=runs_path(sweep), endpoint_url=sweep.endpoint_url
+    )
     return dataclasses.replace(cfg, run=run)
 
 
-def runs_path(sweep: SweepConfig) -> str:
-    return os.path.join(sweep_path(sweep), "runs")
+def is_remote(sweep: SweepConfig) -> bool:
+    return "://" in sweep.storage_path and not sweep.storage_path.startswith("file://")
 
 
 def sweep_path(sweep: SweepConfig) -> str:
-    return os.path.join(os.path.abspath(sweep.storage_path), sweep.name)
+    """``<storage_path>/<name>``: an absolute local path, or the ``s3://`` URI."""
+    if is_remote(sweep):
+        return f"{sweep.storage_path.rstrip('/')}/{sweep.name}"
+    return os.path.join(os.path.abspath(sweep.storage_path.removeprefix("file://")), sweep.name)
+
+
+def runs_path(sweep: SweepConfig) -> str:
+    return f"{sweep_path(sweep)}/runs"
+
+
+def sweep_storage(sweep: SweepConfig) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, path of <storage_path> in it)``, as Tune's ``storage_filesystem`` wants."""
+    return storage.run_filesystem(
+        RunSpec(storage_path=sweep.storage_path, endpoint_url=sweep.endpoint_url)
+    )
+
+
+def check_storage(sweep: SweepConfig) -> None:
+    """Create the sweep's folder, so a wrong path, endpoint or credentials fail before Ray
+    starts a trial, with the location named (never the credentials)."""
+    fs, base = sweep_storage(sweep)
+    try:
+        fs.create_dir(f"{base}/{sweep.name}", recursive=True)
+        fs.get_file_info(f"{base}/{sweep.name}")
+    except OSError as err:
+        hint = (
+            "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or the instance "
+            "role) and endpoint_url"
+            if is_remote(sweep)
+            else "check that the folder is writable"
+        )
+        raise PermissionError(f"sweep storage {sweep_path(sweep)}: {err}; {hint}") from None
+
+
+def scratch_dir(sweep: SweepConfig) -> str:
+    """Local working files of a trial (FCT triples and h): in the sweep's folder when it is
+    local, in a temporary folder when the sweep lives on S3."""
+    if is_remote(sweep):
+        return tempfile.mkdtemp(prefix=f"raycompat-{sweep.name}-")
+    return os.path.join(sweep_path(sweep), "work")
 
 
 def make_trainable(sweep: SweepConfig):
@@ -82,7 +128,7 @@ def make_trainable(sweep: SweepConfig):
         if fct is not None:
             run = dataclasses.replace(cfg.run, name=f"{cfg.run.name}-h")
             matrix, final["stored_cross_test"] = transformed_val_matrix(
-                cfg, result, fct, run, os.path.join(sweep_path(sweep), "work")
+                cfg, result, fct, run, scratch_dir(sweep)
             )
         tune.report({**final, **final_metrics(sweep, matrix), "run_path": result.run_path})
 
@@ -128,10 +174,12 @@ def search_algorithm(sweep: SweepConfig):
 def make_tuner(sweep: SweepConfig) -> tune.Tuner:
     # The driver itself only waits on its trainers; their workers hold the real resources.
     trainable = tune.with_resources(make_trainable(sweep), {"CPU": 0.01})
-    path = sweep_path(sweep)
-    if tune.Tuner.can_restore(path):
-        log.info("restoring sweep %s (errored trials are retried)", path)
-        return tune.Tuner.restore(path, trainable, resume_errored=True)
+    fs, base = sweep_storage(sweep)
+    if tune.Tuner.can_restore(f"{base}/{sweep.name}", storage_filesystem=fs):
+        log.info("restoring sweep %s (errored trials are retried)", sweep_path(sweep))
+        return tune.Tuner.restore(
+            f"{base}/{sweep.name}", trainable, resume_errored=True, storage_filesystem=fs
+        )
     scheduler = None
     if sweep.asha is not None:
         scheduler = ASHAScheduler(
@@ -153,7 +201,8 @@ def make_tuner(sweep: SweepConfig) -> tune.Tuner:
         ),
         run_config=tune.RunConfig(
             name=sweep.name,
-            storage_path=os.path.abspath(sweep.storage_path),
+            storage_path=base,
+            storage_filesystem=fs,
             failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
         ),
     )
@@ -164,4 +213,5 @@ def run_sweep(sweep: SweepConfig):
     base = load_config(TrainConfig, sweep.base, sweep.overrides)  # fails before any trial
     param_space(sweep.space)
     check_transformation(sweep, base)
+    check_storage(sweep)
     return make_tuner(sweep).fit()
