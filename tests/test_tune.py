@@ -118,6 +118,27 @@ def test_best_fct_trial_becomes_an_upgrade_history_with_its_transformation(tmp_p
     assert history.upgrades[1].fct.epochs == sweep.transformation.epochs
 
 
+def toy_cl2r(classes: int, per_class: int, *extra: str) -> str:
+    """``overrides=[...]`` turning a HOC sweep's MNIST base into a seconds-long synthetic CL2R
+    run of two tasks (one worker, one epoch, a validation split)."""
+    half = classes // 2
+    overrides = [
+        "data.name=synthetic",
+        f"data.options={{num_classes: {classes}, images_per_class: {per_class}, image_size: 28,"
+        " channels: 1}",
+        f"model.num_classes={classes}",
+        "model.backbone_kwargs={in_chans: 1, image_size: 28}",
+        f"scenario.tasks=[{half},{half}]",
+        "scenario.replay_per_class=5",
+        "data.loader=sampler",
+        "epochs=1",
+        "eval.val_fraction=0.2",
+        "scaling.num_workers=1",
+        *extra,
+    ]
+    return f"overrides={overrides!r}".replace("'", '"')
+
+
 def load_job(name: str):
     spec = importlib.util.spec_from_file_location(f"{name}_job", ROOT / "jobs" / f"{name}.py")
     job = importlib.util.module_from_spec(spec)
@@ -128,26 +149,10 @@ def load_job(name: str):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_four_trial_sweep_survives_a_failing_trial_and_resumes(ray_local, tmp_path):
-    base = [
-        "data.name=synthetic",
-        "data.options={num_classes: 6, images_per_class: 40, image_size: 28, channels: 1}",
-        "model.num_classes=6",
-        "model.backbone_kwargs={in_chans: 1, image_size: 28}",
-        "scenario.tasks=[3,3]",
-        "scenario.replay_per_class=5",
-        "data.loader=sampler",
-        "epochs=1",
-        "eval.val_fraction=0.2",
-        "scaling.num_workers=1",
-        "run.max_failures=0",
-        "optim.name=adam",
-        "optim.lr=0.003",
-        "optim.weight_decay=0.0",
-    ]
     args = [
         "--config",
         str(ROOT / "configs" / "tune_hoc_lambda.yaml"),
-        f"overrides={base!r}".replace("'", '"'),
+        toy_cl2r(6, 40, "run.max_failures=0", "optim.lr=0.003", "optim.weight_decay=0.0"),
         "space=[{key: method_options.lam, values: [0.1, 0.5]},"
         " {key: run.inject_failure, values: [null, {step: 1, epoch: 0, batch: 0}]}]",
         f"storage_path={tmp_path}",
@@ -310,22 +315,10 @@ def test_sweep_on_s3_keeps_everything_in_the_bucket_and_resumes(
 
     bucket, storage_options = s3_bucket
     monkeypatch.chdir(tmp_path)
-    base = [
-        "data.name=synthetic",
-        "data.options={num_classes: 4, images_per_class: 30, image_size: 28, channels: 1}",
-        "model.num_classes=4",
-        "model.backbone_kwargs={in_chans: 1, image_size: 28}",
-        "scenario.tasks=[2,2]",
-        "scenario.replay_per_class=5",
-        "data.loader=sampler",
-        "epochs=1",
-        "eval.val_fraction=0.2",
-        "scaling.num_workers=1",
-    ]
     args = [
         "--config",
         str(ROOT / "configs" / "tune_hoc_lambda.yaml"),
-        f"overrides={base!r}".replace("'", '"'),
+        toy_cl2r(4, 30),
         f"base={ROOT / 'configs' / 'train_mnist_cl2r.yaml'}",
         "space=[{key: method_options.lam, values: [0.1, 0.5]}]",
         f"storage_path=s3://{bucket}/sweeps",
