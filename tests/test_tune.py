@@ -148,23 +148,42 @@ def load_job(name: str):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_four_trial_sweep_survives_a_failing_trial_and_resumes(ray_local, tmp_path):
+def test_four_trial_sweep_on_s3_survives_a_failing_trial_and_resumes_from_the_bucket(
+    ray_local, s3_server, s3_bucket, tmp_path, monkeypatch
+):
+    """Stored on S3 (moto): Tune's state, the trial runs and the results land in the bucket and
+    nowhere else; a rerun restores from the bucket and retries only the errored trials."""
+    import s3fs
+
+    bucket, storage_options = s3_bucket
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
     args = [
         "--config",
         str(ROOT / "configs" / "tune_hoc_lambda.yaml"),
+        f"base={ROOT / 'configs' / 'train_mnist_cl2r.yaml'}",
         toy_cl2r(6, 40, "run.max_failures=0", "optim.lr=0.003", "optim.weight_decay=0.0"),
         "space=[{key: method_options.lam, values: [0.1, 0.5]},"
         " {key: run.inject_failure, values: [null, {step: 1, epoch: 0, batch: 0}]}]",
-        f"storage_path={tmp_path}",
+        f"storage_path=s3://{bucket}/sweeps",
+        f"endpoint_url={s3_server}",
         "name=toy",
     ]
     job = load_job("tune")
     first = job.main(args)
     assert first["trials"] == 4 and first["status"] == {"TERMINATED": 2, "ERROR": 2}
-    results = tmp_path / "toy" / "results"
+    assert first["output_dir"] == f"s3://{bucket}/sweeps/toy/results"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **storage_options)
+    results = tmp_path / "results"
+    fs.get(f"{bucket}/sweeps/toy/results/", str(results), recursive=True)
     table = pd.read_csv(results / "trials.csv")
     assert table.loc[table.status == "ERROR", "error"].str.contains("injected failure").all()
+    for run_path in table.loc[table.status == "TERMINATED", "run_path"]:
+        assert run_path.startswith(f"{bucket}/sweeps/toy/runs/")
+        assert fs.exists(f"{run_path}/summary.json")  # each trial's training run, in the bucket
     assert (results / "tradeoff.png").stat().st_size > 0
+    assert not list(workdir.iterdir())  # nothing was written to the working folder
     assert first["best"]["run.inject_failure"] is None  # only finished trials can win
     best = load_config(TrainConfig, results / "best_config.yaml")
     assert best.method_options["lam"] == first["best"]["method_options.lam"]
@@ -172,8 +191,10 @@ def test_four_trial_sweep_survives_a_failing_trial_and_resumes(ray_local, tmp_pa
 
     again = job.main(args)  # same command: restores, retries the errored trials only
     assert again["status"] == {"TERMINATED": 4}
-    table = pd.read_parquet(results / "trials.parquet")
-    assert table["objective"].notna().all() and len(table) == 4
+    fs.get(f"{bucket}/sweeps/toy/results/", str(results), recursive=True)
+    table_again = pd.read_parquet(results / "trials.parquet")
+    assert table_again["objective"].notna().all() and len(table_again) == 4
+    assert set(table["trial"]) == set(table_again["trial"])  # the same trials, restored
 
     # The best trial as an upgrade history: it validates and runs through jobs/upgrade.py.
     from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
@@ -304,43 +325,3 @@ def test_sweep_storage_with_refused_credentials_fails_naming_the_location(
     message = str(err.value)
     assert f"s3://{bucket}/sweeps/x" in message and "credentials" in message
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in message
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-def test_sweep_on_s3_keeps_everything_in_the_bucket_and_resumes(
-    ray_local, s3_server, s3_bucket, tmp_path, monkeypatch
-):
-    import s3fs
-
-    bucket, storage_options = s3_bucket
-    monkeypatch.chdir(tmp_path)
-    args = [
-        "--config",
-        str(ROOT / "configs" / "tune_hoc_lambda.yaml"),
-        toy_cl2r(4, 30),
-        f"base={ROOT / 'configs' / 'train_mnist_cl2r.yaml'}",
-        "space=[{key: method_options.lam, values: [0.1, 0.5]}]",
-        f"storage_path=s3://{bucket}/sweeps",
-        f"endpoint_url={s3_server}",
-        "name=remote",
-    ]
-    job = load_job("tune")
-    first = job.main(args)
-    assert first["status"] == {"TERMINATED": 2}
-    assert first["output_dir"] == f"s3://{bucket}/sweeps/remote/results"
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, **storage_options)
-    results = f"{bucket}/sweeps/remote/results"
-    for name in ("trials.csv", "trials.parquet", "best_config.yaml", "tradeoff.png"):
-        assert fs.exists(f"{results}/{name}"), name
-    with fs.open(f"{results}/trials.csv") as f:
-        table = pd.read_csv(f)
-    for run_path in table["run_path"]:  # each trial's training run is in the bucket too
-        assert run_path.startswith(f"{bucket}/sweeps/remote/runs/")
-        assert fs.exists(f"{run_path}/summary.json")
-    assert not list(tmp_path.iterdir())  # nothing was written to the working folder
-
-    again = job.main(args)  # restored from the bucket: no trial runs again
-    assert again["status"] == {"TERMINATED": 2}
-    with fs.open(f"{results}/trials.csv") as f:
-        assert sorted(pd.read_csv(f)["trial"]) == sorted(table["trial"])
