@@ -325,3 +325,13 @@ def test_sweep_storage_with_refused_credentials_fails_naming_the_location(
     message = str(err.value)
     assert f"s3://{bucket}/sweeps/x" in message and "credentials" in message
     assert os.environ["AWS_SECRET_ACCESS_KEY"] not in message
+
+
+def test_trial_scratch_is_kept_locally_and_removed_for_s3_sweeps(tmp_path):
+    from raycompat.tune.sweep import scratch_dir
+
+    with scratch_dir(SweepConfig(storage_path=str(tmp_path), name="a")) as work:
+        assert work == str(tmp_path / "a" / "work")
+    with scratch_dir(SweepConfig(storage_path="s3://bucket/sweeps", name="a")) as work:
+        assert Path(work).is_dir() and "raycompat-a-" in work
+    assert not Path(work).exists()

@@ -16,6 +16,7 @@ trial's training runs and the results all live there.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -104,12 +105,13 @@ def check_storage(sweep: SweepConfig) -> None:
         raise PermissionError(f"sweep storage {sweep_path(sweep)}: {err}; {hint}") from None
 
 
-def scratch_dir(sweep: SweepConfig) -> str:
-    """Local working files of a trial (FCT triples and h): in the sweep's folder when it is
-    local, in a temporary folder when the sweep lives on S3."""
+def scratch_dir(sweep: SweepConfig):
+    """Context manager over the local folder for a trial's working files (FCT triples and h):
+    ``<sweep>/work`` when the sweep is local (kept, for inspection), a temporary folder
+    (removed afterwards) when it lives on S3."""
     if is_remote(sweep):
-        return tempfile.mkdtemp(prefix=f"raycompat-{sweep.name}-")
-    return os.path.join(sweep_path(sweep), "work")
+        return tempfile.TemporaryDirectory(prefix=f"raycompat-{sweep.name}-")
+    return contextlib.nullcontext(os.path.join(sweep_path(sweep), "work"))
 
 
 def make_trainable(sweep: SweepConfig):
@@ -118,7 +120,6 @@ def make_trainable(sweep: SweepConfig):
     base = load_config(TrainConfig, sweep.base, sweep.overrides)
 
     def train_driver(params: dict) -> None:
-
         cfg = trial_config(base, sweep, params, tune.get_context().get_trial_id())
         result = run_training(cfg, callbacks=[ObjectiveReportCallback(PROXY[sweep.objective])])
         if result.val_matrix is None:
@@ -127,9 +128,10 @@ def make_trainable(sweep: SweepConfig):
         fct = transformation_of(sweep, params)
         if fct is not None:
             run = dataclasses.replace(cfg.run, name=f"{cfg.run.name}-h")
-            matrix, final["stored_cross_test"] = transformed_val_matrix(
-                cfg, result, fct, run, scratch_dir(sweep)
-            )
+            with scratch_dir(sweep) as work:
+                matrix, final["stored_cross_test"] = transformed_val_matrix(
+                    cfg, result, fct, run, work
+                )
         tune.report({**final, **final_metrics(sweep, matrix), "run_path": result.run_path})
 
     return train_driver
