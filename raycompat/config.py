@@ -8,6 +8,7 @@ default.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -20,6 +21,22 @@ C = TypeVar("C")
 
 class ConfigError(ValueError):
     """A config key is unknown, missing or of the wrong type; the message names the key."""
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """YAML 1.1 reads ``3e-5`` (no dot in the mantissa) as a string; every config, override
+    and sampled sweep value (``json.dumps(3e-05)``) means the float, as YAML 1.2 does."""
+
+
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def _coerce(value: Any, annotation: Any, key: str) -> Any:
@@ -107,7 +124,7 @@ def parse_overrides(overrides: list[str]) -> dict:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key.sub=value")
         key, raw = item.split("=", 1)
-        _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw else "")
+        _set_dotted(data, key.strip(), load_yaml(raw) if raw else "")
     return data
 
 
@@ -142,7 +159,7 @@ def load_config(
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = load_yaml(path.read_text()) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         data = loaded

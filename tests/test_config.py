@@ -72,3 +72,19 @@ def test_apply_overrides_revalidates_a_loaded_config():
     assert base.optim.lr != 0.5  # the original is untouched
     with pytest.raises(ConfigError, match="optim.lrr"):
         apply_overrides(base, ["optim.lrr=0.5"])
+
+
+def test_exponent_floats_without_a_dot_are_floats_everywhere(tmp_path):
+    """YAML 1.1 reads 3e-5 as a string; a config, an override and a sampled sweep value
+    (json.dumps(3e-05) == "3e-05") all mean the float."""
+    from raycompat.train.config import TrainConfig
+    from raycompat.tune.space import trial_overrides
+
+    path = tmp_path / "c.yaml"
+    path.write_text("optim: {lr: 1e-4}\nmethod_options: {lam: 5E-1}\n")
+    cfg = load_config(TrainConfig, path, ["optim.weight_decay=3e-5"])
+    assert cfg.optim.lr == 1e-4 and cfg.optim.weight_decay == 3e-5
+    assert cfg.method_options == {"lam": 0.5}
+    sampled = load_config(TrainConfig, None, trial_overrides({"optim.lr": 3.2e-05}))
+    assert sampled.optim.lr == 3.2e-05
+    assert load_config(TrainConfig, None, ["run.name=1e5x"]).run.name == "1e5x"
