@@ -335,3 +335,32 @@ def test_trial_scratch_is_kept_locally_and_removed_for_s3_sweeps(tmp_path):
     with scratch_dir(SweepConfig(storage_path="s3://bucket/sweeps", name="a")) as work:
         assert Path(work).is_dir() and "raycompat-a-" in work
     assert not Path(work).exists()
+
+
+def test_trial_table_tells_finished_stopped_and_failed_trials_apart():
+    """A trial ASHA stopped has per-epoch metrics but no final report: no objective, and it
+    cannot be the best; an errored one keeps its message."""
+    from types import SimpleNamespace
+
+    from raycompat.tune.results import best_params, trial_table
+
+    sweep = SweepConfig(space=[ParamSpec("optim.lr", "loguniform", low=1e-4, high=1e-1)])
+    final = {"final": True, "objective": 0.5, "AC": 0.0, "AA": 0.5, "run_path": "/runs/a"}
+    results = [
+        SimpleNamespace(path="/s/a", config={"optim.lr": 0.01}, metrics=final, error=None),
+        SimpleNamespace(
+            path="/s/b", config={"optim.lr": 0.02}, metrics={"objective": 0.9}, error=None
+        ),
+        SimpleNamespace(
+            path="/s/c",
+            config={"optim.lr": 0.03},
+            metrics={},
+            error=RuntimeError("Traceback ...\nValueError: bad lr"),
+        ),
+    ]
+    table = trial_table(results, sweep)
+    assert table["status"].tolist() == ["TERMINATED", "STOPPED", "ERROR"]
+    assert table["objective"].isna().tolist() == [False, True, True]
+    assert table["error"].tolist()[2] == "ValueError: bad lr"
+    assert table["run_path"].tolist()[0] == "/runs/a"
+    assert best_params(table, sweep) == {"optim.lr": 0.01}  # not the stopped 0.9
