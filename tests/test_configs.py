@@ -26,13 +26,16 @@ from raycompat.train.scenarios import plan_steps
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.fct import check_transformation, split_params, transformation_of
 from raycompat.tune.space import param_space, trial_overrides
+from raycompat.tune.sweep import check_asha
 from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
 
 
 def check_sweep(sweep: SweepConfig) -> None:
     """The base config and every grid point's config load; the space builds."""
     param_space(sweep.space)
-    check_transformation(sweep, load_config(TrainConfig, sweep.base, sweep.overrides))
+    base = load_config(TrainConfig, sweep.base, sweep.overrides)
+    check_transformation(sweep, base)
+    check_asha(sweep, base)
     grids = [s for s in sweep.space if s.kind == "grid"]
     for spec in grids or sweep.space[:1]:
         for value in spec.values or [spec.low]:

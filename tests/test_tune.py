@@ -364,3 +364,16 @@ def test_trial_table_tells_finished_stopped_and_failed_trials_apart():
     assert table["error"].tolist()[2] == "ValueError: bad lr"
     assert table["run_path"].tolist()[0] == "/runs/a"
     assert best_params(table, sweep) == {"optim.lr": 0.01}  # not the stopped 0.9
+
+
+def test_asha_max_t_must_leave_room_for_the_final_report():
+    from raycompat.tune.config import ASHASpec
+    from raycompat.tune.sweep import check_asha
+
+    base = load_config(TrainConfig, ROOT / "configs" / "train_mnist_two_model.yaml")  # 3 + 3
+    check_asha(SweepConfig(asha=ASHASpec(max_t=7)), base)
+    with pytest.raises(ConfigError, match="reports 6 epochs .* at least 7"):
+        check_asha(SweepConfig(asha=ASHASpec(max_t=6)), base)
+    longer = [ParamSpec("epochs", values=[2, 5])]  # the longest trial counts: 5 + 5
+    with pytest.raises(ConfigError, match="reports 10 epochs"):
+        check_asha(SweepConfig(asha=ASHASpec(max_t=7), space=longer), base)

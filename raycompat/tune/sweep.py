@@ -28,7 +28,7 @@ from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
 from ray.tune.schedulers import ASHAScheduler
 
-from raycompat.config import apply_overrides, load_config
+from raycompat.config import ConfigError, apply_overrides, load_config
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.train import storage
 from raycompat.train.config import RunSpec, TrainConfig
@@ -161,6 +161,33 @@ def concurrency(sweep: SweepConfig) -> int:
     return max(1, fits)
 
 
+def epoch_reports(sweep: SweepConfig, base: TrainConfig) -> int:
+    """Per-epoch reports of the longest trial: every planned step's epochs, with ``epochs``
+    at its largest value when the space searches it."""
+    from raycompat.train.scenarios import plan_steps
+
+    epochs = base.epochs
+    for spec in sweep.space:
+        if spec.key == "epochs":
+            epochs = max([epochs, *spec.values, *(v for v in (spec.high,) if v is not None)])
+    cfg = dataclasses.replace(base, epochs=int(epochs))
+    return sum(plan.epochs for plan in plan_steps(cfg))
+
+
+def check_asha(sweep: SweepConfig, base: TrainConfig) -> None:
+    """ASHA stops every trial that reaches ``max_t``; a trial reports once per epoch and then
+    its final metrics, so ``max_t`` must exceed the epoch reports or no trial would finish."""
+    if sweep.asha is None:
+        return
+    reports = epoch_reports(sweep, base)
+    if sweep.asha.max_t <= reports:
+        raise ConfigError(
+            f"asha.max_t={sweep.asha.max_t}: a trial reports {reports} epochs (all its models) "
+            f"before its final metrics, and ASHA stops trials at max_t; set asha.max_t to at "
+            f"least {reports + 1}"
+        )
+
+
 def search_algorithm(sweep: SweepConfig):
     if sweep.search == "optuna":
         if any(p.kind == "grid" for p in sweep.space):
@@ -215,5 +242,6 @@ def run_sweep(sweep: SweepConfig):
     base = load_config(TrainConfig, sweep.base, sweep.overrides)  # fails before any trial
     param_space(sweep.space)
     check_transformation(sweep, base)
+    check_asha(sweep, base)
     check_storage(sweep)
     return make_tuner(sweep).fit()
