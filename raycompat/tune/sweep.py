@@ -166,11 +166,11 @@ def epoch_reports(sweep: SweepConfig, base: TrainConfig) -> int:
     at its largest value when the space searches it."""
     from raycompat.train.scenarios import plan_steps
 
-    epochs = base.epochs
+    epochs = [base.epochs]
     for spec in sweep.space:
         if spec.key == "epochs":
-            epochs = max([epochs, *spec.values, *(v for v in (spec.high,) if v is not None)])
-    cfg = dataclasses.replace(base, epochs=int(epochs))
+            epochs += [*spec.values, *([spec.high] if spec.high is not None else [])]
+    cfg = dataclasses.replace(base, epochs=int(max(epochs)))
     return sum(plan.epochs for plan in plan_steps(cfg))
 
 
@@ -204,11 +204,10 @@ def make_tuner(sweep: SweepConfig) -> tune.Tuner:
     # The driver itself only waits on its trainers; their workers hold the real resources.
     trainable = tune.with_resources(make_trainable(sweep), {"CPU": 0.01})
     fs, base = sweep_storage(sweep)
-    if tune.Tuner.can_restore(f"{base}/{sweep.name}", storage_filesystem=fs):
+    folder = f"{base}/{sweep.name}"
+    if tune.Tuner.can_restore(folder, storage_filesystem=fs):
         log.info("restoring sweep %s (errored trials are retried)", sweep_path(sweep))
-        return tune.Tuner.restore(
-            f"{base}/{sweep.name}", trainable, resume_errored=True, storage_filesystem=fs
-        )
+        return tune.Tuner.restore(folder, trainable, resume_errored=True, storage_filesystem=fs)
     scheduler = None
     if sweep.asha is not None:
         scheduler = ASHAScheduler(
