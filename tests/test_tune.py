@@ -377,3 +377,13 @@ def test_asha_max_t_must_leave_room_for_the_final_report():
     longer = [ParamSpec("epochs", values=[2, 5])]  # the longest trial counts: 5 + 5
     with pytest.raises(ConfigError, match="reports 10 epochs"):
         check_asha(SweepConfig(asha=ASHASpec(max_t=7), space=longer), base)
+
+
+def test_unwritable_local_sweep_storage_fails_naming_the_folder(tmp_path):
+    from raycompat.tune.sweep import check_storage
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the sweep folder should go")
+    sweep = SweepConfig(storage_path=str(blocker / "sweeps"), name="x")
+    with pytest.raises(PermissionError, match=f"{blocker / 'sweeps' / 'x'}.*writable"):
+        check_storage(sweep)
