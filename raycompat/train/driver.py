@@ -206,8 +206,8 @@ def val_evaluation(cfg: TrainConfig, labels: np.ndarray, splits) -> tuple[str, E
 def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingResult:
     """Train every planned model (resuming what a previous run finished); see the module doc.
 
-    ``callbacks``: Ray Train ``UserCallback`` s added to every step's trainer (Tune's
-    ``TuneReportCallback`` forwards each epoch's report to a sweep).
+    ``callbacks``: Ray Train callbacks added to every step's trainer (a sweep adds Tune's
+    ``TuneReportCallback``, which forwards each epoch's report, and the placement-group reaper).
     """
     plans = plan_steps(cfg)
     dataset = open_dataset(cfg.data)  # a missing path raises FileNotFoundError naming it

@@ -9,6 +9,9 @@ restored trial resumes its own training run), and reports:
   set to the objective's per-epoch proxy (what ASHA compares);
 - once at the end, the objective and AC/AA/ACA/self-test of the validation matrix.
 
+Each trainer also carries a :class:`~raycompat.tune.reaper.PlacementGroupReaper`, so a trial that
+ASHA stops mid-training gives its workers' CPUs back to the next trials.
+
 Running the same sweep again restores it from its storage path (errored trials are retried).
 The storage path is a local (or shared) folder or an ``s3://`` prefix: Tune's state, every
 trial's training runs and the results all live there.
@@ -31,7 +34,7 @@ from ray.tune.schedulers import ASHAScheduler
 from raycompat.config import ConfigError, apply_overrides, load_config
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.train import storage
-from raycompat.train.config import RunSpec, TrainConfig
+from raycompat.train.config import RunSpec, ScalingSpec, TrainConfig
 from raycompat.train.driver import matrix_summary, run_training
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.fct import (
@@ -41,9 +44,14 @@ from raycompat.tune.fct import (
     transformed_val_matrix,
 )
 from raycompat.tune.objectives import PROXY, objective
+from raycompat.tune.reaper import PlacementGroupReaper
 from raycompat.tune.space import param_space, trial_overrides
 
 log = logging.getLogger(__name__)
+
+# A trial's driver only waits on its trainers (their workers hold the real resources), but Tune
+# refuses a trial that asks for nothing.
+DRIVER_CPUS = 0.01
 
 
 class ObjectiveReportCallback(TuneReportCallback):
@@ -121,7 +129,8 @@ def make_trainable(sweep: SweepConfig):
 
     def train_driver(params: dict) -> None:
         cfg = trial_config(base, sweep, params, tune.get_context().get_trial_id())
-        result = run_training(cfg, callbacks=[ObjectiveReportCallback(PROXY[sweep.objective])])
+        callbacks = [ObjectiveReportCallback(PROXY[sweep.objective]), PlacementGroupReaper()]
+        result = run_training(cfg, callbacks=callbacks)
         if result.val_matrix is None:
             raise ValueError("sweeps score the validation split: set eval.val_fraction > 0")
         matrix, final = result.val_matrix, {}
@@ -150,14 +159,21 @@ def final_metrics(sweep: SweepConfig, matrix: CompatibilityMatrix) -> dict:
 
 
 def concurrency(sweep: SweepConfig) -> int:
-    """Trials that fit at once: cluster CPUs (and GPUs) over what one trial's workers take."""
+    """``max_concurrent_trials``, or as many trials as the cluster's resources hold."""
     if sweep.max_concurrent_trials:
         return sweep.max_concurrent_trials
     cfg = load_config(TrainConfig, sweep.base, sweep.overrides)
-    resources = ray.cluster_resources()
-    fits = int(resources.get("CPU", 1) // (cfg.scaling.num_workers * cfg.scaling.cpus_per_worker))
-    if cfg.scaling.use_gpu:
-        fits = min(fits, int(resources.get("GPU", 0) // cfg.scaling.num_workers))
+    return trials_that_fit(ray.cluster_resources(), cfg.scaling)
+
+
+def trials_that_fit(resources: dict, scaling: ScalingSpec) -> int:
+    """Trials that run at once (at least 1): each holds its workers' CPUs (and GPUs) plus its
+    driver's ``DRIVER_CPUS``; a trial that does not fit would wait for workers while holding
+    its place."""
+    trial_cpus = scaling.num_workers * scaling.cpus_per_worker + DRIVER_CPUS
+    fits = int(resources.get("CPU", 0) // trial_cpus)
+    if scaling.use_gpu:
+        fits = min(fits, int(resources.get("GPU", 0) // scaling.num_workers))
     return max(1, fits)
 
 
@@ -201,8 +217,7 @@ def search_algorithm(sweep: SweepConfig):
 
 
 def make_tuner(sweep: SweepConfig) -> tune.Tuner:
-    # The driver itself only waits on its trainers; their workers hold the real resources.
-    trainable = tune.with_resources(make_trainable(sweep), {"CPU": 0.01})
+    trainable = tune.with_resources(make_trainable(sweep), {"CPU": DRIVER_CPUS})
     fs, base = sweep_storage(sweep)
     folder = f"{base}/{sweep.name}"
     if tune.Tuner.can_restore(folder, storage_filesystem=fs):

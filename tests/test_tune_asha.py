@@ -1,0 +1,161 @@
+"""ASHA on a small cluster: a stopped trial's Ray Train placement group is given back.
+
+The session's Ray runtime runs without the dashboard, so Ray 2.58's own PlacementGroupCleaner
+(which asks the State API whether the controller lives) cannot act: only raycompat's reaper can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import faulthandler
+import importlib.util
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from raycompat.train.config import ScalingSpec
+from raycompat.tune.sweep import DRIVER_CPUS, trials_that_fit
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_trials_that_fit_count_each_trials_driver_and_workers():
+    assert DRIVER_CPUS == 0.01
+    # 1 worker x 1 CPU + 0.01: two such trials need 2.02 CPUs, so 2 CPUs hold one.
+    assert trials_that_fit({"CPU": 2.0}, ScalingSpec(num_workers=1)) == 1
+    assert trials_that_fit({"CPU": 16.0}, ScalingSpec(num_workers=1)) == 15
+    assert trials_that_fit({"CPU": 16.0}, ScalingSpec(num_workers=2, cpus_per_worker=4)) == 1
+    assert trials_that_fit({"CPU": 9.0}, ScalingSpec(num_workers=2, cpus_per_worker=4)) == 1
+    # GPUs bound it too: 3 GPUs hold one 2-GPU trial however many CPUs there are.
+    gpu = ScalingSpec(num_workers=2, use_gpu=True)
+    assert trials_that_fit({"CPU": 64.0, "GPU": 3.0}, gpu) == 1
+    assert trials_that_fit({"CPU": 64.0, "GPU": 8.0}, gpu) == 4
+    # Too small a cluster still runs one trial at a time (it waits for its workers).
+    assert trials_that_fit({"CPU": 1.0}, ScalingSpec(num_workers=2)) == 1
+
+
+def group_state(group_id: str) -> str:
+    from ray.util import placement_group_table
+
+    return placement_group_table()[group_id]["state"]
+
+
+def wait_for_state(group_id: str, state: str, timeout_s: float = 30.0) -> str:
+    """The group's state once it is ``state``, or after ``timeout_s`` (the reaper polls each
+    second)."""
+    deadline = time.monotonic() + timeout_s
+    while group_state(group_id) != state and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return group_state(group_id)
+
+
+@pytest.mark.ray
+def test_reaper_removes_a_dead_controllers_group_and_a_released_watch_touches_nothing(
+    ray_local,
+):
+    import ray
+    from ray import PlacementGroupID
+    from ray.exceptions import RayActorError
+    from ray.util import placement_group, remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    from raycompat.tune.reaper import ControllerWatch
+
+    @ray.remote(num_cpus=0)
+    class Controller:  # busy in a long async run(), as Ray Train's controller is
+        async def run(self):
+            await asyncio.sleep(3600)
+
+    @ray.remote(num_cpus=0)
+    class Trial:  # owns the controller, as a Tune trial's actor owns its trainer's controller
+        def start(self):
+            self.controller = Controller.remote()
+            self.controller.run.remote()
+            self.group = placement_group([{"CPU": 1}])
+            ray.get(self.group.ready())
+            self.watch = (
+                ray.remote(num_cpus=0)(ControllerWatch)
+                .options(lifetime="detached", scheduling_strategy="DEFAULT")
+                .remote(self.controller, 0.2)
+            )
+            ray.get(self.watch.guard.remote(self.group))
+            return self.group.id.hex(), self.watch
+
+    stopped = Trial.remote()
+    group_id, watch = ray.get(stopped.start.remote())
+    time.sleep(1.0)  # several pings answered: a live, busy controller is left alone
+    assert group_state(group_id) == "CREATED"
+    ray.kill(stopped)  # what Tune does to a trial ASHA stops; the controller dies with it
+    assert wait_for_state(group_id, "REMOVED") == "REMOVED"
+    with pytest.raises(RayActorError):  # the watch ended itself
+        ray.get(watch.guard.remote(None), timeout=30)
+
+    finished = Trial.remote()
+    group_id, watch = ray.get(finished.start.remote())
+    ray.kill(watch)  # PlacementGroupReaper's release on a normal shutdown
+    ray.kill(finished)
+    time.sleep(2.0)
+    assert group_state(group_id) == "CREATED"  # nothing is watching it any more
+    remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(group_id)))
+
+
+def load_tune_job():
+    spec = importlib.util.spec_from_file_location("tune_job", ROOT / "jobs" / "tune.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    return job
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path):
+    """Three trials in a row, each worker taking 3 of the session's 4 CPUs. The second trial
+    has 1-d features (cosine top-1 at chance), falls behind at ASHA's first rung and is stopped
+    mid-training; the third trial can only get its worker if the stopped trial's placement group
+    was removed. (ASHA compares a trial with the trials recorded before it at the rung, so the
+    third trial, equal to the first, goes on.)"""
+    from ray.util import placement_group_table
+
+    before = set(placement_group_table())
+    overrides = [
+        "data.options={per_class: 40}",
+        "epochs=2",
+        "scaling.num_workers=1",
+        "scaling.cpus_per_worker=3",
+        "run.max_failures=0",
+    ]
+    # Without the reaper the third trial waits for its worker forever (Ray Train retries the
+    # start of a worker group without limit): end the run with a traceback instead of hanging.
+    faulthandler.dump_traceback_later(600, exit=True)
+    try:
+        summary = load_tune_job().main(
+            [
+                "--config",
+                str(ROOT / "configs" / "tune_lr_asha.yaml"),
+                f"base={ROOT / 'configs' / 'train_mnist_two_model.yaml'}",
+                f"overrides={overrides!r}".replace("'", '"'),
+                "space=[{key: model.embed_dim, kind: grid, values: [32, 1, 32]}]",
+                "search=grid",
+                "num_samples=1",
+                "asha={grace_period: 1, reduction_factor: 2, max_t: 5}",
+                f"storage_path={tmp_path}",
+                "name=asha",
+            ]
+        )
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    table = pd.read_csv(tmp_path / "asha" / "results" / "trials.csv")
+    table = table.sort_values("trial").reset_index(drop=True)
+    assert list(table["status"]) == ["TERMINATED", "STOPPED", "TERMINATED"], table.to_string()
+    assert table.loc[1, "param:model.embed_dim"] == 1
+    assert table.loc[1, "objective"] != table.loc[1, "objective"]  # NaN: no final metrics
+    # The same settings train the same way: the first and third trials agree exactly.
+    assert table.loc[0, "objective"] == table.loc[2, "objective"]
+    assert summary["status"] == {"TERMINATED": 2, "STOPPED": 1}
+
+    # Every placement group the sweep made (Tune's trial groups and the workers') is gone.
+    new_groups = set(placement_group_table()) - before
+    assert len(new_groups) >= 6
+    assert {wait_for_state(g, "REMOVED") for g in new_groups} == {"REMOVED"}
