@@ -118,6 +118,21 @@ def test_best_fct_trial_becomes_an_upgrade_history_with_its_transformation(tmp_p
     assert history.upgrades[1].fct.epochs == sweep.transformation.epochs
 
 
+def test_best_config_drops_a_searched_failure_injection(tmp_path):
+    """A trial that ran with run.inject_failure (and recovered) can be the best; its config
+    must still train cleanly, alone and as an upgrade history."""
+    from raycompat.tune.results import write_best_config
+    from raycompat.upgrade.config import UpgradeConfig
+
+    sweep = load_config(SweepConfig, ROOT / "configs" / "tune_hoc_lambda.yaml")
+    params = {"method_options.lam": 0.5, "run.inject_failure": {"step": 1, "epoch": 0}}
+    best = write_best_config(sweep, params, tmp_path / "best_config.yaml")
+    assert best.run.inject_failure is None and best.method_options["lam"] == 0.5
+    assert load_config(TrainConfig, tmp_path / "best_config.yaml").run.inject_failure is None
+    history = load_config(UpgradeConfig, tmp_path / "best_upgrade.yaml")
+    assert history.training.run.inject_failure is None
+
+
 def toy_cl2r(classes: int, per_class: int, *extra: str) -> str:
     """``overrides=[...]`` turning a HOC sweep's MNIST base into a seconds-long synthetic CL2R
     run of two tasks (one worker, one epoch, a validation split)."""

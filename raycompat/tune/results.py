@@ -74,7 +74,10 @@ def _plain(value):
 def write_best_config(sweep: SweepConfig, params: dict, path: Path) -> TrainConfig:
     training = trial_overrides(split_params(params)[0])
     cfg = load_config(TrainConfig, sweep.base, [*sweep.overrides, *training])
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, name=f"{sweep.name}-best"))
+    # A searched run.inject_failure (the fault-injection test hook) says how the trial ran, not
+    # what it trained: the best config must train without it.
+    run = dataclasses.replace(cfg.run, name=f"{sweep.name}-best", inject_failure=None)
+    cfg = dataclasses.replace(cfg, run=run)
     save_config(cfg, path)
     body = path.read_text()
     chosen = ", ".join(f"{k}={v}" for k, v in params.items())
