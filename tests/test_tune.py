@@ -195,7 +195,7 @@ def test_four_trial_sweep_on_s3_survives_a_failing_trial_and_resumes_from_the_bu
     table = pd.read_csv(results / "trials.csv")
     assert table.loc[table.status == "ERROR", "error"].str.contains("injected failure").all()
     for run_path in table.loc[table.status == "TERMINATED", "run_path"]:
-        assert run_path.startswith(f"{bucket}/sweeps/toy/runs/")
+        assert run_path.startswith(f"s3://{bucket}/sweeps/toy/runs/")
         assert fs.exists(f"{run_path}/summary.json")  # each trial's training run, in the bucket
     assert (results / "tradeoff.png").stat().st_size > 0
     assert not list(workdir.iterdir())  # nothing was written to the working folder
