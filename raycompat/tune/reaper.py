@@ -32,7 +32,7 @@ class ControllerWatch:
     ends itself.
 
     Liveness is a ping to the controller's built-in ``__ray_ready__``: a dead actor answers it
-    with ``RayActorError``; a ping not answered yet counts as alive.
+    with ``RayActorError``; while a ping waits for its answer the controller counts as alive.
     """
 
     def __init__(self, controller, interval_s: float = 1.0) -> None:
@@ -47,12 +47,8 @@ class ControllerWatch:
 
     def _watch(self) -> None:
         while True:
-            ping = self._controller.__ray_ready__.remote()
-            ready: list = []
-            while not ready:
-                ready, _ = ray.wait([ping], timeout=self._interval_s)
             try:
-                ray.get(ping)
+                ray.get(self._controller.__ray_ready__.remote())
             except RayActorError:
                 break
             time.sleep(self._interval_s)

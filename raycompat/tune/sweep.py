@@ -141,8 +141,9 @@ def make_trainable(sweep: SweepConfig):
                 matrix, final["stored_cross_test"] = transformed_val_matrix(
                     cfg, result, fct, run, work
                 )
-        # The run's location as a user names it: an absolute folder, or the full s3:// URI.
-        run_path = f"{runs_path(sweep)}/{cfg.run.name}"
+        # The run's location as a user names it (trial_config put it under runs_path): an
+        # absolute folder, or the full s3:// URI.
+        run_path = f"{cfg.run.storage_path}/{cfg.run.name}"
         tune.report({**final, **final_metrics(sweep, matrix), "run_path": run_path})
 
     return train_driver
