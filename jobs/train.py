@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.config import load_config  # noqa: E402
+from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
 from raycompat.train.config import TrainConfig  # noqa: E402
 
 
@@ -29,8 +30,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. epochs=2")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    configure_logging()  # every log line scrubbed of credentials
     cfg = load_config(TrainConfig, args.config, args.overrides)
+    register_secrets(cfg)
 
     import ray
 

@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.config import ConfigError, load_config  # noqa: E402
+from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
 from raycompat.pipelines.config import TransformJobConfig  # noqa: E402
 
 logger = logging.getLogger("raycompat.jobs.transform")
@@ -30,8 +31,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--config", help="YAML file with TransformJobConfig keys")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    configure_logging()  # every log line scrubbed of credentials
     cfg = load_config(TransformJobConfig, args.config, args.overrides)
+    register_secrets(cfg)
     for key in ("root", "gallery"):
         if not getattr(cfg.store, key):
             raise ConfigError(f"store.{key} must be set")

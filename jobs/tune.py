@@ -22,6 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.config import load_config  # noqa: E402
+from raycompat.credentials import configure_logging  # noqa: E402
 from raycompat.tune.config import SweepConfig  # noqa: E402
 
 
@@ -31,7 +32,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. num_samples=2")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # Scrubs the environment's credentials (a sweep config holds none: its ParamSpec.key
+    # is a config key, not an access key, so the config is not registered).
+    configure_logging()
     sweep = load_config(SweepConfig, args.config, args.overrides)
 
     import ray

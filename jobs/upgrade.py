@@ -31,6 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.config import load_config, to_dict  # noqa: E402
+from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
 from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config  # noqa: E402
 
 log = logging.getLogger("raycompat.jobs.upgrade")
@@ -48,8 +49,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    configure_logging()  # every log line scrubbed of credentials
     cfg = load_config(UpgradeConfig, args.config, args.overrides)
+    register_secrets(cfg)
     check_upgrade_config(cfg)
 
     import ray

@@ -9,15 +9,14 @@
 
 ``search`` embeds the images with model M, finds the gallery version M may query (its catalog
 grant: extracted, compatible or transformed), and searches that version's faiss index (built on
-first use). A compatible model of another width is compared on the shared first coordinates
-(BCT: zero-padding), as in training. No Ray: this is the core.
+first use, rebuilt when it fails its checksums). A compatible model of another width is compared
+on the shared first coordinates (BCT: zero-padding), as in training. No Ray: this is the core.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -25,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from raycompat.credentials import configure_logging, scrub
 from raycompat.data.image_folder import read_image
+from raycompat.distances import ZeroNormError
 from raycompat.store import GalleryStore
 from raycompat.store.catalog import Catalog
 from raycompat.store.errors import StoreError
-from raycompat.store.index import build_version_index, load_version_index
-
-log = logging.getLogger("raycompat.cli")
+from raycompat.store.index import open_version_index
 
 
 def gallery_versions(store: GalleryStore, gallery: str) -> list[dict]:
@@ -90,17 +89,21 @@ def search(args) -> dict:
     else:  # files in an S3 store: copy them out first
         with tempfile.TemporaryDirectory() as local:
             queries = embed_images(catalog.fetch_model_files(args.model, local), args.images)
-    try:
-        index = load_version_index(store, args.gallery, grant.gallery_version)
-    except StoreError:
-        log.info("no index for %s %s yet: building it", args.gallery, grant.gallery_version)
-        build_version_index(store, args.gallery, grant.gallery_version)
-        index = load_version_index(store, args.gallery, grant.gallery_version)
+    # Built on first use, and rebuilt when the stored one fails verification (it is derived data).
+    index = open_version_index(store, args.gallery, grant.gallery_version, rebuild=True)
     width = index.info.width
     shared = queries[:, :width]
     if shared.shape[1] < width:  # a narrower query model: zero-pad (BCT sec. 3.2)
         shared = np.pad(shared, ((0, 0), (0, width - shared.shape[1])))
-    scores, ids = index.search(np.ascontiguousarray(shared, dtype=np.float32), args.k)
+    try:
+        scores, ids = index.search(np.ascontiguousarray(shared, dtype=np.float32), args.k)
+    except ZeroNormError as err:
+        images = ", ".join(args.images[row] for row in err.rows)
+        raise ZeroNormError(
+            f"model {args.model} embeds query image(s) {images} to a zero vector: cosine search "
+            f"cannot rank the gallery for them",
+            err.rows,
+        ) from None
     return {
         "gallery": args.gallery,
         "gallery_version": grant.gallery_version,
@@ -154,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
+    configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)
     if getattr(args, "images", None):
         missing = [p for p in args.images if not Path(p).is_file()]
@@ -163,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         out = COMMANDS[args.command](args)
-    except (StoreError, FileNotFoundError) as err:
-        print(f"raycompat: {err}", file=sys.stderr)
+    except (StoreError, FileNotFoundError, ZeroNormError) as err:
+        print(f"raycompat: {scrub(err)}", file=sys.stderr)
         return 1
     print(out if isinstance(out, str) else json.dumps(out, indent=2, default=str))
     return 0

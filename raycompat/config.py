@@ -2,12 +2,14 @@
 
 Defaults (the dataclass) -> file -> command-line overrides, in that order. Unknown keys and
 values of the wrong type are errors naming the key, so a typo never silently falls back to a
-default.
+default. A field declared with :func:`bounded` is range-checked too (``epochs: int = bounded(4,
+ge=1)``), so that a value that type-checks but cannot be meant (0 epochs) fails at load time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 import types
 import typing
@@ -37,6 +39,61 @@ ConfigLoader.add_implicit_resolver(
 
 def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+_BOUNDS = {
+    "ge": (">=", operator.ge),
+    "gt": (">", operator.gt),
+    "le": ("<=", operator.le),
+    "lt": ("<", operator.lt),
+}
+
+
+def bounded(default: Any, **bounds: float) -> Any:
+    """A dataclass field with a scalar ``default`` whose value must satisfy ``bounds``.
+
+    ``bounds``: any of ``ge``, ``gt``, ``le``, ``lt`` (pydantic's names: >=, >, <=, <). ``None``
+    values are not checked (an optional field left unset). Checked by :func:`load_config`,
+    :func:`apply_overrides` and :func:`check_ranges`.
+    """
+    unknown = sorted(set(bounds) - set(_BOUNDS))
+    if unknown:
+        raise TypeError(f"bounded: unknown bound(s) {unknown}; valid: {sorted(_BOUNDS)}")
+    return dataclasses.field(default=default, metadata={"bounds": bounds})
+
+
+def check_range(obj: Any, name: str, *, where: str = "", **bounds: float) -> None:
+    """Raise :class:`ConfigError` unless ``obj.<name>`` satisfies ``bounds`` (see :func:`bounded`).
+
+    The message names the key, ``where + name``: ``training.epochs must be >= 1, got 0``.
+    """
+    value = getattr(obj, name)
+    if value is None:
+        return
+    for bound, limit in bounds.items():
+        symbol, holds = _BOUNDS[bound]
+        if not holds(value, limit):
+            raise ConfigError(f"{where}{name} must be {symbol} {limit}, got {value!r}")
+
+
+def _check_fields(obj: Any, where: str) -> None:
+    for f in dataclasses.fields(obj):
+        if "bounds" in f.metadata:
+            check_range(obj, f.name, where=where, **f.metadata["bounds"])
+
+
+def check_ranges(config: Any, where: str = "") -> None:
+    """Range-check every :func:`bounded` field of a config built in Python (not loaded), through
+    nested sections and lists of sections; keys are named as :func:`load_config` names them."""
+    if isinstance(config, list | tuple):
+        for i, item in enumerate(config):
+            check_ranges(item, f"{where.removesuffix('.')}[{i}].")
+        return
+    if not dataclasses.is_dataclass(config):
+        return
+    _check_fields(config, where)
+    for f in dataclasses.fields(config):
+        check_ranges(getattr(config, f.name), f"{where}{f.name}.")
 
 
 def _coerce(value: Any, annotation: Any, key: str) -> Any:
@@ -104,7 +161,9 @@ def _build(cls: type[C], data: dict, prefix: str = "") -> C:
         raise ConfigError(
             f"missing required config key(s): {', '.join(prefix + m for m in missing)}"
         )
-    return cls(**kwargs)
+    out = cls(**kwargs)
+    _check_fields(out, prefix)  # nested sections were checked when they were built
+    return out
 
 
 def _set_dotted(data: dict, dotted: str, value: Any) -> None:
@@ -183,5 +242,17 @@ def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
 
 
-def save_config(config: Any, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+def dump_config(config: Any) -> str:
+    """``config`` (a dataclass or dict) as YAML with its credentials redacted
+    (:func:`raycompat.credentials.redact`): what every job writes next to its outputs."""
+    from raycompat.credentials import redact
+
+    data = to_dict(config) if dataclasses.is_dataclass(config) else config
+    return yaml.safe_dump(redact(data), sort_keys=False)
+
+
+def save_config(config: Any, path: str | Path, header: str = "") -> None:
+    """Write ``header`` + :func:`dump_config` to ``path`` (atomically, mode 0600)."""
+    from raycompat.credentials import write_private
+
+    write_private(path, header + dump_config(config))

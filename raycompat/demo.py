@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from raycompat.config import load_config, save_config
+from raycompat.credentials import configure_logging
 from raycompat.data.mnist import load_mnist5k
 from raycompat.data.splits import holdout_split
 from raycompat.engine import extract_features, tensor_batches, train_epoch
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--config", help="YAML file with DemoConfig keys")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. epochs=2")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    configure_logging()
     return run(load_config(DemoConfig, args.config, args.overrides))
 
 

@@ -50,6 +50,35 @@ def as_features(x: Any, name: str = "features") -> torch.Tensor:
     return t
 
 
+# torch.nn.functional.normalize's eps: below it a row has no direction to compare.
+ZERO_NORM = 1e-12
+
+
+class ZeroNormError(ValueError):
+    """Rows with (near) zero norm were given to a cosine search; ``rows`` lists them."""
+
+    def __init__(self, message: str, rows: list[int]):
+        super().__init__(message)
+        self.rows = rows
+
+
+def check_nonzero_rows(t: torch.Tensor, name: str = "features") -> None:
+    """Raise :class:`ZeroNormError` naming the rows of ``t (N, d)`` whose L2 norm is < 1e-12.
+
+    Cosine similarity is undefined for them; normalising leaves them zero, which scores 0 against
+    every item and returns an arbitrary top-k instead of an error.
+    """
+    zero = torch.linalg.vector_norm(t, dim=1) < ZERO_NORM
+    if bool(zero.any()):
+        rows = torch.nonzero(zero)[:, 0].tolist()
+        shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+        raise ZeroNormError(
+            f"{name} has {len(rows)} row(s) with zero norm (< {ZERO_NORM:g}), cosine similarity "
+            f"is undefined for them: row(s) {shown}",
+            rows,
+        )
+
+
 def check_same_width(query: torch.Tensor, gallery: torch.Tensor) -> None:
     if query.shape[1] != gallery.shape[1]:
         raise ValueError(
@@ -79,10 +108,18 @@ class Distance:
 
         return faiss.METRIC_L2 if self.squared_l2 else faiss.METRIC_INNER_PRODUCT
 
-    def prepare(self, x: Any, name: str = "features") -> torch.Tensor:
-        """Validate ``(N, d)`` features and L2-normalise rows for cosine (a zero row stays zero)."""
+    def prepare(self, x: Any, name: str = "features", *, refuse_zero: bool = False) -> torch.Tensor:
+        """Validate ``(N, d)`` features and L2-normalise rows for cosine.
+
+        A zero row stays zero, unless ``refuse_zero`` (queries): then a normalising distance
+        raises :class:`ZeroNormError` naming the rows. Other distances accept zero rows.
+        """
         t = as_features(x, name)
-        return torch.nn.functional.normalize(t, dim=1) if self.normalize else t
+        if not self.normalize:
+            return t
+        if refuse_zero:
+            check_nonzero_rows(t, name)
+        return torch.nn.functional.normalize(t, dim=1)
 
     def scores(self, query: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
         """Scores of already prepared features: ``(Q, d), (G, d) -> (Q, G)``, higher is better."""

@@ -120,10 +120,13 @@ class SearchIndex:
             ``scores (Q, k)`` float32, higher is better, best first; ``indices (Q, k)`` int64 into
             the gallery. An approximate index that finds fewer than k items pads with index -1
             and score -inf.
+        Raises:
+            ZeroNormError: a cosine index got query rows of zero norm (named in the message);
+                ``l2`` and ``inner_product`` answer them.
         """
         if not 1 <= int(k) <= self.ntotal:
             raise ValueError(f"k must be in [1, ntotal={self.ntotal}], got {k}")
-        q = self.distance.prepare(queries, "queries")
+        q = self.distance.prepare(queries, "queries", refuse_zero=True)
         if q.shape[1] != self.dim:
             raise ValueError(f"queries have width {q.shape[1]}, the index holds width {self.dim}")
         raw, indices = self.index.search(_to_faiss(q), int(k))
@@ -148,9 +151,13 @@ class SearchIndex:
         if missing:
             raise KeyError(f"{path}.json lacks key(s) {sorted(missing)}")
         out = cls(faiss.read_index(str(path)), get_distance(meta["distance"]), meta["kind"])
-        if _resolve_gpu(use_gpu):
-            out._to_gpu()
+        out.place(use_gpu)
         return out
+
+    def place(self, use_gpu: bool | str = "auto") -> None:
+        """Move a CPU index to the GPU when ``use_gpu`` says so (``"auto"``: if one is visible)."""
+        if _resolve_gpu(use_gpu) and not self.on_gpu:
+            self._to_gpu()
 
     def _to_gpu(self) -> None:
         self._gpu_resources = faiss.StandardGpuResources()

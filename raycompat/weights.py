@@ -19,6 +19,8 @@ import fsspec
 import torch
 from torch import nn
 
+from raycompat.credentials import drop_redacted, register_secrets
+
 logger = logging.getLogger(__name__)
 
 WEIGHTS_HINT = (
@@ -40,8 +42,10 @@ def open_uri(uri: str, mode: str = "rb", storage_options: dict | None = None) ->
     naming it when the store refuses the credentials.
     """
     uri = str(uri)
+    options = drop_redacted(storage_options)  # "<redacted>" in a written config: use the env
+    register_secrets(options)
     try:
-        return fsspec.open(uri, mode, **(storage_options or {})).open()
+        return fsspec.open(uri, mode, **options).open()
     except FileNotFoundError as err:
         raise FileNotFoundError(f"no file at {uri!r} ({err})") from err
     except PermissionError as err:

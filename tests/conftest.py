@@ -33,6 +33,18 @@ UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_
                  "AWS_ENDPOINT_URL_S3")
 
 
+def bucket_objects(fs, bucket: str) -> dict[str, bytes]:
+    """Every object of ``bucket`` as ``path -> bytes`` (zero-byte "directory" markers skipped);
+    what the planted-credential tests grep."""
+    blobs = {}
+    for path in fs.find(bucket):
+        try:
+            blobs[path] = fs.cat(path)
+        except FileNotFoundError:
+            continue
+    return blobs
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +137,18 @@ def test_search_copies_model_files_out_of_the_store_when_uri_is_remote(served, c
     )
     assert code == 0 and out["relation"] == "compatible"
     assert out["results"][0]["ids"] == ["img5"]
+
+
+def test_search_rebuilds_a_corrupt_index(served, capsys, caplog):
+    store, paths = served
+    argv = ["search", str(paths[3]), "--store", store.uri(), "--gallery", "digits", "--model", "m1"]
+    code, first = run(capsys, *argv, "-k", "2")
+    assert code == 0
+    build = json.loads(Path(store.path("digits", "_index", "v1.json")).read_text())["build"]
+    corrupt = Path(store.path("digits", "_index", "v1", build, "index.faiss"))
+    corrupt.write_bytes(corrupt.read_bytes()[:100])
+    code, again = run(capsys, *argv, "-k", "2")
+    assert code == 0 and again["results"] == first["results"]
+    assert f"rebuilding the index of digits/v1: {corrupt}: expected" in caplog.text
+    new = json.loads(Path(store.path("digits", "_index", "v1.json")).read_text())["build"]
+    assert new != build

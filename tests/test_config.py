@@ -88,3 +88,88 @@ def test_exponent_floats_without_a_dot_are_floats_everywhere(tmp_path):
     sampled = load_config(TrainConfig, None, trial_overrides({"optim.lr": 3.2e-05}))
     assert sampled.optim.lr == 3.2e-05
     assert load_config(TrainConfig, None, ["run.name=1e5x"]).run.name == "1e5x"
+
+
+# ---------------------------------------------------------------------------- ranges
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("epochs", [0, -3])
+def test_train_epochs_below_one_are_refused_at_load_time(tmp_path, epochs):
+    from raycompat.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=rf"^epochs must be >= 1, got {epochs}$"):
+        load_config(TrainConfig, None, [f"epochs={epochs}"])
+    path = tmp_path / "train.yaml"
+    path.write_text(f"epochs: {epochs}\n")
+    with pytest.raises(ConfigError, match=rf"train.yaml: epochs must be >= 1, got {epochs}"):
+        load_config(TrainConfig, path)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("batch_size=0", "batch_size must be >= 1, got 0"),
+        ("optim.lr=0", "optim.lr must be > 0.0, got 0.0"),
+        ("optim.lr=-1e-3", "optim.lr must be > 0.0, got -0.001"),
+    ],
+)
+def test_other_broken_training_values_are_refused(override, message):
+    from raycompat.config import apply_overrides
+    from raycompat.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=__import__("re").escape(message)):
+        load_config(TrainConfig, None, [override])
+    with pytest.raises(ConfigError, match=__import__("re").escape(message)):
+        apply_overrides(TrainConfig(), [override])  # a sweep's sampled values too
+
+
+@pytest.mark.parametrize("epochs", [0, -3])
+def test_upgrade_job_refuses_training_epochs_below_one_before_running(epochs):
+    """``training.epochs=0`` used to publish a gallery extracted by an untrained model."""
+    import importlib.util
+
+    from raycompat.upgrade.config import UpgradeConfig
+
+    with pytest.raises(ConfigError, match=rf"training.epochs must be >= 1, got {epochs}"):
+        load_config(UpgradeConfig, None, [f"training.epochs={epochs}"])
+    spec = importlib.util.spec_from_file_location("upgrade_job", ROOT / "jobs" / "upgrade.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    with pytest.raises(ConfigError, match=rf"training.epochs must be >= 1, got {epochs}"):
+        job.main([f"training.epochs={epochs}"])  # refused while loading, before Ray starts
+
+
+def test_upgrade_entry_epochs_and_python_built_configs_are_checked():
+    import dataclasses
+
+    from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
+
+    history = "[{model_version: a, classes: 4}, {model_version: b, classes: 5, epochs: 0}]"
+    with pytest.raises(ConfigError, match=r"upgrades\[1\].epochs must be >= 1, got 0"):
+        load_config(UpgradeConfig, None, [f"upgrades={history}"])
+    cfg = UpgradeConfig()
+    cfg.training = dataclasses.replace(cfg.training, epochs=0)
+    with pytest.raises(ConfigError, match="training.epochs must be >= 1, got 0"):
+        check_upgrade_config(cfg)
+    cfg = UpgradeConfig()
+    cfg.upgrades[2].epochs = -1
+    with pytest.raises(ConfigError, match=r"upgrades\[2\].epochs must be >= 1, got -1"):
+        check_upgrade_config(cfg)
+
+
+def test_check_range_bounds_and_none():
+    from raycompat.config import bounded, check_range
+
+    @dataclass
+    class Ranged:
+        fraction: float = bounded(0.2, ge=0.0, lt=1.0)
+        limit: int | None = bounded(None, ge=1)
+
+    assert load_config(Ranged, None, ["fraction=0"]).limit is None  # None is not checked
+    with pytest.raises(ConfigError, match="fraction must be < 1.0, got 1.0"):
+        load_config(Ranged, None, ["fraction=1"])
+    with pytest.raises(ConfigError, match="x.limit must be >= 1, got 0"):
+        check_range(Ranged(limit=0), "limit", ge=1, where="x.")
+    with pytest.raises(TypeError, match="unknown bound"):
+        bounded(1, min=0)

@@ -189,25 +189,40 @@ def test_no_unrestricted_unpickling_in_the_code_base():
 @pytest.mark.ray
 @pytest.mark.slow
 def test_credentials_never_reach_outputs_checkpoints_or_logs(
-    ray_local, s3_bucket, s3_server, tmp_path
+    ray_local, s3_bucket, s3_server, tmp_path, capfd, caplog
 ):
     """A full toy upgrade (initial model and gallery, then an FCT upgrade) with its store, its
-    catalog and its training runs on S3: no file it wrote, locally, in the bucket or in Ray's
-    session logs, contains the access key or the secret from the environment."""
+    catalog and its training runs on S3, the credentials planted in ``store.storage_options``
+    as well as in the environment: no file it wrote, locally, in the bucket or in Ray's session
+    logs, and no line it printed or logged, contains the access key or the secret. The report's
+    ``config.yaml`` says ``<redacted>`` instead, and the report files are private (0600)."""
     import importlib.util
+    import logging
     import os
+    import stat
 
+    import yaml
+
+    from raycompat.credentials import REDACTED
+
+    caplog.set_level(logging.INFO)
     bucket, options = s3_bucket
+    secrets = [os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]]
+    assert secrets[0].startswith("AKIARAYCOMPAT")  # the distinctive fake values of conftest
+    planted = {"key": secrets[0], "secret": secrets[1], "client_kwargs": options["client_kwargs"]}
     spec = importlib.util.spec_from_file_location(
         "upgrade_job", Path(__file__).parent.parent / "jobs" / "upgrade.py"
     )
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
+    config = tmp_path / "secrets.yaml"  # the user's own input: the one file allowed to hold them
+    config.write_text(yaml.safe_dump({"store": {"storage_options": planted}}))
     summary = job.main(
         [
+            "--config",
+            str(config),
             "name=secrets",
             f"store.root=s3://{bucket}/store",
-            f"store.storage_options={{client_kwargs: {{endpoint_url: '{s3_server}'}}}}",
             "gallery_images.options={per_class: 40}",
             "training.data.options={per_class: 40}",
             "training.epochs=1",
@@ -222,9 +237,6 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
         ]
     )
     assert summary["decisions"]["m1"] == "initial"
-    secrets = [os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]]
-    assert secrets[0].startswith("AKIARAYCOMPAT")  # the distinctive fake values of conftest
-
     fs = s3fs.S3FileSystem(**options)
     stored = fs.find(f"{bucket}/runs") + fs.find(f"{bucket}/store")
     assert any(p.endswith("model.safetensors") for p in stored)
@@ -238,7 +250,18 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
     assert len(blobs) >= 10
     session = Path(ray_local._private.worker._global_node.get_session_dir_path())
     for path in [*session.rglob("*"), *tmp_path.rglob("*")]:
-        if path.is_file() and path.stat().st_size < 50_000_000:
+        if path.is_file() and path != config and path.stat().st_size < 50_000_000:
             blobs[str(path)] = path.read_bytes()
+    out, err = capfd.readouterr()
+    blobs |= {"stdout": out.encode(), "stderr": err.encode(), "log": caplog.text.encode()}
+    assert "summary:" in caplog.text  # the job's log was captured
     leaks = [p for p, data in blobs.items() if any(s.encode() in data for s in secrets)]
     assert not leaks, f"credentials found in {leaks[:5]}"
+    # Not vacuous: the merged config was written, with the markers where the secrets were.
+    report = tmp_path / "report" / "secrets"
+    written = yaml.safe_load((report / "config.yaml").read_text())
+    assert written["store"]["storage_options"] == {
+        "key": REDACTED, "secret": REDACTED, "client_kwargs": options["client_kwargs"]
+    }
+    for name in ("config.yaml", "report.json", "report.md", "matrix.json"):
+        assert stat.S_IMODE((report / name).stat().st_mode) == 0o600, name

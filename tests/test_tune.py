@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import bucket_objects
 
 from raycompat.config import ConfigError, load_config
 from raycompat.metrics.compatibility import CompatibilityMatrix
@@ -129,6 +130,8 @@ def test_best_config_drops_a_searched_failure_injection(tmp_path):
     best = write_best_config(sweep, params, tmp_path / "best_config.yaml")
     assert best.run.inject_failure is None and best.method_options["lam"] == 0.5
     assert load_config(TrainConfig, tmp_path / "best_config.yaml").run.inject_failure is None
+    for name in ("best_config.yaml", "best_upgrade.yaml"):  # private: they name local paths
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
     history = load_config(UpgradeConfig, tmp_path / "best_upgrade.yaml")
     assert history.training.run.inject_failure is None
 
@@ -164,10 +167,14 @@ def load_job(name: str):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_four_trial_sweep_on_s3_survives_a_failing_trial_and_resumes_from_the_bucket(
-    ray_local, s3_server, s3_bucket, tmp_path, monkeypatch
+    ray_local, s3_server, s3_bucket, tmp_path, monkeypatch, capfd
 ):
     """Stored on S3 (moto): Tune's state, the trial runs and the results land in the bucket and
-    nowhere else; a rerun restores from the bucket and retries only the errored trials."""
+    nowhere else; a rerun restores from the bucket and retries only the errored trials. The
+    environment's credentials (a sweep config has no storage options) reach no object of the
+    bucket, no local file and no line of output."""
+    import os
+
     import s3fs
 
     bucket, storage_options = s3_bucket
@@ -235,6 +242,15 @@ def test_four_trial_sweep_on_s3_survives_a_failing_trial_and_resumes_from_the_bu
     assert summary["decisions"]["m2"] in ("compatible", "refuse")
     assert len(summary["matrix"]) == 2
     assert (tmp_path / "report" / "toy-best" / "report.md").is_file()
+
+    secrets = [os.environ[name].encode() for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+    blobs = bucket_objects(fs, bucket)
+    assert any(p.endswith("best_upgrade.yaml") for p in blobs) and len(blobs) > 20
+    blobs |= {str(p): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    out, err = capfd.readouterr()
+    blobs |= {"stdout": out.encode(), "stderr": err.encode()}
+    leaks = [p for p, data in blobs.items() if any(s in data for s in secrets)]
+    assert not leaks, f"credentials found in {leaks[:5]}"
 
 
 def test_optuna_search_refuses_grid_parameters():

@@ -141,14 +141,21 @@ def test_compatible_cells_and_report_files(tmp_path):
         ],
     )
     labels = np.repeat(np.arange(3), 4)
+    options = {"key": "AKIAREPORTTEST", "secret": "s3cr3t/report", "anon": False}
     files = write_report(
         tmp_path,
         report,
-        {"name": "toy"},
+        {"name": "toy", "store": {"storage_options": options}},
         {"m2": (np.random.default_rng(0).normal(size=(12, 2)), labels)},
     )
     for name in files.values():
         assert (tmp_path / name).stat().st_size > 0
+    # The merged config is written redacted; the text files are private (they name paths).
+    config = (tmp_path / "config.yaml").read_text()
+    assert "AKIAREPORTTEST" not in config and "s3cr3t" not in config
+    assert "key: <redacted>" in config and "anon: false" in config
+    for name in ("config.yaml", "report.json", "report.md", "matrix.json"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
     text = (tmp_path / "report.md").read_text()
     assert "| m3 | 50.00 ✗ | 90.00 | 95.00 |" in text
     assert "| baseline: ift | 60.00 | 30.00 | 90.00 | **no** |" in text

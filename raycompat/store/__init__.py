@@ -8,8 +8,10 @@
 
 from raycompat.store.errors import (
     CorruptFileError,
+    CorruptIndexError,
     DuplicateIdError,
     ManifestError,
+    MissingIndexError,
     PublishConflictError,
     SchemaError,
     StoreError,
@@ -30,9 +32,11 @@ from raycompat.store.staging import Staging
 
 __all__ = [
     "CorruptFileError",
+    "CorruptIndexError",
     "DuplicateIdError",
     "GalleryStore",
     "ManifestError",
+    "MissingIndexError",
     "PublishConflictError",
     "SchemaError",
     "Staging",

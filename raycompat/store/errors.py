@@ -27,12 +27,21 @@ class CorruptFileError(StoreError):
     """A Parquet part file or a manifest record cannot be parsed."""
 
 
+class CorruptIndexError(CorruptFileError):
+    """A version index's pointer or files fail their checksum, size or parse, or disagree with
+    the version; rebuild the index (derived data) from the version."""
+
+
 class PublishConflictError(StoreError):
     """The version is already published (another publisher won the race)."""
 
 
 class ManifestError(StoreError):
     """A version record is missing, or disagrees with the files it lists."""
+
+
+class MissingIndexError(ManifestError):
+    """The version exists but no index was built for it yet."""
 
 
 class VerificationError(StoreError):

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from raycompat.credentials import drop_redacted, register_secrets
 from raycompat.store.errors import ManifestError, PublishConflictError, SchemaError, StoreError
 from raycompat.store.filesystems import Backend, open_backend
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
@@ -39,7 +40,11 @@ class GalleryStore:
     """
 
     def __init__(self, root: str, storage_options: dict | None = None, *, bulk_io: str = "auto"):
-        self.root, self.storage_options, self.bulk_io = root, dict(storage_options or {}), bulk_io
+        # A config written by a job carries its credentials as "<redacted>": those entries
+        # are dropped, so a rerun takes credentials from the environment or instance role.
+        storage_options = drop_redacted(storage_options)
+        register_secrets(storage_options)  # scrubbed from every log line from now on
+        self.root, self.storage_options, self.bulk_io = root, storage_options, bulk_io
         self._backend = open_backend(root, storage_options, bulk_io)
 
     @property

@@ -5,6 +5,13 @@ the pointer ``<gallery>/_index/<version>.json``, replaced atomically once a buil
 written, so a reader loads either the previous build or the new one, never a mix. Indexes are
 derived data: rebuilding replaces the pointer (old builds stay until deleted).
 
+The pointer records each file's byte size and sha256, computed from the files as saved. A reader
+checks its local copies against them before faiss parses anything (faiss may read a bit-flipped
+file without complaint and answer wrong neighbours), so a corrupt index is never searched:
+:func:`load_version_index` raises :class:`CorruptIndexError` naming the file, and
+:func:`open_version_index` can rebuild instead. Pointers of earlier releases have no checksums;
+they load unverified (a warning says so) until the index is rebuilt.
+
 The index is built from :meth:`GalleryStore.iter_batches` (bounded memory): ``kind="auto"`` is an
 exact ``flat`` index up to ``flat_max_rows`` rows and IVF-PQ above, trained on ``train_size``
 rows sampled with ``seed`` (see :func:`raycompat.search.build_index` for the IVF-PQ defaults).
@@ -12,6 +19,7 @@ rows sampled with ``seed`` (see :func:`raycompat.search.build_index` for the IVF
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import tempfile
@@ -27,7 +35,7 @@ import pyarrow.parquet as pq
 
 from raycompat.distances import get_distance
 from raycompat.search import INDEX_KINDS, SearchIndex, build_index
-from raycompat.store.errors import CorruptFileError, ManifestError
+from raycompat.store.errors import CorruptIndexError, MissingIndexError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
 from raycompat.store.paths import check_name
@@ -115,6 +123,7 @@ def build_version_index(
     with tempfile.TemporaryDirectory() as tmp:
         index.save(Path(tmp, "index.faiss"))
         pq.write_table(pa.table({"id": pa.concat_arrays(ids)}), Path(tmp, "ids.parquet"))
+        files = {name: _file_record(Path(tmp, name)) for name in _FILES}
         if store.filesystem.type_name == "local":
             store.filesystem.create_dir(prefix, recursive=True)
         for name in _FILES:
@@ -124,7 +133,13 @@ def build_version_index(
                 source_filesystem=pafs.LocalFileSystem(),
                 destination_filesystem=store.filesystem,
             )
-    pointer = {"build": build, "kind": kind, "distance": dist.name, "rows": index.ntotal}
+    pointer = {
+        "build": build,
+        "kind": kind,
+        "distance": dist.name,
+        "rows": index.ntotal,
+        "files": files,
+    }
     store.backend.replace(_pointer_path(store, gallery, version), json.dumps(pointer).encode())
     logger.info("indexed %s/%s: %s %s over %d rows", gallery, version, kind, dist.name, info.rows)
     return store.uri(gallery, INDEX_DIR, version, build)
@@ -136,36 +151,140 @@ def _pointer_path(store: GalleryStore, gallery: str, version: str) -> str:
     )
 
 
-def load_version_index(
-    store: GalleryStore, gallery: str, version: str, use_gpu: bool | str = "auto"
-) -> VersionIndex:
-    """Load the current index build of ``gallery/version`` (checked against the version)."""
-    info, path = store.version(gallery, version), _pointer_path(store, gallery, version)
+def _file_record(path: Path) -> dict:
+    """``{"bytes": size, "sha256": hex digest}`` of a local file (streamed, not held in memory)."""
+    with path.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256")
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _read_pointer(store: GalleryStore, path: str, gallery: str, version: str) -> dict:
     source = store.backend.uri(path)
     try:
         with store.filesystem.open_input_stream(path) as handle:
             pointer = json.loads(handle.read())
-        build = check_name("index build", pointer["build"])
+        check_name("index build", pointer["build"])
+        files = pointer.get("files")
+        if files is not None:
+            for name in _FILES:
+                record = files[name]
+                if not isinstance(record["bytes"], int) or not isinstance(record["sha256"], str):
+                    raise TypeError(f"files[{name!r}] must hold an int 'bytes' and a str 'sha256'")
     except FileNotFoundError:
-        raise ManifestError(
+        raise MissingIndexError(
             f"{source}: no index for {gallery}/{version}; run build_version_index first"
         ) from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise CorruptFileError(f"{source}: unreadable index pointer ({error!r})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise CorruptIndexError(
+            f"{source}: unreadable index pointer ({error!r}); rebuild the index"
+        ) from None
+    return pointer
+
+
+def _verify(local: Path, expected: dict, uri: str) -> None:
+    # Size first: a truncated upload is the common case and says more than a digest mismatch.
+    size = local.stat().st_size
+    if size != expected["bytes"]:
+        raise CorruptIndexError(
+            f"{uri}: expected {expected['bytes']} bytes, found {size} (truncated or overwritten); "
+            f"rebuild the index"
+        )
+    found = _file_record(local)["sha256"]
+    if found != expected["sha256"]:
+        raise CorruptIndexError(
+            f"{uri}: expected sha256 {expected['sha256']}, found {found}; rebuild the index"
+        )
+
+
+def load_version_index(
+    store: GalleryStore, gallery: str, version: str, use_gpu: bool | str = "auto"
+) -> VersionIndex:
+    """Load the current index build of ``gallery/version``, verified before faiss reads it.
+
+    Raises:
+        MissingIndexError: no index was built for the version.
+        CorruptIndexError: the pointer is unreadable, or a file of the build is missing, differs
+            from the size or sha256 the build recorded, cannot be parsed, or disagrees with the
+            version (rows, width). The message names the file.
+    """
+    info, path = store.version(gallery, version), _pointer_path(store, gallery, version)
+    source = store.backend.uri(path)
+    pointer = _read_pointer(store, path, gallery, version)
+    build, files = pointer["build"], pointer.get("files")
+    if files is None:
+        logger.warning(
+            "%s: build %s records no checksums (an earlier release wrote it); loading it "
+            "unverified, rebuild the index to add them",
+            source,
+            build,
+        )
     prefix = store.path(gallery, INDEX_DIR, version, build)
+    uris = {name: store.backend.uri(f"{prefix}/{name}") for name in _FILES}
     with tempfile.TemporaryDirectory() as tmp:
         for name in _FILES:
-            pafs.copy_files(
-                f"{prefix}/{name}",
-                str(Path(tmp, name)),
-                source_filesystem=store.filesystem,
-                destination_filesystem=pafs.LocalFileSystem(),
-            )
-        index = SearchIndex.load(Path(tmp, "index.faiss"), use_gpu=use_gpu)
-        ids = pq.read_table(Path(tmp, "ids.parquet")).column("id")
+            try:
+                pafs.copy_files(
+                    f"{prefix}/{name}",
+                    str(Path(tmp, name)),
+                    source_filesystem=store.filesystem,
+                    destination_filesystem=pafs.LocalFileSystem(),
+                )
+            except FileNotFoundError:
+                raise CorruptIndexError(
+                    f"{uris[name]}: missing, though {source} names build {build}; rebuild the index"
+                ) from None
+            if files is not None:
+                _verify(Path(tmp, name), files[name], uris[name])
+        try:  # parse on the CPU, so that a failure here is the file's and not the GPU's
+            index = SearchIndex.load(Path(tmp, "index.faiss"), use_gpu=False)
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CorruptIndexError(
+                f"{uris['index.faiss']} (or its .json): faiss cannot read it ({error}); "
+                f"rebuild the index"
+            ) from None
+        try:
+            ids = pq.read_table(Path(tmp, "ids.parquet")).column("id")
+        except (pa.ArrowException, ValueError, KeyError) as error:
+            raise CorruptIndexError(
+                f"{uris['ids.parquet']}: unreadable ({error}); rebuild the index"
+            ) from None
     if not index.ntotal == len(ids) == info.rows or index.dim != info.width:
-        raise ManifestError(
+        raise CorruptIndexError(
             f"{source}: index of {index.ntotal} x {index.dim} with {len(ids)} ids does not match "
-            f"version {version} ({info.rows} x {info.width})"
+            f"version {version} ({info.rows} x {info.width}); rebuild the index"
         )
+    index.place(use_gpu)
     return VersionIndex(index, ids.to_numpy(), info)
+
+
+def open_version_index(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    *,
+    rebuild: bool,
+    use_gpu: bool | str = "auto",
+    **build_options: Any,
+) -> VersionIndex:
+    """:func:`load_version_index`, building a fresh index when none exists or it is corrupt.
+
+    Args:
+        rebuild: whether a missing or corrupt index may be (re)built from the version with
+            :func:`build_version_index` (``build_options`` go to it). The corrupt build's files
+            stay for inspection; the pointer moves to the new build. False: raise instead.
+    Raises:
+        MissingIndexError, CorruptIndexError: as :func:`load_version_index`, when not
+            ``rebuild``.
+    """
+    try:
+        return load_version_index(store, gallery, version, use_gpu=use_gpu)
+    except MissingIndexError:
+        if not rebuild:
+            raise
+        logger.info("no index for %s/%s yet: building it", gallery, version)
+    except CorruptIndexError as error:
+        if not rebuild:
+            raise
+        logger.warning("rebuilding the index of %s/%s: %s", gallery, version, error)
+    build_version_index(store, gallery, version, use_gpu=use_gpu, **build_options)
+    return load_version_index(store, gallery, version, use_gpu=use_gpu)

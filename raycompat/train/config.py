@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from raycompat.config import bounded
+
 
 @dataclass
 class ModelSpec:
@@ -52,7 +54,7 @@ class EvalSpec:
 @dataclass
 class OptimSpec:
     name: Literal["sgd", "adam", "adamw"] = "sgd"
-    lr: float = 0.1
+    lr: float = bounded(0.1, gt=0.0)
     momentum: float = 0.9
     weight_decay: float = 5e-4
     schedule: Literal["constant", "step", "cosine"] = "step"
@@ -136,6 +138,7 @@ class TrainConfig:
     scenario: ScenarioSpec = field(default_factory=ScenarioSpec)
     scaling: ScalingSpec = field(default_factory=ScalingSpec)
     run: RunSpec = field(default_factory=RunSpec)
-    epochs: int = 4
-    batch_size: int = 64  # global batch, split over the workers
+    # epochs 0 would publish a gallery extracted by an untrained model.
+    epochs: int = bounded(4, ge=1)
+    batch_size: int = bounded(64, ge=1)  # global batch, split over the workers
     seed: int = 0

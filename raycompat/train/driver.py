@@ -21,11 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 import ray.train
-import yaml
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from raycompat.config import to_dict
+from raycompat.config import dump_config
 from raycompat.evaluation import EvalSet, grow_matrix, matrix_row
 from raycompat.methods.base import check_method_options
 from raycompat.metrics.compatibility import (
@@ -218,7 +217,7 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     run_path = f"{base}/{cfg.run.name}"
     fs.create_dir(run_path, recursive=True)
     state = storage.read_json(fs, f"{run_path}/state.json") or {"steps": {}}
-    write_text(fs, f"{run_path}/config.yaml", yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    write_text(fs, f"{run_path}/config.yaml", dump_config(cfg))  # credentials redacted
     storage.write_json(fs, f"{run_path}/plan.json", describe(plans))
 
     checkpoints, metrics = {}, {}

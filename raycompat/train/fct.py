@@ -32,12 +32,11 @@ import numpy as np
 import ray.train
 import ray.train.torch
 import torch
-import yaml
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from torch import nn
 
-from raycompat.config import to_dict
+from raycompat.config import dump_config
 from raycompat.data import create_dataset
 from raycompat.parallel import Prepared, create_strategy
 from raycompat.side_info import create_side_info, nt_xent_loss, simclr_views
@@ -270,7 +269,7 @@ def start_run(cfg, kind: str, loop, loop_config: dict) -> TorchTrainer:
     run_path = f"{base}/{cfg.run.name}"
     fs.create_dir(run_path, recursive=True)
     with fs.open_output_stream(f"{run_path}/{kind}_config.yaml") as out:
-        out.write(yaml.safe_dump(to_dict(cfg), sort_keys=False).encode())
+        out.write(dump_config(cfg).encode())  # credentials redacted
     return TorchTrainer(
         loop,
         train_loop_config={

@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow.fs as pafs
 
 from raycompat.config import load_config, save_config
+from raycompat.credentials import scrub, write_private
 from raycompat.train.config import TrainConfig
 from raycompat.train.fct_config import FCTSpec
 from raycompat.tune.config import SweepConfig
@@ -37,7 +38,7 @@ def trial_table(results, sweep: SweepConfig) -> pd.DataFrame:
         row.update({m: metrics.get(m) if final else None for m in METRICS})
         if sweep.transformation is not None:
             row.update({m: metrics.get(m) if final else None for m in FCT_METRICS})
-        row["error"] = error_line(result.error) if result.error else None
+        row["error"] = scrub(error_line(result.error)) if result.error else None
         row["run_path"] = metrics.get("run_path") if final else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -78,12 +79,12 @@ def write_best_config(sweep: SweepConfig, params: dict, path: Path) -> TrainConf
     # what it trained: the best config must train without it.
     run = dataclasses.replace(cfg.run, name=f"{sweep.name}-best", inject_failure=None)
     cfg = dataclasses.replace(cfg, run=run)
-    save_config(cfg, path)
-    body = path.read_text()
     chosen = ", ".join(f"{k}={v}" for k, v in params.items())
-    path.write_text(
-        f"# Run: python jobs/train.py --config {path}\n"
-        f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}).\n{body}"
+    save_config(
+        cfg,
+        path,
+        header=f"# Run: python jobs/train.py --config {path}\n"
+        f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}).\n",
     )
     fct = transformation_of(sweep, params)
     write_best_upgrade(cfg, fct, chosen, sweep, path.with_name("best_upgrade.yaml"))
@@ -102,12 +103,12 @@ def write_best_upgrade(
     except ValueError as err:  # e.g. model replacements: no history equivalent
         logger.warning("no best_upgrade.yaml for sweep %s: %s", sweep.name, err)
         return
-    save_config(upgrade, path)
-    body = path.read_text()
-    path.write_text(
-        f"# Run: python jobs/upgrade.py --config {path}\n"
+    save_config(
+        upgrade,
+        path,
+        header=f"# Run: python jobs/upgrade.py --config {path}\n"
         f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}), as an upgrade "
-        f"history.\n{body}"
+        "history.\n",
     )
 
 
@@ -143,8 +144,9 @@ def plot_tradeoff(table: pd.DataFrame, path: Path, x: str = "AC", y: str = "AA")
 def write_outputs(results, sweep: SweepConfig, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     table = trial_table(results, sweep)
-    table.to_csv(out / "trials.csv", index=False)
-    table.to_parquet(out / "trials.parquet", index=False)
+    # The table names every trial's run path: private, as the configs are.
+    write_private(out / "trials.csv", table.to_csv(index=False))
+    write_private(out / "trials.parquet", table.to_parquet(index=False))
     plot_tradeoff(table, out / "tradeoff.png")
     params = best_params(table, sweep)
     if params is not None:

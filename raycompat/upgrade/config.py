@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from raycompat.config import ConfigError, bounded, check_ranges
 from raycompat.pipelines.config import StoreSpec
 from raycompat.pipelines.runner import RunOptions
 from raycompat.pipelines.sources import SourceSpec
@@ -48,7 +49,7 @@ class UpgradeSpec:
     classes: int
     method: str = "cores"
     method_options: dict = field(default_factory=dict)
-    epochs: int | None = None  # None: training.epochs
+    epochs: int | None = bounded(None, ge=1)  # None: training.epochs
     gallery_version: str = ""
     baselines: list[str] = field(default_factory=list)
     fct: FCTSpec = field(default_factory=FCTSpec)
@@ -121,11 +122,11 @@ class UpgradeConfig:
 
 def check_upgrade_config(cfg: UpgradeConfig) -> None:
     """Everything that can be checked without data or Ray: names, methods, classes, options."""
-    from raycompat.config import ConfigError
     from raycompat.methods import METHODS
     from raycompat.methods.base import check_method_options
     from raycompat.store.paths import check_name
 
+    check_ranges(cfg)  # again, for a config built in Python rather than loaded
     for key in ("root", "gallery"):
         if not getattr(cfg.store, key):
             raise ConfigError(f"store.{key} must be set")
@@ -151,8 +152,6 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
         for method in [spec.method, *spec.baselines]:
             METHODS.get(method)  # unknown names list the valid ones
         check_method_options(spec.method, spec.method_options)
-        if spec.epochs is not None and spec.epochs < 1:
-            raise ConfigError(f"{key}.epochs must be >= 1, got {spec.epochs}")
 
 
 def gallery_version_of(cfg: UpgradeConfig, position: int) -> str:
@@ -170,8 +169,6 @@ def history_from_training(cfg: TrainConfig, name: str, fct: FCTSpec | None = Non
     refused (they have no history equivalent yet). ``fct``: how FCT upgrades learn ``h``
     (default :class:`FCTSpec`).
     """
-    from raycompat.config import ConfigError
-
     scenario = cfg.scenario
     if scenario.replacements or scenario.old_model is not None:
         raise ConfigError(

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from raycompat.config import dump_config
+from raycompat.credentials import write_private
 from raycompat.metrics.compatibility import (
     CompatibilityMatrix,
     average_accuracy,
@@ -262,9 +264,11 @@ def write_report(
     config: dict,
     features_2d: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> dict:
-    """Write everything under ``directory``; returns ``{kind: file name}``."""
-    import yaml
+    """Write everything under ``directory``; returns ``{kind: file name}``.
 
+    ``config`` (the merged job config) is written with its credentials redacted, and every
+    text file with mode 0600: they name the store, the runs and the work folders.
+    """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     files = {
@@ -274,8 +278,8 @@ def write_report(
         "report_json": "report.json",
         "markdown": "report.md",
     }
-    (out / files["config"]).write_text(yaml.safe_dump(config, sort_keys=False))
-    (out / files["matrix_json"]).write_text(report.matrix.to_json())
+    write_private(out / files["config"], dump_config(config))
+    write_private(out / files["matrix_json"], report.matrix.to_json())
     plot_matrix(report.matrix, out / files["matrix"], f"{report.name}: {report.protocol}")
     for name, (feats, labels) in (features_2d or {}).items():
         files[f"features_{name}"] = f"features_{name}.png"
@@ -285,6 +289,6 @@ def write_report(
         "outcomes": [asdict(o) for o in report.outcomes],
         "versions": report.versions,
     }
-    (out / files["report_json"]).write_text(json.dumps(body, indent=2, default=float))
-    (out / files["markdown"]).write_text(markdown(report, files))
+    write_private(out / files["report_json"], json.dumps(body, indent=2, default=float))
+    write_private(out / files["markdown"], markdown(report, files))
     return files
