@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> dict:
     from raycompat.pipelines import extract_version, identity_upgrade, transform_version
     from raycompat.store import GalleryStore, VersionInfo
 
-    store = GalleryStore(cfg.store.root, cfg.store.storage_options)
+    store = GalleryStore(
+        cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
+    )
     if cfg.mode == "identity":
         upgrade = identity_upgrade(
             store, cfg.store.gallery, cfg.source_version, cfg.target.model_version

@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> dict:
     began = time.perf_counter()
     if not ray.is_initialized():
         ray.init(address=args.address or cfg.ray_address, log_to_driver=True)
-    store = GalleryStore(cfg.store.root, cfg.store.storage_options)
+    store = GalleryStore(
+        cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
+    )
     upgrader = Upgrader(cfg, store, Catalog(store), eval_data(cfg.training))
     upgrader.load_registered()
 

@@ -28,6 +28,7 @@ from raycompat.pipelines import (
     save_transformation,
     transform_version,
 )
+from raycompat.pipelines import runner as runner_module
 from raycompat.pipelines import transform as transform_module
 from raycompat.pipelines.parts import Chunk
 from raycompat.pipelines.resume import record_plan
@@ -39,7 +40,6 @@ from raycompat.store import (
     SchemaError,
     VersionInfo,
     embedding_table,
-    version_metadata,
 )
 from raycompat.train.config import ModelSpec
 from raycompat.train.export import export_model, load_exported_model
@@ -54,15 +54,14 @@ def make_source(root: Path, gallery: str, rows: int, files: int, group_rows: int
     info = VersionInfo("v1", "m1", D_OLD, False, "v1 = extract(m1)", side_info_width=D_SIDE)
     staging = store.begin(gallery, info, "init")
     rng = np.random.default_rng(0)
-    os.makedirs(staging.path, exist_ok=True)
     for k, ids in enumerate(np.array_split(np.arange(rows, dtype=np.int64) * 3 + 1, files)):
         table = embedding_table(
             ids,
             rng.standard_normal((len(ids), D_OLD)),
             rng.standard_normal((len(ids), D_SIDE)),
             labels=ids % 5,
-        ).replace_schema_metadata(version_metadata(info))
-        pq.write_table(table, f"{staging.path}/in-{k}.parquet", row_group_size=group_rows)
+        )
+        staging.write_table(table, f"in-{k}.parquet", row_group_size=group_rows)
     staging.commit(expected_rows=rows)
     return store
 
@@ -172,7 +171,7 @@ def test_transform_resumes_after_a_failure_without_rewriting_done_parts(
     with monkeypatch.context() as patch:
         failing = failing_worker(tmp_path / "marker")
         patch.setattr(  # swap the worker class only: TransformChunks stays importable by name
-            transform_module,
+            runner_module,
             "run_chunks",
             lambda chunks, worker, *args: run_chunks(chunks, failing, *args),
         )
@@ -180,8 +179,9 @@ def test_transform_resumes_after_a_failure_without_rewriting_done_parts(
             transform_version(store, "g", "v1", target(), h_dir, g_dir, run)
     assert (tmp_path / "marker").exists()
     assert published(store, "g") == ["v1"]  # nothing published on error
-    staging = store.begin("g", target(), "transform-v1")
+    staging = store.begin("g", target(), "transform-v1")  # the failed job released its lease
     done = {p: os.stat(p) for p in staging.files()}
+    staging.release()
     assert "part-00002-0000.parquet" not in {p.rsplit("/", 1)[1] for p in done}
     result = transform_version(store, "g", "v1", target(), h_dir, g_dir, run)
     assert result["rows_skipped"] == 1_000 * len(done)

@@ -215,12 +215,23 @@ def test_validate_table_with_width_only():
         validate_table(embedding_table(["x"], np.ones((1, 2))), 3, "mem")
 
 
-def test_corrupt_parquet_staged_by_external_writer(store):
+def test_foreign_part_without_a_record_is_refused(store):
     staging = store.begin("g", info())
     staging.write_table(embedding_table([1], unit_rows(1)), "part-0.parquet")
     with open(f"{staging.path}/part-1.parquet", "wb") as handle:
         handle.write(b"PAR1 this is not parquet")
-    with pytest.raises(CorruptFileError, match=r"part-1\.parquet: not a readable Parquet file"):
+    with pytest.raises(VerificationError, match=r"part-1\.parquet: no part record"):
+        staging.commit()
+    assert store.versions("g") == []
+
+
+def test_part_corrupted_after_writing_is_refused(store):
+    staging = store.begin("g", info())
+    path = staging.write_table(embedding_table([1, 2], unit_rows(2)), "part-0.parquet")
+    size = os.path.getsize(path)
+    with open(path, "wb") as handle:  # same size, not Parquet any more
+        handle.write(b"PAR1" + b"x" * (size - 4))
+    with pytest.raises(CorruptFileError, match=r"part-0\.parquet: not a readable Parquet file"):
         staging.commit()
     assert store.versions("g") == []
 
@@ -344,8 +355,10 @@ def test_failed_publish_leaves_manifest_unchanged_and_can_resume_or_abort(store)
             staging.write_table(embedding_table(ids[rows], x[rows]), f"part-{part}.parquet")
         return staging.commit(expected_rows=8, expected_ids=ids)
 
+    first = store.begin("g", info("v2"), "nightly")
     with pytest.raises(RuntimeError, match="worker killed"):
-        job(store.begin("g", info("v2"), "nightly"), range(4), fail_after=2)
+        job(first, range(4), fail_after=2)
+    first.release()  # what a failing job does; a killed job's lease times out instead
     assert store.versions("g") == before and store.latest("g").version == "v1"
     assert store.read("g", "v1").num_rows == 2
     with pytest.raises(ManifestError, match="no version 'v2'"):

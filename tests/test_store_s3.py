@@ -5,6 +5,7 @@ bulk-I/O clients, the conditional-put primitive, atomic and concurrent publish, 
 from __future__ import annotations
 
 import threading
+import time
 
 import faiss
 import numpy as np
@@ -14,14 +15,17 @@ import pytest
 
 from raycompat.store import (
     CorruptFileError,
+    CorruptIndexError,
     GalleryStore,
     PublishConflictError,
     StoreError,
+    VerificationError,
     VersionInfo,
     embedding_table,
 )
 from raycompat.store.filesystems import native_s3_options
-from raycompat.store.index import build_version_index, load_version_index
+from raycompat.store.index import build_version_index, load_version_index, open_version_index
+from raycompat.store.lease import LeaseHeldError
 
 
 def unit_rows(n: int, width: int = 4, seed: int = 0) -> np.ndarray:
@@ -44,16 +48,18 @@ def test_bulk_filesystem_follows_bulk_io(store):
     assert isinstance(store.filesystem, expected)
 
 
-def test_round_trip_with_an_external_writer(store):
+def test_round_trip_refusing_a_foreign_part(store):
     x = unit_rows(12)
     staging = store.begin("faces", info(), "job-1")
     assert staging.uri.startswith("s3://") and staging.uri.endswith("/faces/_data/v1/job-1")
-    staging.write_table(embedding_table([f"a{i}" for i in range(6)], x[:6]), "part-0.parquet")
-    # what Ray Data's write_parquet(staging.uri) does: plain Parquet files under the prefix
-    external = embedding_table([f"a{i}" for i in range(6, 12)], x[6:])
-    pq.write_table(
-        external, f"{staging.path}/0_000001_000000.parquet", filesystem=staging.filesystem
-    )
+    staging.write_table(embedding_table([f"a{i}" for i in range(6)], x[:6]), "part-1.parquet")
+    # a file put there by a writer without the lease (e.g. Ray Data's write_parquet): no record
+    foreign = f"{staging.path}/0_000001_000000.parquet"
+    pq.write_table(embedding_table(["z"], x[:1]), foreign, filesystem=staging.filesystem)
+    with pytest.raises(VerificationError, match=r"0_000001_000000\.parquet: no part record"):
+        staging.commit()
+    staging.filesystem.delete_file(foreign)
+    staging.write_table(embedding_table([f"a{i}" for i in range(6, 12)], x[6:]), "part-0.parquet")
     published = staging.commit(expected_rows=12, expected_ids=[f"a{i}" for i in range(12)])
     assert published.rows == 12 and len(published.files) == 2
 
@@ -76,11 +82,14 @@ def test_conditional_put_is_supported_end_to_end(store):
 
 def test_failed_publish_is_invisible_and_resumable(store):
     x = unit_rows(6)
-    staging = store.begin("g", info(), "nightly")
+    staging = store.begin("g", info(), "nightly", lease_timeout_s=1.0)
     staging.write_table(embedding_table([0, 1, 2], x[:3]), "part-0.parquet")
-    # the job dies here; a reader sees nothing
+    staging.lease.stop()  # the job dies here (no more heartbeats); a reader sees nothing
     assert store.versions("g") == [] and store.galleries() == []
-    rerun = store.begin("g", info(), "nightly")
+    with pytest.raises(LeaseHeldError, match=r"nightly/_lease: .* last heartbeat"):
+        store.begin("g", info(), "nightly")  # not yet stale
+    time.sleep(1.2)
+    rerun = store.begin("g", info(), "nightly")  # the lease timed out: taken over
     assert [p.rsplit("/", 1)[1] for p in rerun.files()] == ["part-0.parquet"]
     rerun.write_table(embedding_table([3, 4, 5], x[3:]), "part-1.parquet")
     assert rerun.commit(expected_rows=6).rows == 6
@@ -124,8 +133,10 @@ def test_conflict_detected_by_conditional_put(store):
 
 def test_corrupt_file_is_named_by_uri(store):
     staging = store.begin("g", info())
-    with store.filesystem.open_output_stream(f"{staging.path}/bad.parquet") as handle:
-        handle.write(b"not parquet at all")
+    path = staging.write_table(embedding_table(["a"], unit_rows(1)), "bad.parquet")
+    size = store.filesystem.get_file_info(path).size
+    with store.filesystem.open_output_stream(path) as handle:  # same size, not Parquet
+        handle.write(b"x" * size)
     with pytest.raises(CorruptFileError, match=r"s3://.*/_data/v1/.*/bad\.parquet: not a readable"):
         staging.commit()
 
@@ -173,17 +184,42 @@ def test_explicit_credentials_reach_the_native_client(s3_bucket, s3_strict_auth)
         anonymous_env.read("g", "v1")
 
 
+def publish_indexable(store: GalleryStore):
+    """Publish ``g/v1``: 50 unit rows of width 8 with ids ``i0..i49``; returns the rows."""
+    x = unit_rows(50, 8)
+    staging = store.begin("g", info(width=8))
+    staging.write_table(embedding_table([f"i{k}" for k in range(50)], x), "p.parquet")
+    staging.commit()
+    return x
+
+
 def test_index_round_trip_on_s3(store):
     before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
-        x = unit_rows(50, 8)
-        staging = store.begin("g", info(width=8))
-        staging.write_table(embedding_table([f"i{k}" for k in range(50)], x), "p.parquet")
-        staging.commit()
+        x = publish_indexable(store)
         assert build_version_index(store, "g", "v1", use_gpu=False).startswith("s3://")
         scores, ids = load_version_index(store, "g", "v1", use_gpu=False).search(x[[3, 9]], 2)
         assert ids[:, 0].tolist() == ["i3", "i9"]
         np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def test_corrupt_index_on_s3_is_detected_and_rebuilt(store):
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        x = publish_indexable(store)
+        uri = build_version_index(store, "g", "v1", use_gpu=False)
+        path = f"{uri.removeprefix('s3://')}/index.faiss"
+        with store.filesystem.open_input_stream(path) as handle:
+            data = handle.read()
+        with store.filesystem.open_output_stream(path) as handle:
+            handle.write(data[:-16])  # a truncated upload
+        with pytest.raises(CorruptIndexError, match=f"s3://{path}: expected {len(data)} bytes"):
+            open_version_index(store, "g", "v1", rebuild=False, use_gpu=False)
+        index = open_version_index(store, "g", "v1", rebuild=True, use_gpu=False)
+        assert index.search(x[[3]], 1)[1].tolist() == [["i3"]]
     finally:
         faiss.omp_set_num_threads(before)

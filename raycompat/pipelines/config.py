@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from raycompat.config import bounded
 from raycompat.pipelines.runner import RunOptions
 from raycompat.pipelines.sources import SourceSpec
 
@@ -16,6 +17,9 @@ class StoreSpec:
     root: str = ""
     gallery: str = ""
     storage_options: dict = field(default_factory=dict)  # s3fs options
+    # A staging area whose job has not heartbeat for this long may be taken over by a rerun
+    # (a rerun on the same host takes a dead process's staging area at once).
+    lease_timeout_s: float = bounded(120.0, gt=0)
 
 
 @dataclass

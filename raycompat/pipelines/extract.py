@@ -22,9 +22,7 @@ import torch.nn.functional as F
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.pipelines.inputs import file_digest
 from raycompat.pipelines.parts import Chunk, PartWriter
-from raycompat.pipelines.progress import Progress
-from raycompat.pipelines.resume import pending_chunks, record_plan
-from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_chunks
+from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_staged
 from raycompat.pipelines.sources import SourceSpec, open_source
 from raycompat.store import (
     GalleryStore,
@@ -115,29 +113,16 @@ def extract_version(
         "seed": seed,
         "rows_per_file": run.rows_per_file,
     }
-    record_plan(staging, identity, chunks)
-    todo = pending_chunks(staging, chunks)
-    total = sum(c.rows for c in chunks)
-    progress = Progress(
-        f"extract {gallery}/{target.version}",
-        total,
-        total - sum(c.rows for c in todo),
-        run.progress_every_s,
-    )
-    worker_kwargs = dict(
-        root=store.root,
-        storage_options=store.storage_options,
-        gallery=gallery,
-        info=target,
-        staging_name=staging.path.rsplit("/", 1)[1],
+    return run_staged(
+        store,
+        gallery,
+        staging,
+        name=f"extract {gallery}/{target.version}",
+        identity=identity,
+        chunks=chunks,
+        worker=ExtractChunks,
+        worker_kwargs=dict(model=str(model), source=source, augment=augment, seed=seed),
         schema=schema,
-        model=str(model),
-        source=source,
-        augment=augment,
-        seed=seed,
+        run=run,
+        verify=verify,
     )
-    run_chunks(todo, ExtractChunks, worker_kwargs, run, progress)
-    if verify is not None:  # the caller's quality gate: raising here publishes nothing
-        verify(staging)
-    info = staging.commit(expected_rows=total)
-    return {**progress.summary(), "version": info}

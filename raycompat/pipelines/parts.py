@@ -3,22 +3,20 @@
 A :class:`Chunk` is a run of whole row groups of one input file (or a row range of an image
 dataset) that becomes exactly one output part file with a deterministic name. The part is
 streamed batch by batch into ``_tmp/`` under the staging prefix and moved into place when
-complete (the store's own protocol, ``raycompat.store.parquet.write_parquet``), so a part name
-never holds a partial file, and memory stays at one batch whatever ``rows_per_file`` is.
+complete (the store's own protocol, ``Staging.publish_part``), so a part name never holds a
+partial file, and memory stays at one batch whatever ``rows_per_file`` is.
 This module does not import Ray.
 """
 
 from __future__ import annotations
 
-import posixpath
-import uuid
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raycompat.store import Staging, validate_table, version_metadata
+from raycompat.store.part_record import IdStats
 
 
 @dataclass
@@ -76,35 +74,34 @@ class PartWriter:
     """Stream validated tables into one part file; it appears under its name only on ``close``.
 
     Every table is checked with ``validate_table`` against the version (schema, widths,
-    NaN/inf, norms, ids unique within the table); errors name the part and row.
+    NaN/inf, norms, ids unique within the table); errors name the part and row. The file is
+    written under a per-attempt temporary name and published by ``Staging.publish_part``, which
+    checks the lease and writes the part record (rows, bytes, id fingerprint) first.
     """
 
     def __init__(self, staging: Staging, name: str, schema: pa.Schema) -> None:
         self.staging, self.name = staging, name
-        self.path = posixpath.join(staging.path, name)
         self.source = f"{staging.uri}/{name}"
-        self._tmp = posixpath.join(staging.path, "_tmp", f"{name}.{uuid.uuid4().hex}")
         meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
         meta.update(version_metadata(staging.info))
         self.schema = schema.with_metadata(meta)
-        self.rows = 0
-        fs = staging.filesystem
-        if fs.type_name == "local":
-            fs.create_dir(posixpath.dirname(self._tmp), recursive=True)
+        self.rows, self.ids = 0, IdStats()
+        self._tmp = staging.tmp_path(name)
         self._writer = pq.ParquetWriter(
-            self._tmp, self.schema, filesystem=fs, write_page_checksum=True
+            self._tmp, self.schema, filesystem=staging.filesystem, write_page_checksum=True
         )
 
     def write(self, table: pa.Table) -> None:
         table = table.select(self.schema.names).cast(self.schema)
         validate_table(table, self.staging.info, f"{self.source} (rows from {self.rows})")
         self._writer.write_table(table)
+        self.ids.update(table.column("id"))
         self.rows += table.num_rows
 
     def close(self) -> int:
-        """Finish the file and move it into place; returns its row count."""
+        """Finish the file and publish it as the part (lease checked); returns its row count."""
         self._writer.close()
-        self.staging.filesystem.move(self._tmp, self.path)
+        self.staging.publish_part(self._tmp, self.name, self.ids, self.rows)
         return self.rows
 
     def abort(self) -> None:
@@ -112,17 +109,4 @@ class PartWriter:
         try:
             self._writer.close()
         finally:
-            fs = self.staging.filesystem
-            if fs.get_file_info(self._tmp).type != pafs.FileType.NotFound:
-                fs.delete_file(self._tmp)
-
-
-def part_rows(fs: pafs.FileSystem, path: str) -> int | None:
-    """Rows in a complete part file, or None if it is absent or unreadable (to be redone)."""
-    try:
-        with fs.open_input_file(path) as handle:
-            return pq.ParquetFile(handle).metadata.num_rows
-    except FileNotFoundError:
-        return None
-    except (pa.ArrowException, OSError):
-        return None
+            self.staging.drop_tmp(self._tmp)

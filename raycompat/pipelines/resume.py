@@ -1,9 +1,11 @@
 """Resumability: a per-chunk commit log kept in the staging prefix itself.
 
 The log is the set of complete part files. Each chunk has a deterministic part name and parts
-appear atomically (``PartWriter``), so "part exists and its footer holds the chunk's row count"
-means "chunk done". A rerun with the same staging name skips those chunks and redoes the rest;
-nothing is ever appended to, so a kill at any moment loses at most the chunks in flight.
+appear atomically (``PartWriter``) after their part record, so "part exists, its record holds
+the chunk's row count and the file has the recorded byte size" means "chunk done"; a part
+without a matching record (a foreign or replaced file) is redone. A rerun with the same
+staging name skips done chunks and redoes the rest; nothing is ever appended to, so a kill at
+any moment loses at most the chunks in flight.
 
 Deterministic names are only safe if the rerun plans the *same* chunks, so the first run writes
 ``_plan.json`` (ignored by the store's listings: it starts with ``_``) holding the job's
@@ -20,7 +22,7 @@ from dataclasses import asdict
 
 import pyarrow.fs as pafs
 
-from raycompat.pipelines.parts import Chunk, part_rows
+from raycompat.pipelines.parts import Chunk
 from raycompat.store import Staging, StoreError
 
 logger = logging.getLogger(__name__)
@@ -38,7 +40,15 @@ def record_plan(staging: Staging, identity: dict, chunks: list[Chunk]) -> None:
     data = json.dumps(plan, sort_keys=True).encode()
     if fs.get_file_info(path).type == pafs.FileType.File:
         with fs.open_input_stream(path) as handle:
-            stored = json.loads(handle.read())
+            raw = handle.read()
+        try:
+            stored = json.loads(raw)
+            stored["identity"], stored["chunks"]  # noqa: B018 - the keys a plan must have
+        except (ValueError, KeyError, TypeError) as error:
+            raise PlanMismatchError(
+                f"{staging.uri}/{PLAN_FILE}: unreadable plan ({error}); abort this staging "
+                f"area (or delete the file) to plan the job again"
+            ) from None
         if stored != json.loads(data):
             diff = {
                 k: (stored["identity"].get(k), v)
@@ -51,10 +61,7 @@ def record_plan(staging: Staging, identity: dict, chunks: list[Chunk]) -> None:
                 f"or abort that staging prefix to start over"
             )
         return
-    if fs.type_name == "local":
-        fs.create_dir(staging.path, recursive=True)
-    with fs.open_output_stream(path) as handle:
-        handle.write(data)
+    staging.write_meta(PLAN_FILE, data)
 
 
 def pending_chunks(staging: Staging, chunks: list[Chunk]) -> list[Chunk]:
@@ -63,14 +70,12 @@ def pending_chunks(staging: Staging, chunks: list[Chunk]) -> list[Chunk]:
     todo = []
     for chunk in chunks:
         if chunk.part in existing:
-            rows = part_rows(staging.filesystem, posixpath.join(staging.path, chunk.part))
-            if rows == chunk.rows:
+            if staging.part_done(chunk.part, chunk.rows):
                 continue
             logger.warning(
-                "%s/%s holds %s rows, expected %d: redoing it",
+                "%s/%s does not match its part record (%d rows expected): redoing it",
                 staging.uri,
                 chunk.part,
-                rows,
                 chunk.rows,
             )
         todo.append(chunk)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -26,7 +27,9 @@ import torch
 
 from raycompat.pipelines.parts import Chunk, PartWriter
 from raycompat.pipelines.progress import Progress
+from raycompat.pipelines.resume import pending_chunks, record_plan
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
+from raycompat.store.lease import LeaseRef
 
 logger = logging.getLogger(__name__)
 
@@ -86,13 +89,14 @@ class ChunkWorker:
         staging_name: str,
         schema: pa.Schema,
         run: RunOptions,
+        lease: LeaseRef,
     ) -> None:
         torch.set_num_threads(run.threads_per_actor)
         self.store = GalleryStore(root, storage_options)
-        # Not store.begin(): an actor the pool starts late, after the driver has published,
-        # must not fail on the "already published" check (it will get no chunk anyway).
+        # Not store.begin(): the driver holds the lease; actors only check it (and that the
+        # version is unpublished) before publishing each part.
         gallery_path = self.store.path(gallery)
-        self.staging = Staging(self.store.backend, gallery_path, info, staging_name)
+        self.staging = Staging(self.store.backend, gallery_path, info, staging_name, lease)
         self.schema, self.run = schema, run
         self.device = torch.device("cuda" if run.num_gpus_per_actor > 0 else "cpu")
         self.autocast = autocast_dtype(run.precision, self.device)
@@ -145,6 +149,51 @@ def run_chunks(
             progress.update(int(row["rows"]))
     except Exception as error:  # Ray wraps the actor's error; keep its message, drop the noise
         raise PipelineError(f"{progress.name} failed: {_root_message(error)}") from error
+
+
+def run_staged(
+    store: GalleryStore,
+    gallery: str,
+    staging: Staging,
+    *,
+    name: str,
+    identity: dict,
+    chunks: list[Chunk],
+    worker: type[ChunkWorker],
+    worker_kwargs: dict,
+    schema: pa.Schema,
+    run: RunOptions,
+    verify: Callable[[Staging], None] | None,
+) -> dict:
+    """Plan (or resume), run the pending chunks, verify, and publish; the job's shared tail.
+
+    On any failure the staging area's lease is released (its finished parts stay), so that a
+    rerun resumes at once instead of waiting for the lease to time out.
+    Returns the progress summary plus ``"version"``, the published record.
+    """
+    try:
+        record_plan(staging, identity, chunks)
+        todo = pending_chunks(staging, chunks)
+        total = sum(c.rows for c in chunks)
+        progress = Progress(name, total, total - sum(c.rows for c in todo), run.progress_every_s)
+        kwargs = dict(
+            root=store.root,
+            storage_options=store.storage_options,
+            gallery=gallery,
+            info=staging.info,
+            staging_name=staging.path.rsplit("/", 1)[1],
+            schema=schema,
+            lease=staging.lease_ref,
+            **worker_kwargs,
+        )
+        run_chunks(todo, worker, kwargs, run, progress)
+        if verify is not None:  # the caller's quality gate: raising here publishes nothing
+            verify(staging)
+        info = staging.commit(expected_rows=total)
+    except BaseException:
+        staging.release()
+        raise
+    return {**progress.summary(), "version": info}
 
 
 _ERROR_LINE = re.compile(r"^([\w.]*(?:Error|Exception)): (.+)$")

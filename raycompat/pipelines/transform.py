@@ -39,9 +39,7 @@ from raycompat.pipelines.models import (
     weights_path,
 )
 from raycompat.pipelines.parts import Chunk, PartWriter
-from raycompat.pipelines.progress import Progress
-from raycompat.pipelines.resume import pending_chunks, record_plan
-from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_chunks
+from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_staged
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
 from raycompat.store.staging import Staging
 
@@ -189,30 +187,23 @@ def transform_version(
         else None,
         "rows_per_file": run.rows_per_file,
     }
-    record_plan(staging, identity, chunks)
-    todo = pending_chunks(staging, chunks)
-    progress = Progress(
-        f"transform {gallery}/{source_version} -> {target.version}",
-        source.rows,
-        source.rows - sum(c.rows for c in todo),
-        run.progress_every_s,
-    )
-    worker_kwargs = dict(
-        root=store.root,
-        storage_options=store.storage_options,
-        gallery=gallery,
-        info=target,
-        staging_name=staging.path.rsplit("/", 1)[1],
+    return run_staged(
+        store,
+        gallery,
+        staging,
+        name=f"transform {gallery}/{source_version} -> {target.version}",
+        identity=identity,
+        chunks=chunks,
+        worker=TransformChunks,
+        worker_kwargs=dict(
+            transformation=str(transformation),
+            side_info_transformation=side_info_transformation and str(side_info_transformation),
+            source=source,
+        ),
         schema=schema,
-        transformation=str(transformation),
-        side_info_transformation=side_info_transformation and str(side_info_transformation),
-        source=source,
+        run=run,
+        verify=verify,
     )
-    run_chunks(todo, TransformChunks, worker_kwargs, run, progress)
-    if verify is not None:  # the caller's quality gate: raising here publishes nothing
-        verify(staging)
-    info = staging.commit(expected_rows=source.rows)
-    return {**progress.summary(), "version": info}
 
 
 @dataclass

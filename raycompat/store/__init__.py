@@ -3,6 +3,8 @@
 - :mod:`~raycompat.store.schema`: table schema and validation.
 - :mod:`~raycompat.store.manifest`: version records and the publishing protocol (why it is safe).
 - :mod:`~raycompat.store.staging` / :mod:`~raycompat.store.gallery`: write, publish, read.
+- :mod:`~raycompat.store.lease` / :mod:`~raycompat.store.part_record`: one writer per staging
+  area, and what each writer says it wrote (checked at commit).
 - :mod:`~raycompat.store.index`: a faiss index per version, and queries that return ids.
 """
 
@@ -19,6 +21,7 @@ from raycompat.store.errors import (
     VerificationError,
 )
 from raycompat.store.gallery import GalleryStore
+from raycompat.store.lease import LeaseHeldError, LeaseLostError
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.schema import (
     embedding_schema,
@@ -35,6 +38,8 @@ __all__ = [
     "CorruptIndexError",
     "DuplicateIdError",
     "GalleryStore",
+    "LeaseHeldError",
+    "LeaseLostError",
     "ManifestError",
     "MissingIndexError",
     "PublishConflictError",

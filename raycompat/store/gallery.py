@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 from raycompat.credentials import drop_redacted, register_secrets
 from raycompat.store.errors import ManifestError, PublishConflictError, SchemaError, StoreError
 from raycompat.store.filesystems import Backend, open_backend
+from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
 from raycompat.store.parquet import iter_file_batches, open_parquet, read_file
 from raycompat.store.paths import SAFE_NAME, check_name, check_relative_path, join
@@ -37,9 +38,21 @@ class GalleryStore:
         storage_options: s3fs options (``{"client_kwargs": {"endpoint_url": ...}}``, ``key``...).
         bulk_io: Parquet I/O on S3 through ``"native"`` pyarrow, ``"fsspec"`` (s3fs) or
             ``"auto"`` (native when the options translate, see ``filesystems.py``).
+        lease_timeout_s: a staging area whose writer has not heartbeat for this long may be
+            taken over by ``begin`` (see ``lease.py``).
     """
 
-    def __init__(self, root: str, storage_options: dict | None = None, *, bulk_io: str = "auto"):
+    def __init__(
+        self,
+        root: str,
+        storage_options: dict | None = None,
+        *,
+        bulk_io: str = "auto",
+        lease_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ):
+        if not (isinstance(lease_timeout_s, int | float) and lease_timeout_s > 0):
+            raise StoreError(f"lease_timeout_s must be a number > 0, got {lease_timeout_s!r}")
+        self.lease_timeout_s = float(lease_timeout_s)
         # A config written by a job carries its credentials as "<redacted>": those entries
         # are dropped, so a rerun takes credentials from the environment or instance role.
         storage_options = drop_redacted(storage_options)
@@ -147,14 +160,40 @@ class GalleryStore:
                     yield batch
         self._check_rows(info, rows, gallery)
 
-    def begin(self, gallery: str, info: VersionInfo, staging_name: str | None = None) -> Staging:
-        """Start publishing ``info.version``; the same ``staging_name`` resumes the same prefix."""
+    def begin(
+        self,
+        gallery: str,
+        info: VersionInfo,
+        staging_name: str | None = None,
+        *,
+        lease_timeout_s: float | None = None,
+        owner: LeaseOwner | None = None,
+    ) -> Staging:
+        """Start publishing ``info.version`` and take the staging area's lease.
+
+        The same ``staging_name`` resumes the same prefix; temporary files that a killed
+        writer left there are removed.
+
+        Args:
+            lease_timeout_s: a lease whose heartbeat is older than this may be taken over
+                (default ``self.lease_timeout_s``).
+            owner: who takes the lease (default: this process, its host and Ray job id).
+        Raises:
+            PublishConflictError: the version is already published.
+            LeaseHeldError: a live writer holds the staging area (named in the message).
+        """
         if not isinstance(info, VersionInfo):
             raise StoreError(f"begin() needs a VersionInfo, got {type(info).__name__}")
         gallery_path = self.path(check_name("gallery", gallery))
         staging = Staging(self._backend, gallery_path, info, staging_name or uuid.uuid4().hex)
         if staging._published():
             raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
+        timeout = self.lease_timeout_s if lease_timeout_s is None else lease_timeout_s
+        staging.lease = Lease.acquire(self._backend, staging.lease_dir, timeout, owner)
+        if staging._published():  # published between the check and the lease: write nothing
+            staging.lease.stop()
+            raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
+        staging.remove_tmp()
         return staging
 
     def _files(self, gallery: str, info: VersionInfo) -> Iterator[tuple[str, str]]:

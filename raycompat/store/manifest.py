@@ -46,6 +46,8 @@ class VersionInfo:
         side_info_width: width of the optional ``side_info`` column, ``None`` if absent.
         rows, files, created: filled in by ``Staging.commit``; ``files`` are relative to the
             gallery prefix, ``created`` is an ISO-8601 UTC time.
+        ids: the id fingerprint of the version (``part_record.IdFingerprint.to_dict``), filled
+            in by ``Staging.commit``; None in records written before it existed.
     """
 
     version: str
@@ -57,6 +59,7 @@ class VersionInfo:
     rows: int = 0
     files: list[str] = field(default_factory=list)
     created: str = ""
+    ids: dict | None = None
 
     def __post_init__(self) -> None:
         check_name("version", self.version)

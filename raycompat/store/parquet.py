@@ -1,5 +1,5 @@
-"""Parquet part files: checksummed writes under a temporary name, and reads that turn every
-pyarrow failure into a :class:`CorruptFileError` naming the file.
+"""Parquet part files: reads that turn every pyarrow failure into a :class:`CorruptFileError`
+naming the file, and the row-group sizing of the store's writes (``Staging.write_table``).
 
 Part files written by the store carry Parquet page CRCs, verified on read, so silent corruption
 of a data page is reported instead of returned as wrong numbers. Files written by other tools
@@ -8,8 +8,6 @@ of a data page is reported instead of returned as wrong numbers. Files written b
 
 from __future__ import annotations
 
-import posixpath
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -70,31 +68,9 @@ def read_file(parquet: pq.ParquetFile, source: str, columns: list | None = None)
         raise CorruptFileError(f"{source}: corrupt data ({error})") from None
 
 
-def _group_rows(table: pa.Table) -> int:
-    # Readers stream a row group at a time: keep one near ROW_GROUP_BYTES whatever the width
-    # (pyarrow's default of 1Mi rows is 8 GiB of 2048-d float32 embeddings).
+def group_rows(table: pa.Table) -> int:
+    """Rows per row group for ``table``: about ``ROW_GROUP_BYTES`` whatever the width."""
+    # Readers stream a row group at a time; pyarrow's default of 1Mi rows is 8 GiB of 2048-d
+    # float32 embeddings.
     row_bytes = max(1, table.nbytes // max(1, table.num_rows))
     return max(1024, ROW_GROUP_BYTES // row_bytes)
-
-
-def write_parquet(table: pa.Table, fs: pafs.FileSystem, path: str) -> None:
-    """Write ``table`` to ``path`` so that ``path`` never holds a partial file.
-
-    The file is written under ``<dir>/_tmp/`` (ignored by listings) and then moved into place:
-    a rename on local disk, a server-side copy on S3. Writing straight to ``path`` would not do
-    on S3: pyarrow completes the multipart upload when the stream is closed, even when closed
-    by an exception half way through.
-    """
-    parent = posixpath.dirname(path)
-    tmp = posixpath.join(parent, "_tmp", f"{posixpath.basename(path)}.{uuid.uuid4().hex}")
-    if fs.type_name == "local":
-        fs.create_dir(posixpath.dirname(tmp), recursive=True)
-    try:
-        pq.write_table(
-            table, tmp, filesystem=fs, write_page_checksum=True, row_group_size=_group_rows(table)
-        )
-        fs.move(tmp, path)
-    except BaseException:
-        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-            fs.delete_file(tmp)
-        raise

@@ -5,21 +5,34 @@ record is created (atomically, create-if-absent) after every part file has been 
 verified. The prefix is ``<gallery>/_data/<version>/<staging_name>/``; a rerun with the same
 ``staging_name`` continues in it, and after a successful commit the same files *are* the
 version (no copy: S3 has no rename, and a copy of a large version would not be atomic either).
+
+One writer at a time: ``GalleryStore.begin`` takes the prefix's lease (``lease.py``), and every
+part is written under a per-attempt temporary name, then published (its part record written,
+then the file moved into place) only after checking that the lease is still this writer's and
+the version is unpublished. Commit checks every part against its record (``part_record.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
-from raycompat.store.errors import PublishConflictError, StoreError, VerificationError
+from raycompat.store.errors import (
+    PublishConflictError,
+    StoreError,
+    VerificationError,
+)
 from raycompat.store.filesystems import Backend
+from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef
 from raycompat.store.manifest import VersionInfo, now_utc, record_path, staging_path
-from raycompat.store.parquet import iter_file_batches, open_parquet, write_parquet
+from raycompat.store.parquet import group_rows, iter_file_batches, open_parquet
+from raycompat.store.part_record import IdFingerprint, IdStats, PartRecord, part_record_path
 from raycompat.store.paths import check_name, join
 from raycompat.store.schema import (
     check_unique_ids,
@@ -36,35 +49,119 @@ class Staging:
     """Part files of one version being published. Use via ``GalleryStore.begin``.
 
     Attributes:
-        uri: full URI of the staging prefix (``s3://...`` or an absolute local path), where
-            external writers (Ray Data ``write_parquet``, pyarrow) may put ``*.parquet`` files.
+        uri: full URI of the staging prefix (``s3://...`` or an absolute local path).
         filesystem: the pyarrow filesystem for ``path``; path: its filesystem path.
+        lease: the held :class:`Lease` (driver) or a :class:`LeaseRef` to check (workers).
     """
 
-    def __init__(self, backend: Backend, gallery_path: str, info: VersionInfo, staging_name: str):
+    def __init__(
+        self,
+        backend: Backend,
+        gallery_path: str,
+        info: VersionInfo,
+        staging_name: str,
+        lease: Lease | LeaseRef | None = None,
+    ):
         self._backend, self._gallery_path = backend, gallery_path
-        self.info = dataclasses.replace(info, rows=0, files=[], created="")
+        self.info = dataclasses.replace(info, rows=0, files=[], created="", ids=None)
         self.filesystem: pafs.FileSystem = backend.filesystem
         self.path = staging_path(gallery_path, info.version, staging_name)
         self.uri = backend.uri(self.path)
+        self.lease_dir = join(self.path, LEASE_DIR)
+        self.lease = lease
         self._record = record_path(gallery_path, info.version)
 
-    def write_table(self, table: pa.Table, name: str) -> str:
+    @property
+    def lease_ref(self) -> LeaseRef:
+        """The picklable lease reference to hand to workers that write parts."""
+        if self.lease is None:
+            raise StoreError(f"{self.uri}: no lease; open staging areas with GalleryStore.begin")
+        return self.lease.ref if isinstance(self.lease, Lease) else self.lease
+
+    def check_writable(self, what: str) -> None:
+        """Raise unless this writer may still change the staging area: version unpublished
+        (``PublishConflictError``) and lease live and ours (``LeaseLostError``)."""
+        if self._published():
+            raise PublishConflictError(
+                f"{self._backend.uri(self._record)} already exists; refusing to {what}"
+            )
+        self.lease_ref.check(self._backend, what)
+
+    def tmp_path(self, name: str) -> str:
+        """A fresh per-attempt temporary path for part ``name`` (under ``_tmp/``, ignored)."""
+        tmp = join(self.path, "_tmp", f"{name}.{uuid.uuid4().hex}")
+        if self.filesystem.type_name == "local":
+            self.filesystem.create_dir(join(self.path, "_tmp"), recursive=True)
+        return tmp
+
+    def publish_part(self, tmp: str, name: str, stats: IdStats, rows: int) -> str:
+        """Move the finished file ``tmp`` into place as part ``name``; return its path.
+
+        Checks the lease and that the version is unpublished, then writes the part record
+        (rows, byte size, id fingerprint) and moves the file: a rename locally, a server-side
+        copy on S3. On any failure the temporary file is deleted.
+        """
+        path = join(self.path, check_name("part file", name))
+        try:
+            self.check_writable(f"publish part {name}")
+            record = PartRecord(
+                part=name,
+                rows=rows,
+                bytes=self.filesystem.get_file_info(tmp).size,
+                ids=stats.fingerprint,
+                min_id=stats.min_id,
+                max_id=stats.max_id,
+                null_ids=stats.null_ids,
+                lease={"generation": self.lease_ref.generation, "token": self.lease_ref.token},
+                written=now_utc(),
+            )
+            self._backend.replace(part_record_path(self.path, name), record.to_json())
+            self.filesystem.move(tmp, path)
+        except BaseException:
+            self.drop_tmp(tmp)
+            raise
+        return path
+
+    def write_meta(self, name: str, data: bytes) -> None:
+        """Atomically write the small metadata file ``<staging>/<name>`` (``name`` starts with
+        ``_``, so listings ignore it), while the lease is ours and the version unpublished."""
+        if not name.startswith("_"):
+            raise StoreError(f"metadata file name {name!r} must start with '_'")
+        self.check_writable(f"write {name}")
+        self._backend.replace(join(self.path, name), data)
+
+    def drop_tmp(self, tmp: str) -> None:
+        if self.filesystem.get_file_info(tmp).type != pafs.FileType.NotFound:
+            self.filesystem.delete_file(tmp)
+
+    def write_table(self, table: pa.Table, name: str, row_group_size: int | None = None) -> str:
         """Validate ``table`` and write it as part file ``name`` (``*.parquet``); return its path.
 
         Rewriting an existing name replaces that part (useful when a killed job reruns). Once
         the version is published, nothing more is written (published files are immutable).
+        ``row_group_size`` defaults to about 64 MB of rows.
         """
         if not check_name("part file", name).endswith(".parquet"):
             raise StoreError(f"part file name {name!r} must end with '.parquet'")
-        if self._published():
-            raise PublishConflictError(f"{self._backend.uri(self._record)} already exists")
-        path = join(self.path, name)
-        validate_table(table, self.info, self._backend.uri(path))
+        self.check_writable(f"write part {name}")
+        validate_table(table, self.info, self._backend.uri(join(self.path, name)))
         meta = {k.decode(): v for k, v in (table.schema.metadata or {}).items()}
         meta.update(version_metadata(self.info))
-        write_parquet(table.replace_schema_metadata(meta), self.filesystem, path)
-        return path
+        stats = IdStats()
+        stats.update(table.column("id"))
+        tmp = self.tmp_path(name)
+        try:
+            pq.write_table(
+                table.replace_schema_metadata(meta),
+                tmp,
+                filesystem=self.filesystem,
+                write_page_checksum=True,
+                row_group_size=row_group_size or group_rows(table),
+            )
+        except BaseException:
+            self.drop_tmp(tmp)
+            raise
+        return self.publish_part(tmp, name, stats, table.num_rows)
 
     def files(self) -> list[str]:
         """Filesystem paths of the complete part files, sorted (``_*``/``.*`` entries skipped)."""
@@ -76,6 +173,29 @@ class Staging:
             if entry.type == pafs.FileType.File and rel.endswith(".parquet") and not hidden:
                 out.append(entry.path)
         return sorted(out)
+
+    def part_record(self, name: str) -> PartRecord | None:
+        """The record the writer of part ``name`` wrote, or None if there is none."""
+        path = part_record_path(self.path, name)
+        try:
+            with self.filesystem.open_input_stream(path) as handle:
+                return PartRecord.from_json(handle.read(), self._backend.uri(path))
+        except FileNotFoundError:
+            return None
+
+    def part_done(self, name: str, rows: int) -> bool:
+        """True if part ``name`` exists and matches its record's byte size and ``rows``."""
+        record = self.part_record(name)
+        if record is None or record.rows != rows:
+            return False
+        info = self.filesystem.get_file_info(join(self.path, name))
+        return info.type == pafs.FileType.File and info.size == record.bytes
+
+    def remove_tmp(self) -> None:
+        """Delete temporary files that killed writers left (call only while holding the lease)."""
+        tmp_dir = join(self.path, "_tmp")
+        if self.filesystem.get_file_info(tmp_dir).type == pafs.FileType.Directory:
+            self.filesystem.delete_dir_contents(tmp_dir, missing_dir_ok=True)
 
     def _published(self) -> bool:
         return self.filesystem.get_file_info(self._record).type != pafs.FileType.NotFound
@@ -95,21 +215,25 @@ class Staging:
         """Verify every part file, then publish the version record atomically.
 
         Checks each file (readable Parquet, schema, width, no null/NaN/inf vectors, norms if
-        ``normalized``), ids unique across files, and the total row count and id set against
-        ``expected_rows`` / ``expected_ids`` when given.
+        ``normalized``) and against its part record (rows, byte size, id fingerprint), ids
+        unique across files, and the total row count and id set against ``expected_rows`` /
+        ``expected_ids`` when given.
 
         Raises:
             PublishConflictError: the version exists, before or after verification (lost race).
+            LeaseLostError: another writer took this staging area over.
+            VerificationError: a part is foreign (no record, or not the file its record
+                describes), or the rows differ from what was expected.
         """
         version = self.info.version
-        if self._published():
-            raise PublishConflictError(f"{self._backend.uri(self._record)} already exists")
+        self.check_writable(f"publish version {version}")
         files = self.files()
         if not files:
             raise StoreError(f"{self.uri}: no part files to publish for version {version}")
-        ids, rows, first = [], 0, None
+        ids, rows, first, fingerprint = [], 0, None, IdFingerprint()
         for path in files:
             source = self._backend.uri(path)
+            record = self._checked_record(path, source)
             with open_parquet(self.filesystem, path, source) as parquet:
                 schema = parquet.schema_arrow
                 validate_schema(schema, self.info, source)
@@ -123,6 +247,13 @@ class Staging:
                     rows += batch.num_rows
                 empty = pa.array([], type=schema.field("id").type)
                 ids.append((source, pa.concat_arrays(file_ids) if file_ids else empty))
+            found = IdFingerprint.of(ids[-1][1])
+            if found != record.ids:
+                raise VerificationError(
+                    f"{source}: ids ({found}) differ from its part record ({record.ids}): "
+                    f"the file was replaced by another writer; rerun the job to rewrite it"
+                )
+            fingerprint = fingerprint.combine(found)
         if rows == 0:
             raise StoreError(f"{self.uri}: the part files hold no rows")
         check_unique_ids(ids)
@@ -132,7 +263,11 @@ class Staging:
             rows=rows,
             created=now_utc(),
             files=[p[len(self._gallery_path) + 1 :] for p in files],
+            ids=fingerprint.to_dict(),
         )
+        self.check_writable(f"publish version {version}")
+        if isinstance(self.lease, Lease):
+            self.lease.stop()  # nothing inside a published version is written again
         try:
             self._backend.create_exclusive(self._record, info.to_json())
         except FileExistsError:
@@ -141,6 +276,28 @@ class Staging:
             ) from None
         logger.info("published %s (%d rows, %d files)", self._record, rows, len(files))
         return info
+
+    def _checked_record(self, path: str, source: str) -> PartRecord:
+        """The part's record, checked against the file's byte size and footer row count."""
+        name = path[len(self.path) + 1 :]
+        record = self.part_record(name)
+        if record is None:
+            raise VerificationError(
+                f"{source}: no part record ({part_record_path(self.uri, name)}): the file was "
+                f"not written by this staging area's writers; remove it or rerun the job"
+            )
+        size = self.filesystem.get_file_info(path).size
+        rows = None
+        if size == record.bytes:
+            with open_parquet(self.filesystem, path, source) as parquet:
+                rows = parquet.metadata.num_rows
+        if size != record.bytes or rows != record.rows:
+            raise VerificationError(
+                f"{source}: holds {rows if rows is not None else '?'} rows in {size} bytes but "
+                f"its part record says {record.rows} rows in {record.bytes} bytes: the file was "
+                f"replaced by another writer; rerun the job to rewrite it"
+            )
+        return record
 
     def _verify(self, rows: int, ids: list, expected_rows: int | None, expected_ids) -> None:
         if expected_rows is not None and rows != expected_rows:
@@ -165,13 +322,23 @@ class Staging:
                 f"(e.g. {extra[:3].to_pylist()}), {len(staged)} staged vs {len(expected)} expected"
             )
 
+    def release(self) -> None:
+        """Give the lease up (keeping the parts), so that a rerun can resume at once."""
+        if isinstance(self.lease, Lease):
+            self.lease.release()
+
     def abort(self) -> None:
         """Delete the staging prefix (e.g. after a failure or a lost race).
 
-        Refused when the published version's files live under this prefix.
+        Refused when the published version's files live under this prefix, or when another
+        writer has taken the staging area over.
         """
         if self._published_from_here():
             raise StoreError(f"{self.uri}: version {self.info.version} is published; not deleting")
+        if self.lease is not None:
+            self.lease_ref.check(self._backend, "abort the staging area")
+        if isinstance(self.lease, Lease):
+            self.lease.stop()
         if self.filesystem.get_file_info(self.path).type != pafs.FileType.NotFound:
             self.filesystem.delete_dir(self.path)
         logger.info("aborted staging %s", self.uri)

@@ -1,0 +1,288 @@
+"""Exclusive staging leases: one live writer per staging prefix, on local disk and S3.
+
+A lease is a sequence of *generation* files under ``<staging>/_lease/``::
+
+    _lease/00000001.json   {"generation": 1, "token": ..., "owner": {job, host, pid},
+                            "heartbeat": <UTC time>, "timeout_s": 120, "released": false}
+
+- **Acquire**: create generation 1 with create-if-absent (``Backend.create_exclusive``: an
+  ``O_EXCL``-style hard link locally, a PutObject with ``If-None-Match: *`` on S3). Of two
+  writers that race, exactly one creates it; the other gets :class:`LeaseHeldError` at once,
+  naming the holder and its last heartbeat.
+- **Heartbeat**: the holder rewrites *its own* generation file every ``timeout_s / 4`` seconds
+  from a daemon thread. Nobody else ever writes that file.
+- **Take over**: a lease whose heartbeat is older than its ``timeout_s``, that was released, or
+  whose holder is a dead process on this host, is taken by creating generation ``n + 1`` with
+  create-if-absent. Two writers racing for a takeover contend on that one name, so again
+  exactly one wins. The newest generation is the lease; older files stay (they are tiny).
+- **Check**: before a part file is moved into place and before the version record is created,
+  the writer checks that the newest generation is still its own, unreleased, and fresh.
+  Workers on other nodes check through a :class:`LeaseRef` (picklable, no heartbeat thread).
+
+What this does not do: storage has no fencing tokens, so a writer that passes the check and
+then stalls for longer than ``timeout_s`` before its (sub-second) move could still land a part
+after a takeover. That is why the timeout is minutes, not seconds, and why commit also checks
+every part against the part record its writer wrote. Heartbeats compare wall clocks of
+different hosts: they are assumed to agree (NTP) to well within ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow.fs as pafs
+
+from raycompat.store.errors import StoreError
+from raycompat.store.filesystems import Backend
+from raycompat.store.paths import join
+
+logger = logging.getLogger(__name__)
+LEASE_DIR = "_lease"
+LEASE_FORMAT = "raycompat.lease/1"
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class LeaseHeldError(StoreError):
+    """Another live writer holds the staging area's lease."""
+
+
+class LeaseLostError(StoreError):
+    """This writer's lease expired or was taken over; it must not publish anything more."""
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class LeaseOwner:
+    """Who holds a lease: the Ray job (or process), host and pid, named in every error."""
+
+    job: str = field(
+        default_factory=lambda: os.environ.get("RAY_JOB_SUBMISSION_ID")
+        or os.environ.get("RAYCOMPAT_JOB")
+        or f"pid-{os.getpid()}"
+    )
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+
+    def describe(self) -> str:
+        return f"job {self.job!r} on host {self.host!r} (pid {self.pid})"
+
+    def is_dead_here(self) -> bool:
+        """True only when the holder is provably gone: same host, and no such process."""
+        if self.host != socket.gethostname() or self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+
+
+@dataclass
+class LeaseRecord:
+    generation: int
+    token: str
+    owner: LeaseOwner
+    heartbeat: float
+    timeout_s: float
+    released: bool = False
+
+    def to_json(self) -> bytes:
+        raw = {"format": LEASE_FORMAT, **asdict(self), "heartbeat_utc": _iso(self.heartbeat)}
+        return json.dumps(raw, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> LeaseRecord:
+        try:
+            raw = json.loads(data)
+            if raw.pop("format") != LEASE_FORMAT:
+                raise ValueError(f"not a {LEASE_FORMAT} record")
+            raw.pop("heartbeat_utc", None)
+            raw["owner"] = LeaseOwner(**raw["owner"])
+            record = cls(**raw)
+            float(record.heartbeat), float(record.timeout_s), int(record.generation)
+        except (ValueError, KeyError, TypeError) as error:
+            raise StoreError(
+                f"{source}: unreadable lease record ({error}); if no job is writing this "
+                f"staging area, abort it or delete the file"
+            ) from None
+        return record
+
+    def age_s(self) -> float:
+        return _now() - self.heartbeat
+
+    def expired(self) -> bool:
+        return self.released or self.age_s() > self.timeout_s or self.owner.is_dead_here()
+
+    def describe(self) -> str:
+        return (
+            f"{self.owner.describe()}, generation {self.generation}, last heartbeat "
+            f"{_iso(self.heartbeat)} ({self.age_s():.0f} s ago, timeout {self.timeout_s:g} s)"
+        )
+
+
+def _gen_path(lease_dir: str, generation: int) -> str:
+    return join(lease_dir, f"{generation:08d}.json")
+
+
+def newest(backend: Backend, lease_dir: str) -> tuple[int, str] | None:
+    """``(generation, path)`` of the newest lease file under ``lease_dir``, or None."""
+    selector = pafs.FileSelector(lease_dir, allow_not_found=True)
+    gens = []
+    for entry in backend.filesystem.get_file_info(selector):
+        stem = entry.base_name.removesuffix(".json")
+        if entry.type == pafs.FileType.File and stem.isdigit():
+            gens.append((int(stem), entry.path))
+    return max(gens) if gens else None
+
+
+def read_newest(backend: Backend, lease_dir: str) -> LeaseRecord | None:
+    found = newest(backend, lease_dir)
+    if found is None:
+        return None
+    with backend.filesystem.open_input_stream(found[1]) as handle:
+        return LeaseRecord.from_json(handle.read(), backend.uri(found[1]))
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    """What a worker on any node needs to check a lease: where, which generation, its token."""
+
+    lease_dir: str
+    generation: int
+    token: str
+
+    def check(self, backend: Backend, what: str) -> None:
+        """Raise :class:`LeaseLostError` unless this generation is the newest, live one.
+
+        Args:
+            what: the action about to happen (named in the error), e.g. ``"publish part-3"``.
+        """
+        record = read_newest(backend, self.lease_dir)
+        uri = backend.uri(self.lease_dir)
+        if record is None or record.generation != self.generation or record.token != self.token:
+            holder = record.describe() if record else "nobody"
+            raise LeaseLostError(
+                f"{uri}: lease generation {self.generation} was taken over (now held by "
+                f"{holder}); refusing to {what}"
+            )
+        if record.released or record.age_s() > record.timeout_s:
+            raise LeaseLostError(
+                f"{uri}: lease generation {self.generation} has "
+                f"{'been released' if record.released else 'expired'} ({record.describe()}); "
+                f"refusing to {what}"
+            )
+
+
+class Lease:
+    """A held lease: heartbeats from a daemon thread until :meth:`stop` or :meth:`release`."""
+
+    def __init__(self, backend: Backend, lease_dir: str, record: LeaseRecord) -> None:
+        self._backend, self.lease_dir, self.record = backend, lease_dir, record
+        self.ref = LeaseRef(lease_dir, record.generation, record.token)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def acquire(
+        cls,
+        backend: Backend,
+        lease_dir: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        owner: LeaseOwner | None = None,
+    ) -> Lease:
+        """Take the lease of ``lease_dir`` (create it, or take over a dead one); start beating.
+
+        Raises:
+            LeaseHeldError: a live writer holds it (the message names it and its heartbeat).
+        """
+        if not timeout_s > 0:
+            raise StoreError(f"lease timeout_s must be > 0, got {timeout_s!r}")
+        uri = backend.uri(lease_dir)
+        current = read_newest(backend, lease_dir)
+        if current is not None and not current.expired():
+            raise LeaseHeldError(
+                f"{uri}: this staging area is being written by {current.describe()}. Wait for "
+                f"that job, use another staging name, or rerun once its heartbeat is older "
+                f"than the timeout"
+            )
+        generation = current.generation + 1 if current else 1
+        record = LeaseRecord(generation, uuid.uuid4().hex, owner or LeaseOwner(), _now(), timeout_s)
+        try:
+            backend.create_exclusive(_gen_path(lease_dir, generation), record.to_json())
+        except FileExistsError:
+            winner = read_newest(backend, lease_dir)
+            raise LeaseHeldError(
+                f"{uri}: this staging area is being written by "
+                f"{winner.describe() if winner else 'another writer'}, which took the lease "
+                f"first. Wait for that job or use another staging name"
+            ) from None
+        if current is not None:
+            logger.warning("%s: took over the lease from %s", uri, current.describe())
+        lease = cls(backend, lease_dir, record)
+        lease._start()
+        return lease
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._beat_loop, name=f"lease-heartbeat-{self.record.generation}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat_loop(self) -> None:
+        period = self.record.timeout_s / 4
+        while not self._stop.wait(period):
+            try:
+                self.heartbeat()
+            except Exception as error:  # storage hiccup: check() refuses once it is stale
+                logger.warning("%s: lease heartbeat failed: %s", self.lease_dir, error)
+
+    def heartbeat(self) -> None:
+        """Refresh this generation's heartbeat (only its holder ever writes the file)."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            beat = LeaseRecord(**{**asdict(self.record), "owner": self.record.owner})
+            beat.heartbeat = _now()
+            self._backend.replace(_gen_path(self.lease_dir, beat.generation), beat.to_json())
+            self.record = beat
+
+    def check(self, what: str) -> None:
+        """Raise :class:`LeaseLostError` unless the lease is still ours and fresh."""
+        self.ref.check(self._backend, what)
+
+    def stop(self) -> None:
+        """Stop heartbeating and leave the file as it is (used once the version is published:
+        nothing inside a published version is written again)."""
+        with self._lock:
+            self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def release(self) -> None:
+        """Stop heartbeating and mark the lease released, so a rerun can take it at once."""
+        self.stop()
+        released = LeaseRecord(**{**asdict(self.record), "owner": self.record.owner})
+        released.released = True
+        try:
+            path = _gen_path(self.lease_dir, released.generation)
+            self._backend.replace(path, released.to_json())
+        except Exception as error:  # the lease then simply expires after timeout_s
+            logger.warning("%s: could not release the lease: %s", self.lease_dir, error)

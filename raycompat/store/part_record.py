@@ -1,0 +1,142 @@
+"""Part records: what the writer of a part file says it wrote, checked before publishing.
+
+The worker that writes ``<staging>/<name>.parquet`` also writes ``<staging>/_parts/<name>.json``
+*before* moving the part into place (a kill between the two leaves a record without its part,
+which a rerun redoes)::
+
+    {"part": "part-00003-0001.parquet", "rows": 1000000, "bytes": 262400123,
+     "ids": {"count": 1000000, "sum": "9f2c...", "xor": "03a1..."},
+     "min_id": 17, "max_id": 998877, "null_ids": 0, "nonfinite": 0,
+     "lease": {"generation": 2, "token": "..."}, "written": "2026-11-23T10:00:00+00:00"}
+
+``ids`` is an order-independent multiset fingerprint: the count, the sum (mod 2^64) and the xor
+of a 64-bit hash of every id (pandas' ``hash_array``: SipHash with a fixed key for strings, a
+fixed integer mix for int64, the same on every machine). Two parts hold the same ids, in any
+order, iff their fingerprints match (up to hash collisions), and fingerprints of disjoint parts
+add up (:meth:`IdFingerprint.combine`), so a version's fingerprint is computed from its parts.
+
+A part whose file is not the one its record describes (different size, rows or ids), or that
+has no record at all (written by a process that does not hold the staging area's lease), is a
+*foreign* part: commit refuses it and resume redoes it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from raycompat.store.errors import CorruptFileError
+from raycompat.store.paths import join
+
+PARTS_DIR = "_parts"
+PART_FORMAT = "raycompat.part/1"
+_MASK = (1 << 64) - 1
+
+
+def hash_ids(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A deterministic uint64 hash per id (int64 or string ids), shape ``(N,)``."""
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    values = ids.to_numpy(zero_copy_only=False)
+    if values.dtype != np.int64:
+        values = values.astype(object)
+    return pd.util.hash_array(values, categorize=False)
+
+
+@dataclass
+class IdFingerprint:
+    """Multiset fingerprint of ids: count, sum and xor of their 64-bit hashes."""
+
+    count: int = 0
+    sum: int = 0
+    xor: int = 0
+
+    def update(self, ids: pa.Array | pa.ChunkedArray) -> IdFingerprint:
+        h = hash_ids(ids)
+        self.count += len(h)
+        self.sum = (self.sum + int(np.add.reduce(h, dtype=np.uint64))) & _MASK
+        self.xor ^= int(np.bitwise_xor.reduce(h)) if len(h) else 0
+        return self
+
+    @classmethod
+    def of(cls, ids: pa.Array | pa.ChunkedArray) -> IdFingerprint:
+        return cls().update(ids)
+
+    def combine(self, other: IdFingerprint) -> IdFingerprint:
+        """The fingerprint of the union of two disjoint id multisets."""
+        return IdFingerprint(
+            self.count + other.count, (self.sum + other.sum) & _MASK, self.xor ^ other.xor
+        )
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "sum": f"{self.sum:016x}", "xor": f"{self.xor:016x}"}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> IdFingerprint:
+        return cls(int(raw["count"]), int(raw["sum"], 16), int(raw["xor"], 16))
+
+    def __str__(self) -> str:
+        d = self.to_dict()
+        return f"{d['count']} ids, sum {d['sum']}, xor {d['xor']}"
+
+
+@dataclass
+class PartRecord:
+    """What a writer wrote into one part file (see the module docstring)."""
+
+    part: str
+    rows: int
+    bytes: int
+    ids: IdFingerprint
+    min_id: int | str | None = None
+    max_id: int | str | None = None
+    null_ids: int = 0
+    nonfinite: int = 0
+    lease: dict = field(default_factory=dict)
+    written: str = ""
+
+    def to_json(self) -> bytes:
+        raw = {"format": PART_FORMAT, **asdict(self), "ids": self.ids.to_dict()}
+        return json.dumps(raw, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> PartRecord:
+        try:
+            raw = json.loads(data)
+            if raw.pop("format") != PART_FORMAT:
+                raise ValueError(f"not a {PART_FORMAT} record")
+            raw["ids"] = IdFingerprint.from_dict(raw["ids"])
+            record = cls(**raw)
+            if not isinstance(record.rows, int) or not isinstance(record.bytes, int):
+                raise ValueError("rows and bytes must be integers")
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise CorruptFileError(f"{source}: unreadable part record ({error})") from None
+        return record
+
+
+class IdStats:
+    """Running fingerprint, min/max and null count of the ids a writer streams out."""
+
+    def __init__(self) -> None:
+        self.fingerprint = IdFingerprint()
+        self.min_id = self.max_id = None
+        self.null_ids = 0
+
+    def update(self, ids: pa.Array | pa.ChunkedArray) -> None:
+        self.null_ids += ids.null_count
+        self.fingerprint.update(ids)
+        if len(ids) == ids.null_count:
+            return
+        bounds = pc.min_max(ids)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        self.min_id = lo if self.min_id is None else min(self.min_id, lo)
+        self.max_id = hi if self.max_id is None else max(self.max_id, hi)
+
+
+def part_record_path(staging_path: str, part: str) -> str:
+    return join(staging_path, PARTS_DIR, f"{part}.json")
