@@ -472,7 +472,7 @@ def test_synthetic_scales_to_millions_of_rows():
 # ---------------------------------------------------------------- registry
 def test_dataset_registry():
     assert list_datasets() == sorted(["mnist5k", "cifar100", "cifar10", "image_folder",
-                                      "casia_webface", "celeba", "lfw", "synthetic"])
+                                      "casia_webface", "celeba", "lfw", "lfw_bin", "synthetic"])
     dataset = create_dataset("synthetic", num_classes=3, images_per_class=2, image_size=8,
                              channels=1)
     assert len(dataset) == 6 and dataset[5][0].shape == (1, 8, 8)

@@ -1,9 +1,9 @@
 """Dataset readers (plain PyTorch/NumPy) and class-incremental splits.
 
 Every builder in :data:`DATASETS` returns an :class:`ImageDataset` (``labels`` known up front,
-``dataset[i] -> (float image (C, H, W) in [0, 1], int label)``), except ``lfw``, which returns an
-:class:`LFWPairs` (verification pairs over an ImageDataset of the unique images). Builders take
-keyword arguments only; none downloads anything.
+``dataset[i] -> (float image (C, H, W) in [0, 1], int label)``), except ``lfw`` and ``lfw_bin``,
+which return an :class:`LFWPairs` (verification pairs over an ImageDataset of their images).
+Builders take keyword arguments only; none downloads anything.
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ from raycompat.data.splits import (
     replay_buffer,
 )
 from raycompat.data.synthetic import SyntheticIdentities
+from raycompat.data.verification_bin import (
+    EncodedImageDataset,
+    UnsafePickleError,
+    load_verification_bin,
+    read_verification_bin,
+)
 from raycompat.registry import Registry
 
 DATASETS: Registry[Any] = Registry("dataset")
@@ -122,6 +128,21 @@ def lfw(
     )
 
 
+@DATASETS.register("lfw_bin")
+def lfw_bin(
+    *,
+    path: str | Path,
+    image_size: Size = None,
+    mode: str = "RGB",
+    transform: Transform | None = None,
+    num_folds: int = 10,
+) -> LFWPairs:
+    """An insightface verification ``.bin`` (``lfw.bin``, ``cfp_fp.bin``, ``agedb_30.bin``)."""
+    return load_verification_bin(
+        path, image_size=image_size, mode=mode, transform=transform, num_folds=num_folds
+    )
+
+
 @DATASETS.register("synthetic")
 def synthetic(
     *,
@@ -156,6 +177,7 @@ __all__ = [
     "BalancedBatchSampler",
     "CelebAIdentities",
     "CorruptDataError",
+    "EncodedImageDataset",
     "FileImageDataset",
     "IRHeader",
     "ImageDataset",
@@ -166,6 +188,7 @@ __all__ = [
     "RecordIOReader",
     "SubsetDataset",
     "SyntheticIdentities",
+    "UnsafePickleError",
     "casia_webface",
     "class_incremental_tasks",
     "cores_union_tasks",
@@ -174,10 +197,12 @@ __all__ = [
     "list_datasets",
     "load_lfw",
     "load_mnist5k",
+    "load_verification_bin",
     "mnist5k_path",
     "pack_record",
     "parse_pairs",
     "read_image",
+    "read_verification_bin",
     "replay_buffer",
     "unpack_record",
     "write_insightface_recordio",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from raycompat.data.base import CorruptDataError, Transform
+from raycompat.data.base import CorruptDataError, ImageDataset, Transform
 from raycompat.data.image_folder import FileImageDataset
 
 
@@ -34,9 +34,11 @@ class PairsFile:
 
 @dataclass(frozen=True)
 class LFWPairs:
-    """Verification pairs as indices into ``images`` (unique images, labelled by identity)."""
+    """Verification pairs as indices into ``images`` (for ``pairs.txt``: the unique images,
+    labelled by identity; for an insightface ``.bin``: every stored image, see
+    :mod:`raycompat.data.verification_bin`)."""
 
-    images: FileImageDataset
+    images: ImageDataset
     left: np.ndarray  # (P,) int64
     right: np.ndarray  # (P,) int64
     same: np.ndarray  # (P,) bool
