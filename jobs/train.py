@@ -46,4 +46,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from raycompat.cli_errors import run_main
+
+    run_main(main)  # a config error: one line naming the file and key, exit 2

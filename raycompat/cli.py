@@ -11,6 +11,11 @@
 grant: extracted, compatible or transformed), and searches that version's faiss index (built on
 first use, rebuilt when it fails its checksums). A compatible model of another width is compared
 on the shared first coordinates (BCT: zero-padding), as in training. No Ray: this is the core.
+
+A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
+name each corrupt one (file and error) and exit 1. Errors are one line (``cli_errors.py``): exit
+2 for a usage error (no store at ``--store``), 1 for a store or data error; ``--debug`` shows the
+traceback.
 """
 
 from __future__ import annotations
@@ -24,20 +29,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from raycompat.credentials import configure_logging, scrub
+from raycompat.cli_errors import DEBUG_ENV, DEBUG_FLAG, USAGE_ERRORS, debug_requested, error_line
+from raycompat.credentials import configure_logging
 from raycompat.data.image_folder import read_image
 from raycompat.distances import ZeroNormError
-from raycompat.store import GalleryStore
-from raycompat.store.catalog import Catalog
+from raycompat.store import GalleryStore, VersionInfo
+from raycompat.store.catalog import Catalog, QueryGrant
 from raycompat.store.errors import StoreError
 from raycompat.store.index import open_version_index
 
 
 def gallery_versions(store: GalleryStore, gallery: str) -> list[dict]:
-    """Every published version of ``gallery``: model, width, rows, lineage and query models."""
-    grants = Catalog(store).grants(gallery)
+    """Every published version of ``gallery``: model, width, rows, lineage and query models.
+    A corrupt version record or grant raises (see ``versions`` for the lenient listing)."""
+    return _version_rows(store.versions(gallery), Catalog(store).grants(gallery))
+
+
+def _version_rows(infos: list[VersionInfo], grants: list[QueryGrant]) -> list[dict]:
     rows = []
-    for info in store.versions(gallery):
+    for info in infos:
         queried_by = [g.model_version for g in grants if g.gallery_version == info.version]
         rows.append(
             {
@@ -53,15 +63,34 @@ def gallery_versions(store: GalleryStore, gallery: str) -> list[dict]:
     return rows
 
 
+def open_store(root: str) -> GalleryStore:
+    """The store at ``root`` for reading: a mistyped root is a MissingStoreError (exit 2),
+    not an empty listing."""
+    store = GalleryStore(root)
+    store.check_exists()
+    return store
+
+
+def _listing(out: dict, corrupt: list[tuple[str, str]]) -> dict:
+    """``out`` with the unreadable records it skipped, each with its file and error."""
+    if corrupt:
+        out["corrupt"] = [{"file": uri, "error": error} for uri, error in corrupt]
+    return out
+
+
 def versions(args) -> dict:
-    rows = gallery_versions(GalleryStore(args.store), args.gallery)
-    if not rows:
+    store = open_store(args.store)
+    infos, corrupt = store.versions_report(args.gallery)
+    grants, bad_grants = Catalog(store).grants_report(args.gallery)
+    if not infos and not corrupt:
         raise StoreError(f"gallery {args.gallery!r} has no published version in {args.store}")
-    return {"gallery": args.gallery, "versions": rows}
+    out = {"gallery": args.gallery, "versions": _version_rows(infos, grants)}
+    return _listing(out, corrupt + bad_grants)
 
 
 def models(args) -> dict:
-    return {"models": [vars(m) for m in Catalog(GalleryStore(args.store)).models()]}
+    records, corrupt = Catalog(open_store(args.store)).models_report()
+    return _listing({"models": [vars(m) for m in records]}, corrupt)
 
 
 def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
@@ -80,7 +109,7 @@ def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
 
 
 def search(args) -> dict:
-    store = GalleryStore(args.store)
+    store = open_store(args.store)
     catalog = Catalog(store)
     record = catalog.model(args.model)
     grant = catalog.queryable_version(args.gallery, args.model)
@@ -133,44 +162,66 @@ def report(args) -> dict | str:
     return json.loads(text) if args.json else text
 
 
+PROG = "raycompat"
 COMMANDS = {"versions": versions, "models": models, "search": search, "report": report}
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="raycompat", description=__doc__.splitlines()[0])
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        DEBUG_FLAG,
+        action="store_true",
+        default=argparse.SUPPRESS,  # so a subcommand's default cannot reset the top-level flag
+        help=f"show the traceback of an error (or set {DEBUG_ENV}=1)",
+    )
+    top = argparse.ArgumentParser(
+        prog="raycompat", description=__doc__.splitlines()[0], parents=[debug]
+    )
     sub = top.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("versions", help="a gallery's versions, lineage and query models")
+    p = sub.add_parser(
+        "versions", help="a gallery's versions, lineage and query models", parents=[debug]
+    )
     p.add_argument("gallery")
     p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
-    p = sub.add_parser("models", help="registered model versions")
+    p = sub.add_parser("models", help="registered model versions", parents=[debug])
     p.add_argument("--store", required=True)
-    p = sub.add_parser("search", help="top-k gallery ids for query images")
+    p = sub.add_parser("search", help="top-k gallery ids for query images", parents=[debug])
     p.add_argument("images", nargs="+", type=str)
     p.add_argument("--store", required=True)
     p.add_argument("--gallery", required=True)
     p.add_argument("--model", required=True, help="a registered model version")
     p.add_argument("-k", type=int, default=5)
-    p = sub.add_parser("report", help="show an upgrade run's report")
+    p = sub.add_parser("report", help="show an upgrade run's report", parents=[debug])
     p.add_argument("run", help="the run's report directory, e.g. outputs/upgrade/report/<name>")
     p.add_argument("--json", action="store_true", help="report.json instead of report.md")
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0, 1 for a store or data error (a corrupt record among those listed, a
+    version or grant that is missing), 2 for a usage error (no store at ``--store``)."""
     configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)
+    debug = getattr(args, "debug", False) or debug_requested()
     if getattr(args, "images", None):
         missing = [p for p in args.images if not Path(p).is_file()]
         if missing:
-            print(f"raycompat: query image(s) not found: {', '.join(missing)}", file=sys.stderr)
+            print(
+                error_line(PROG, f"query image(s) not found: {', '.join(missing)}"), file=sys.stderr
+            )
             return 2
     try:
         out = COMMANDS[args.command](args)
-    except (StoreError, FileNotFoundError, ZeroNormError) as err:
-        print(f"raycompat: {scrub(err)}", file=sys.stderr)
-        return 1
+    except (*USAGE_ERRORS, StoreError, FileNotFoundError, ZeroNormError) as err:
+        if debug:
+            raise
+        print(error_line(PROG, err), file=sys.stderr)
+        return 2 if isinstance(err, USAGE_ERRORS) else 1
     print(out if isinstance(out, str) else json.dumps(out, indent=2, default=str))
-    return 0
+    corrupt = out.get("corrupt", []) if isinstance(out, dict) else []
+    for record in corrupt:  # listed on stdout too; stderr says the listing is incomplete
+        print(error_line(PROG, f"corrupt record skipped: {record['error']}"), file=sys.stderr)
+    return 1 if corrupt else 0
 
 
 if __name__ == "__main__":

@@ -107,6 +107,17 @@ def test_rows_of_returns_requested_order_or_none(tmp_path):
     assert rows_of(fs, [a, b], np.array([1, 2]), "test") is None  # id 2 is not stored
 
 
+@pytest.mark.ray
+def test_rows_of_scans_parts_in_ray_tasks(tmp_path, ray_local):
+    """The upgrade's quality gate on the cluster: one task per part, only matches returned."""
+    fs = pafs.LocalFileSystem()
+    a = _write(tmp_path / "a.parquet", [5, 1], [[5, 5], [1, 1]])
+    b = _write(tmp_path / "b.parquet", [3, 9], [[3, 3], [9, 9]])
+    got = rows_of(fs, [a, b], np.array([9, 1, 3]), "test")
+    np.testing.assert_array_equal(got, [[9, 9], [1, 1], [3, 3]])
+    assert rows_of(fs, [a, b], np.array([1, 2]), "test") is None
+
+
 def test_compatible_cells_and_report_files(tmp_path):
     matrix = CompatibilityMatrix.from_array(
         np.array([[0.6, 0, 0], [0.7, 0.8, 0], [0.5, 0.9, 0.95]]), names=["m1", "m2", "m3"]
@@ -181,7 +192,16 @@ def test_partial_section_keeps_the_parent_defaults():
 @pytest.mark.parametrize(
     ("overrides", "error", "message"),
     [
-        (["upgrades=[{model_version: m1, classes: 4, method: nope}]"], KeyError, "nope"),
+        (
+            ["upgrades=[{model_version: m1, classes: 4, method: nope}]"],
+            ConfigError,
+            "upgrades[0].method: unknown compatibility method 'nope'",
+        ),
+        (
+            ["upgrades=[{model_version: m1, classes: 4, baselines: [independent, nope]}]"],
+            ConfigError,
+            "upgrades[0].baselines[1]: unknown compatibility method 'nope'",
+        ),
         (
             ["upgrades=[{model_version: a, classes: 4}, {model_version: a, classes: 5}]"],
             ConfigError,

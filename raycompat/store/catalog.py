@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.store.errors import StoreError
+from raycompat.store.errors import CorruptFileError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import now_utc
 from raycompat.store.paths import check_name, join
+from raycompat.store.records import check_record, load_object
 
 MODELS_DIR, QUERIES_DIR = "_models", "_queries"
 RELATIONS = ("extracted", "compatible", "transformed")
@@ -59,6 +60,20 @@ class ModelRecord:
     run: str = ""
     created: str = ""
 
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> ModelRecord:
+        """Parse and schema-check a record; every error names ``source`` and the key."""
+        raw = load_object(data, source, "model record")
+        check_record(raw, cls, source, "model record")
+        for key in ("model_version", "parent"):
+            if raw.get(key) is not None:
+                _check_name(source, "model record", key, "model", raw[key])
+        if raw["embed_dim"] < 1:
+            raise CorruptFileError(
+                f"{source}: model record key 'embed_dim' must be >= 1, got {raw['embed_dim']}"
+            )
+        return cls(**raw)
+
 
 @dataclass
 class QueryGrant:
@@ -71,6 +86,31 @@ class QueryGrant:
     evidence: dict = field(default_factory=dict)  # e.g. cross-test, self-test, ECC
     created: str = ""
 
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> QueryGrant:
+        """Parse and schema-check a grant; every error names ``source`` and the key."""
+        raw = load_object(data, source, "query grant")
+        check_record(raw, cls, source, "query grant")
+        for key, kind in (
+            ("gallery", "gallery"),
+            ("gallery_version", "version"),
+            ("model_version", "model"),
+        ):
+            _check_name(source, "query grant", key, kind, raw[key])
+        if raw["relation"] not in RELATIONS:
+            raise CorruptFileError(
+                f"{source}: query grant key 'relation' must be one of {', '.join(RELATIONS)}, "
+                f"got {raw['relation']!r}"
+            )
+        return cls(**raw)
+
+
+def _check_name(source: str, what: str, key: str, kind: str, value: str) -> None:
+    try:
+        check_name(kind, value)
+    except StoreError as error:
+        raise CorruptFileError(f"{source}: {what} key {key!r}: {error}") from None
+
 
 def _same(a, b) -> bool:
     return {**asdict(a), "created": ""} == {**asdict(b), "created": ""}
@@ -82,11 +122,22 @@ class Catalog:
         self._backend = store.backend
 
     def _read(self, path: str, cls):
-        fs = self._backend.filesystem
-        with fs.open_input_stream(path) as stream:
-            data = json.loads(stream.read().decode())
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """The record at ``path``, schema-checked, and checked to be the one its path names
+        (``_models/<model_version>.json``, ``<gallery>/_queries/<model_version>.json``)."""
+        source = self._backend.uri(path)
+        with self._backend.filesystem.open_input_stream(path) as stream:
+            record = cls.from_json(stream.read(), source)
+        parts = path.rsplit("/", 3)
+        expected = {"model_version": parts[-1][: -len(".json")]}
+        if cls is QueryGrant:
+            expected["gallery"] = parts[-3]
+        for key, value in expected.items():
+            if getattr(record, key) != value:
+                raise CorruptFileError(
+                    f"{source}: record key {key!r} is {getattr(record, key)!r}, but its path "
+                    f"names {value!r}"
+                )
+        return record
 
     def _exists(self, path: str) -> bool:
         return self._backend.filesystem.get_file_info(path).type != pafs.FileType.NotFound
@@ -174,14 +225,31 @@ class Catalog:
             )
         return self._read(path, ModelRecord)
 
-    def _list(self, directory: str, cls) -> list:
+    def _list(self, directory: str, cls, corrupt: list | None = None) -> list:
+        """Records under ``directory``, oldest first. With a ``corrupt`` list, an unreadable
+        record is appended to it as ``(uri, error)`` instead of raising."""
         selector = pafs.FileSelector(directory, allow_not_found=True)
         infos = self._backend.filesystem.get_file_info(selector)
-        records = [self._read(i.path, cls) for i in infos if i.path.endswith(".json")]
+        records = []
+        for info in infos:
+            if info.type != pafs.FileType.File or not info.path.endswith(".json"):
+                continue
+            try:
+                records.append(self._read(info.path, cls))
+            except StoreError as error:
+                if corrupt is None:
+                    raise
+                corrupt.append((self._backend.uri(info.path), str(error)))
         return sorted(records, key=lambda r: r.created)
 
     def models(self) -> list[ModelRecord]:
+        """Registered models, oldest first; a corrupt record raises ``CorruptFileError``."""
         return self._list(join(self._backend.root, MODELS_DIR), ModelRecord)
+
+    def models_report(self) -> tuple[list[ModelRecord], list[tuple[str, str]]]:
+        """The readable model records and ``(uri, error)`` for each corrupt one."""
+        corrupt: list[tuple[str, str]] = []
+        return self._list(join(self._backend.root, MODELS_DIR), ModelRecord, corrupt), corrupt
 
     def _grant_path(self, gallery: str, model_version: str) -> str:
         return join(
@@ -219,5 +287,13 @@ class Catalog:
         return self._read(path, QueryGrant)
 
     def grants(self, gallery: str) -> list[QueryGrant]:
-        directory = join(self._backend.root, check_name("gallery", gallery), QUERIES_DIR)
-        return self._list(directory, QueryGrant)
+        """The gallery's query grants, oldest first; a corrupt one raises ``CorruptFileError``."""
+        return self._list(self._grants_dir(gallery), QueryGrant)
+
+    def grants_report(self, gallery: str) -> tuple[list[QueryGrant], list[tuple[str, str]]]:
+        """The gallery's readable grants and ``(uri, error)`` for each corrupt one."""
+        corrupt: list[tuple[str, str]] = []
+        return self._list(self._grants_dir(gallery), QueryGrant, corrupt), corrupt
+
+    def _grants_dir(self, gallery: str) -> str:
+        return join(self._backend.root, check_name("gallery", gallery), QUERIES_DIR)

@@ -46,3 +46,8 @@ class MissingIndexError(ManifestError):
 
 class VerificationError(StoreError):
     """The staged rows or ids differ from what the publisher expected."""
+
+
+class MissingStoreError(StoreError):
+    """There is no store at the root (a mistyped path): readers refuse it rather than list
+    nothing."""

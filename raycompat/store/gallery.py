@@ -20,7 +20,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from raycompat.credentials import drop_redacted, register_secrets
-from raycompat.store.errors import ManifestError, PublishConflictError, SchemaError, StoreError
+from raycompat.store.errors import (
+    ManifestError,
+    MissingStoreError,
+    PublishConflictError,
+    SchemaError,
+    StoreError,
+)
 from raycompat.store.filesystems import Backend, open_backend
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
@@ -101,12 +107,42 @@ class GalleryStore:
         ]
 
     def versions(self, gallery: str) -> list[VersionInfo]:
-        """Published versions, oldest first (by ``created``, then name)."""
-        infos = [
-            self.version(gallery, p.rsplit("/", 1)[1][: -len(".json")])
-            for p in self._record_paths(gallery)
-        ]
+        """Published versions, oldest first (by ``created``, then name).
+
+        Raises:
+            StoreError: a record is corrupt (``CorruptFileError`` naming the file and the key);
+                :meth:`versions_report` lists the readable ones instead.
+        """
+        infos = [self.version(gallery, _record_name(p)) for p in self._record_paths(gallery)]
         return sorted(infos, key=lambda i: (i.created, i.version))
+
+    def versions_report(self, gallery: str) -> tuple[list[VersionInfo], list[tuple[str, str]]]:
+        """The readable versions (as :meth:`versions`) and ``(uri, error)`` for each record
+        that cannot be read, so one corrupt record does not hide the rest of a gallery."""
+        infos, corrupt = [], []
+        for path in self._record_paths(gallery):
+            try:
+                infos.append(self.version(gallery, _record_name(path)))
+            except StoreError as error:
+                corrupt.append((self._backend.uri(path), str(error)))
+        return sorted(infos, key=lambda i: (i.created, i.version)), corrupt
+
+    def exists(self) -> bool:
+        """Whether there is a store at the root: a local folder, or an S3 prefix holding at
+        least one object (S3 has no empty folders). ``GalleryStore(...)`` does not require it:
+        a new store exists from its first write on."""
+        return self.filesystem.get_file_info(self._backend.root).type == pafs.FileType.Directory
+
+    def check_exists(self) -> None:
+        """Raise :class:`MissingStoreError` unless :meth:`exists` (for readers: a mistyped root
+        must not read as an empty store)."""
+        if not self.exists():
+            why = (
+                "the folder does not exist"
+                if self._backend.scheme == "file"
+                else "no object under that prefix"
+            )
+            raise MissingStoreError(f"no store at {self._backend.uri(self._backend.root)}: {why}")
 
     def latest(self, gallery: str) -> VersionInfo | None:
         versions = self.versions(gallery)
@@ -119,7 +155,7 @@ class GalleryStore:
             with self.filesystem.open_input_stream(path) as handle:
                 info = VersionInfo.from_json(handle.read(), source)
         except FileNotFoundError:
-            known = sorted(p.rsplit("/", 1)[1][:-5] for p in self._record_paths(gallery))
+            known = sorted(_record_name(p) for p in self._record_paths(gallery))
             raise ManifestError(
                 f"gallery {gallery!r} has no version {v!r}; it has {known}"
             ) from None
@@ -221,3 +257,8 @@ class GalleryStore:
                 f"{self.uri(gallery, VERSIONS_DIR, info.version + '.json')}: record says "
                 f"{info.rows} rows, its files hold {rows}"
             )
+
+
+def _record_name(path: str) -> str:
+    """``.../_versions/v3.json`` -> ``"v3"``."""
+    return path.rsplit("/", 1)[1][: -len(".json")]

@@ -22,15 +22,18 @@ with a sequence number:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from raycompat.store.errors import CorruptFileError, ManifestError, StoreError
 from raycompat.store.paths import check_name, check_relative_path, join
+from raycompat.store.records import check_record, load_object
 
 RECORD_FORMAT = "raycompat.store/1"
 _META_FIELDS = ("version", "model_version", "width", "normalized", "lineage", "side_info_width")
 VERSIONS_DIR, DATA_DIR, INDEX_DIR = "_versions", "_data", "_index"
+_HEX64 = re.compile(r"[0-9a-f]{1,16}")
 
 
 @dataclass
@@ -66,8 +69,10 @@ class VersionInfo:
         for name in ("model_version", "lineage"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise StoreError(f"version {self.version}: {name} must be a non-empty string")
-        widths = {"width": self.width, "side_info_width": self.side_info_width or 1}
+        widths = {"width": self.width, "side_info_width": self.side_info_width}
         for name, value in widths.items():
+            if name == "side_info_width" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StoreError(f"version {self.version}: {name} must be a positive int")
         if not isinstance(self.normalized, bool):
@@ -82,30 +87,52 @@ class VersionInfo:
 
     @classmethod
     def from_json(cls, data: bytes, source: str) -> VersionInfo:
-        """Parse a record; ``source`` (its path) is named in every error."""
-        try:
-            raw = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise CorruptFileError(
-                f"{source}: version record is not valid JSON ({error})"
-            ) from None
-        if not isinstance(raw, dict) or raw.pop("format", None) != RECORD_FORMAT:
+        """Parse and schema-check a record; ``source`` (its path) is named in every error.
+
+        Raises:
+            CorruptFileError: not JSON, a key missing, unknown or of the wrong type or range.
+            ManifestError: the record lists no files.
+            UnsafePathError: a listed file could escape the gallery prefix.
+        """
+        raw = load_object(data, source, "version record")
+        if raw.pop("format", None) != RECORD_FORMAT:
             raise CorruptFileError(f"{source}: not a {RECORD_FORMAT} version record")
-        missing = {"version", "model_version", "width", "normalized", "lineage"} - set(raw)
-        unknown = set(raw) - set(cls.__dataclass_fields__)
-        if missing or unknown:
-            raise CorruptFileError(
-                f"{source}: record lacks {sorted(missing)} / has unknown keys {sorted(unknown)}"
-            )
+        check_record(raw, cls, source, "version record")
         try:
             info = cls(**raw)
         except StoreError as error:
             raise CorruptFileError(f"{source}: {error}") from None
-        if not isinstance(info.files, list) or not info.files:
+        if info.rows < 0:
+            raise CorruptFileError(
+                f"{source}: version record key 'rows' must be an int >= 0, got {info.rows}"
+            )
+        if info.ids is not None:
+            _check_ids(info.ids, source)
+        if not info.files:
             raise ManifestError(f"{source}: record lists no files")
         for path in info.files:
             check_relative_path(path, source)
         return info
+
+
+def _check_ids(ids: dict, source: str) -> None:
+    """``ids`` is ``{"count": int >= 0, "sum": hex, "xor": hex}`` (``IdFingerprint.to_dict``)."""
+    if set(ids) != {"count", "sum", "xor"}:
+        raise CorruptFileError(
+            f"{source}: version record key 'ids' must have the keys count, sum, xor; "
+            f"it has {sorted(ids)}"
+        )
+    count = ids["count"]
+    if type(count) is not int or count < 0:
+        raise CorruptFileError(
+            f"{source}: version record key 'ids.count' must be an int >= 0, got {count!r}"
+        )
+    for key in ("sum", "xor"):
+        if not (isinstance(ids[key], str) and _HEX64.fullmatch(ids[key])):
+            raise CorruptFileError(
+                f"{source}: version record key 'ids.{key}' must be 1-16 hex digits, "
+                f"got {ids[key]!r}"
+            )
 
 
 def record_path(gallery_path: str, version: str) -> str:

@@ -17,6 +17,7 @@ from raycompat.config import ConfigError, bounded, check_ranges
 from raycompat.pipelines.config import StoreSpec
 from raycompat.pipelines.runner import RunOptions
 from raycompat.pipelines.sources import SourceSpec
+from raycompat.registry import UnknownNameError
 from raycompat.train.config import (
     DataSpec,
     EvalSpec,
@@ -149,8 +150,13 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
         seen_versions.add(version)
         if not 1 <= spec.classes <= k:
             raise ConfigError(f"{key}.classes={spec.classes} must be in 1..{k} (model K)")
-        for method in [spec.method, *spec.baselines]:
-            METHODS.get(method)  # unknown names list the valid ones
+        named = [("method", spec.method)]
+        named += [(f"baselines[{j}]", name) for j, name in enumerate(spec.baselines)]
+        for field_name, method in named:
+            try:
+                METHODS.get(method)
+            except UnknownNameError as error:  # its message lists the valid names
+                raise ConfigError(f"{key}.{field_name}: {error}") from None
         check_method_options(spec.method, spec.method_options)
 
 
