@@ -3,6 +3,7 @@ resume after a failure half-way, and one test per bad input (the output is never
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import os
@@ -35,6 +36,7 @@ from raycompat.pipelines.resume import record_plan
 from raycompat.pipelines.runner import run_chunks
 from raycompat.store import (
     CorruptFileError,
+    DuplicateIdError,
     GalleryStore,
     ManifestError,
     SchemaError,
@@ -346,12 +348,15 @@ def test_extraction_equals_in_process_forward_features(tmp_path, ray_local):
             files[-1],
         )
     spec = SourceSpec(kind="parquet_images", paths=files, mode="RGB")
-    extract_version(store, "png", info, model_dir, spec, run)
+    # ids grouped on the cluster, commit from part records (the path of 10^9-row extractions)
+    distributed = dataclasses.replace(run, unique_ids="distributed")
+    extract_version(store, "png", info, model_dir, spec, distributed)
     out = store.read("png", "v1")
     decoded = torch.stack([read_image(e) for e in encoded])
     with torch.no_grad():
         expected = F.normalize(model.forward_features(decoded), dim=1).numpy()
     assert sorted(out["id"].to_pylist()) == [f"img{r:03d}" for r in range(200)]
+    assert store.version("png", "v1").ids is not None
     np.testing.assert_allclose(by_id(out, "embedding"), expected, rtol=1e-4, atol=1e-5)
 
     pq.write_table(pa.table({"id": [1], "pixels": [b"x"]}), tmp_path / "bad.parquet")
@@ -385,6 +390,8 @@ def test_transform_job_main(small, tmp_path, ray_local):
     # 2 files of 2 x 1000-row groups; a chunk closes at >= 1500 rows: one part per file
     assert (summary["version"], summary["rows"], summary["files"]) == ("v2", 4_000, 2)
     assert store.version("g", "v2").lineage == "v2 = h(v1)"
+    # committed from part records (O(parts)): the parts' ids add up to the source's
+    assert store.version("g", "v2").ids == store.version("g", "v1").ids is not None
     summary = job.main(
         [
             "--config",
@@ -397,3 +404,24 @@ def test_transform_job_main(small, tmp_path, ray_local):
         ]
     )
     assert (summary["mode"], summary["version"], summary["rows"]) == ("identity", "v2", 4_000)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_distributed_unique_check_names_a_duplicate_id_and_its_files(tmp_path, ray_local):
+    """Two image files that share an id: grouped by Ray Data, reported with both parts."""
+    model_dir = exported_lenet(tmp_path / "model")
+    image = png(torch.zeros(3, 32, 32))
+    files = []
+    for k, ids in enumerate((["a", "b", "dup"], ["dup", "c"])):
+        files.append(str(tmp_path / f"images-{k}.parquet"))
+        table = pa.table({"id": ids, "image": [image] * len(ids), "label": [0] * len(ids)})
+        pq.write_table(table, files[-1])
+    store = GalleryStore(str(tmp_path / "store"))
+    info = VersionInfo("v1", "lenet", 8, True, "v1 = extract(lenet)")
+    spec = SourceSpec(kind="parquet_images", paths=files, mode="RGB")
+    run = RunOptions(rows_per_file=64, batch_size=16, actors=1, unique_ids="distributed")
+    duplicate = r"duplicate id 'dup' \(2 rows\) in .*part-00000-0000.*, .*part-00001-0000"
+    with pytest.raises(DuplicateIdError, match=duplicate):
+        extract_version(store, "g", info, model_dir, spec, run)
+    assert published(store, "g") == []

@@ -16,13 +16,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.pipelines.inputs import file_digest
 from raycompat.pipelines.parts import Chunk, PartWriter
-from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_staged
+from raycompat.pipelines.runner import (
+    DISTRIBUTED_UNIQUE_ROWS,
+    ChunkWorker,
+    RunOptions,
+    run_staged,
+)
 from raycompat.pipelines.sources import SourceSpec, open_source
 from raycompat.store import (
     GalleryStore,
@@ -51,6 +57,7 @@ class ExtractChunks(ChunkWorker):
         for ids, images, labels in self.source.batches(
             chunk, self.run.batch_size, self.augment, generator
         ):
+            writer.read(pa.array(ids).cast(writer.schema.field("id").type))
             features = embed(
                 self.model, images.to(self.device), self.autocast, self.staging.info.normalized
             )
@@ -102,6 +109,10 @@ def extract_version(
         )
     images = open_source(source)
     chunks = images.plan(run.rows_per_file)
+    total = sum(c.rows for c in chunks)
+    distributed = run.unique_ids == "distributed" or (
+        run.unique_ids == "auto" and total >= DISTRIBUTED_UNIQUE_ROWS
+    )
     id_type, with_label = images.id_type_and_labels()
     schema = embedding_schema(target.width, id_type, with_label=with_label)
     staging = store.begin(gallery, target, staging_name or f"extract-{target.version}")
@@ -125,4 +136,8 @@ def extract_version(
         schema=schema,
         run=run,
         verify=verify,
+        # ids come from the image source, which nothing checked unique: at scale they are
+        # grouped on the cluster and the commit reads part records only (O(parts))
+        check="records" if distributed else "rows",
+        distributed_unique=distributed,
     )

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycompat.store import Staging, validate_table, version_metadata
-from raycompat.store.part_record import IdStats
+from raycompat.store.part_record import IdFingerprint, IdStats
 
 
 @dataclass
@@ -86,6 +86,7 @@ class PartWriter:
         meta.update(version_metadata(staging.info))
         self.schema = schema.with_metadata(meta)
         self.rows, self.ids = 0, IdStats()
+        self.input_ids: IdFingerprint | None = None  # set by workers that map rows 1:1
         self._tmp = staging.tmp_path(name)
         self._writer = pq.ParquetWriter(
             self._tmp, self.schema, filesystem=staging.filesystem, write_page_checksum=True
@@ -98,10 +99,15 @@ class PartWriter:
         self.ids.update(table.column("id"))
         self.rows += table.num_rows
 
+    def read(self, ids: pa.Array | pa.ChunkedArray) -> None:
+        """Count input ids that this part maps 1:1 to output rows (its record's ``input_ids``,
+        which lets commit check the part without reading it)."""
+        self.input_ids = (self.input_ids or IdFingerprint()).update(ids)
+
     def close(self) -> int:
         """Finish the file and publish it as the part (lease checked); returns its row count."""
         self._writer.close()
-        self.staging.publish_part(self._tmp, self.name, self.ids, self.rows)
+        self.staging.publish_part(self._tmp, self.name, self.ids, self.rows, self.input_ids)
         return self.rows
 
     def abort(self) -> None:

@@ -28,8 +28,10 @@ import torch
 from raycompat.pipelines.parts import Chunk, PartWriter
 from raycompat.pipelines.progress import Progress
 from raycompat.pipelines.resume import pending_chunks, record_plan
+from raycompat.pipelines.unique import check_unique_distributed
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.lease import LeaseRef
+from raycompat.store.part_record import IdFingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,11 @@ class RunOptions:
         num_gpus_per_actor: 0 on CPU; 1 (or a fraction) to put each model on a GPU.
         precision: ``"auto"`` (bf16 on GPU, fp32 on CPU), ``"fp32"`` or ``"bf16"``.
         progress_every_s: seconds between progress log lines.
+        unique_ids: how an extraction checks its ids unique before publishing: ``"driver"``
+            reads every id on the driver (``commit(check="rows")``), ``"distributed"`` groups
+            them with Ray Data on the cluster and commits from part records, ``"auto"`` picks
+            ``"distributed"`` from ``DISTRIBUTED_UNIQUE_ROWS`` rows on. (A transform needs
+            neither: its source was unique and it maps rows 1:1.)
     """
 
     rows_per_file: int = 1_000_000
@@ -59,11 +66,15 @@ class RunOptions:
     num_gpus_per_actor: float = 0.0
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     progress_every_s: float = 10.0
+    unique_ids: Literal["auto", "driver", "distributed"] = "auto"
 
     def __post_init__(self) -> None:
         for name in ("rows_per_file", "batch_size", "actors", "threads_per_actor"):
             if getattr(self, name) < 1:
                 raise ValueError(f"run.{name} must be >= 1, got {getattr(self, name)}")
+
+
+DISTRIBUTED_UNIQUE_ROWS = 1_000_000
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -164,11 +175,16 @@ def run_staged(
     schema: pa.Schema,
     run: RunOptions,
     verify: Callable[[Staging], None] | None,
+    check: str = "rows",
+    expected_ids: IdFingerprint | None = None,
+    distributed_unique: bool = False,
 ) -> dict:
     """Plan (or resume), run the pending chunks, verify, and publish; the job's shared tail.
 
-    On any failure the staging area's lease is released (its finished parts stay), so that a
-    rerun resumes at once instead of waiting for the lease to time out.
+    ``check`` and ``expected_ids`` go to ``Staging.commit``; ``distributed_unique`` first
+    checks the staged ids unique with Ray Data (``unique.py``). On any failure the staging area's
+    lease is released (its finished parts stay), so that a rerun resumes at once instead of
+    waiting for the lease to time out.
     Returns the progress summary plus ``"version"``, the published record.
     """
     try:
@@ -189,7 +205,9 @@ def run_staged(
         run_chunks(todo, worker, kwargs, run, progress)
         if verify is not None:  # the caller's quality gate: raising here publishes nothing
             verify(staging)
-        info = staging.commit(expected_rows=total)
+        if distributed_unique:
+            check_unique_distributed(staging, staging.files())
+        info = staging.commit(expected_rows=total, expected_ids=expected_ids, check=check)
     except BaseException:
         staging.release()
         raise

@@ -41,6 +41,7 @@ from raycompat.pipelines.models import (
 from raycompat.pipelines.parts import Chunk, PartWriter
 from raycompat.pipelines.runner import ChunkWorker, RunOptions, run_staged
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
+from raycompat.store.part_record import IdFingerprint
 from raycompat.store.staging import Staging
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class TransformChunks(ChunkWorker):
 
     def fill(self, chunk: Chunk, writer: PartWriter) -> None:
         for batch in iter_chunk_batches(self.store, chunk, self.source, self.run.batch_size):
+            writer.read(batch.column("id"))
             writer.write(apply_transformation(batch, self.h, self.g, self.autocast))
 
 
@@ -203,6 +205,10 @@ def transform_version(
         schema=schema,
         run=run,
         verify=verify,
+        # O(parts): each part holds exactly its input chunk's ids, and together they hold the
+        # source's. Sources published before versions carried fingerprints are read instead.
+        check="records" if source.ids else "rows",
+        expected_ids=IdFingerprint.from_dict(source.ids) if source.ids else None,
     )
 
 

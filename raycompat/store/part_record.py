@@ -7,7 +7,11 @@ which a rerun redoes)::
     {"part": "part-00003-0001.parquet", "rows": 1000000, "bytes": 262400123,
      "ids": {"count": 1000000, "sum": "9f2c...", "xor": "03a1..."},
      "min_id": 17, "max_id": 998877, "null_ids": 0, "nonfinite": 0,
-     "lease": {"generation": 2, "token": "..."}, "written": "2026-11-23T10:00:00+00:00"}
+     "lease": {"generation": 2, "token": "..."}, "written": "2026-11-23T10:00:00+00:00",
+     "input_ids": {"count": 1000000, "sum": "9f2c...", "xor": "03a1..."}}
+
+``input_ids`` is the fingerprint of the ids the writer *read* (its input chunk) when the part is
+a 1:1 map of input rows (a transform); None otherwise.
 
 ``ids`` is an order-independent multiset fingerprint: the count, the sum (mod 2^64) and the xor
 of a 64-bit hash of every id (pandas' ``hash_array``: SipHash with a fixed key for strings, a
@@ -99,9 +103,11 @@ class PartRecord:
     nonfinite: int = 0
     lease: dict = field(default_factory=dict)
     written: str = ""
+    input_ids: IdFingerprint | None = None
 
     def to_json(self) -> bytes:
         raw = {"format": PART_FORMAT, **asdict(self), "ids": self.ids.to_dict()}
+        raw["input_ids"] = self.input_ids.to_dict() if self.input_ids else None
         return json.dumps(raw, indent=1).encode()
 
     @classmethod
@@ -111,6 +117,8 @@ class PartRecord:
             if raw.pop("format") != PART_FORMAT:
                 raise ValueError(f"not a {PART_FORMAT} record")
             raw["ids"] = IdFingerprint.from_dict(raw["ids"])
+            if raw.get("input_ids") is not None:
+                raw["input_ids"] = IdFingerprint.from_dict(raw["input_ids"])
             record = cls(**raw)
             if not isinstance(record.rows, int) or not isinstance(record.bytes, int):
                 raise ValueError("rows and bytes must be integers")

@@ -17,28 +17,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from typing import Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raycompat.store.errors import (
-    PublishConflictError,
-    StoreError,
-    VerificationError,
-)
+from raycompat.store.commit_checks import check_expected, scan_rows, sum_records
+from raycompat.store.errors import PublishConflictError, StoreError
 from raycompat.store.filesystems import Backend
 from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef
 from raycompat.store.manifest import VersionInfo, now_utc, record_path, staging_path
-from raycompat.store.parquet import group_rows, iter_file_batches, open_parquet
+from raycompat.store.parquet import group_rows
 from raycompat.store.part_record import IdFingerprint, IdStats, PartRecord, part_record_path
 from raycompat.store.paths import check_name, join
 from raycompat.store.schema import (
-    check_unique_ids,
-    validate_schema,
     validate_table,
-    validate_values,
     version_metadata,
 )
 
@@ -94,12 +88,20 @@ class Staging:
             self.filesystem.create_dir(join(self.path, "_tmp"), recursive=True)
         return tmp
 
-    def publish_part(self, tmp: str, name: str, stats: IdStats, rows: int) -> str:
+    def publish_part(
+        self,
+        tmp: str,
+        name: str,
+        stats: IdStats,
+        rows: int,
+        input_ids: IdFingerprint | None = None,
+    ) -> str:
         """Move the finished file ``tmp`` into place as part ``name``; return its path.
 
         Checks the lease and that the version is unpublished, then writes the part record
-        (rows, byte size, id fingerprint) and moves the file: a rename locally, a server-side
-        copy on S3. On any failure the temporary file is deleted.
+        (rows, byte size, id fingerprint, and ``input_ids``, the fingerprint of the input rows
+        when the part maps them 1:1) and moves the file: a rename locally, a server-side copy
+        on S3. On any failure the temporary file is deleted.
         """
         path = join(self.path, check_name("part file", name))
         try:
@@ -114,6 +116,7 @@ class Staging:
                 null_ids=stats.null_ids,
                 lease={"generation": self.lease_ref.generation, "token": self.lease_ref.token},
                 written=now_utc(),
+                input_ids=input_ids,
             )
             self._backend.replace(part_record_path(self.path, name), record.to_json())
             self.filesystem.move(tmp, path)
@@ -165,14 +168,22 @@ class Staging:
 
     def files(self) -> list[str]:
         """Filesystem paths of the complete part files, sorted (``_*``/``.*`` entries skipped)."""
+        return list(self.listing())
+
+    def listing(self) -> dict[str, int]:
+        """``path -> byte size`` of the complete part files, sorted by path (one listing)."""
         selector = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
-        out = []
+        out = {}
         for entry in self.filesystem.get_file_info(selector):
             rel = entry.path[len(self.path) + 1 :]
             hidden = any(s.startswith(("_", ".")) for s in rel.split("/"))
             if entry.type == pafs.FileType.File and rel.endswith(".parquet") and not hidden:
-                out.append(entry.path)
-        return sorted(out)
+                out[entry.path] = entry.size
+        return dict(sorted(out.items()))
+
+    def uri_of(self, path: str) -> str:
+        """The URI of a filesystem path under this staging area (named in errors)."""
+        return self._backend.uri(path)
 
     def part_record(self, name: str) -> PartRecord | None:
         """The record the writer of part ``name`` wrote, or None if there is none."""
@@ -210,14 +221,21 @@ class Staging:
         return any(f.startswith(prefix) for f in info.files)
 
     def commit(
-        self, expected_rows: int | None = None, expected_ids: pa.Array | None = None
+        self,
+        expected_rows: int | None = None,
+        expected_ids: pa.Array | IdFingerprint | None = None,
+        *,
+        check: Literal["rows", "records"] = "rows",
     ) -> VersionInfo:
-        """Verify every part file, then publish the version record atomically.
+        """Verify the staged parts, then publish the version record atomically.
 
-        Checks each file (readable Parquet, schema, width, no null/NaN/inf vectors, norms if
-        ``normalized``) and against its part record (rows, byte size, id fingerprint), ids
-        unique across files, and the total row count and id set against ``expected_rows`` /
-        ``expected_ids`` when given.
+        ``check="rows"`` reads every row back: each file (readable Parquet, schema, width, no
+        null/NaN/inf vectors, norms if ``normalized``) and against its part record (byte size,
+        rows, id fingerprint), ids unique across files. ``check="records"`` reads only the
+        listing and the part records (O(parts), no row data; see ``commit_checks.py``): every
+        part must be a 1:1 map of its input chunk, as the transform writes them. Then the
+        total row count and ids are checked against ``expected_rows`` / ``expected_ids`` (an
+        array of ids, or an :class:`IdFingerprint`, the only form ``"records"`` takes).
 
         Raises:
             PublishConflictError: the version exists, before or after verification (lost race).
@@ -225,44 +243,25 @@ class Staging:
             VerificationError: a part is foreign (no record, or not the file its record
                 describes), or the rows differ from what was expected.
         """
+        if check not in ("rows", "records"):
+            raise StoreError(f"commit check must be 'rows' or 'records', got {check!r}")
         version = self.info.version
         self.check_writable(f"publish version {version}")
-        files = self.files()
-        if not files:
+        listing = self.listing()
+        if not listing:
             raise StoreError(f"{self.uri}: no part files to publish for version {version}")
-        ids, rows, first, fingerprint = [], 0, None, IdFingerprint()
-        for path in files:
-            source = self._backend.uri(path)
-            record = self._checked_record(path, source)
-            with open_parquet(self.filesystem, path, source) as parquet:
-                schema = parquet.schema_arrow
-                validate_schema(schema, self.info, source)
-                first = first or (source, [(f.name, f.type) for f in schema])
-                if [(f.name, f.type) for f in schema] != first[1]:
-                    raise StoreError(f"{source}: schema {schema} differs from {first[0]}")
-                file_ids = []
-                for batch, offset in iter_file_batches(parquet, source):
-                    validate_values(batch, self.info, source, offset)
-                    file_ids.append(batch.column("id"))
-                    rows += batch.num_rows
-                empty = pa.array([], type=schema.field("id").type)
-                ids.append((source, pa.concat_arrays(file_ids) if file_ids else empty))
-            found = IdFingerprint.of(ids[-1][1])
-            if found != record.ids:
-                raise VerificationError(
-                    f"{source}: ids ({found}) differ from its part record ({record.ids}): "
-                    f"the file was replaced by another writer; rerun the job to rewrite it"
-                )
-            fingerprint = fingerprint.combine(found)
+        if check == "rows":
+            rows, fingerprint, ids = scan_rows(self, listing)
+        else:
+            (rows, fingerprint), ids = sum_records(self, listing), None
         if rows == 0:
             raise StoreError(f"{self.uri}: the part files hold no rows")
-        check_unique_ids(ids)
-        self._verify(rows, [a for _, a in ids], expected_rows, expected_ids)
+        check_expected(self.uri, rows, fingerprint, ids, expected_rows, expected_ids)
         info = dataclasses.replace(
             self.info,
             rows=rows,
             created=now_utc(),
-            files=[p[len(self._gallery_path) + 1 :] for p in files],
+            files=[p[len(self._gallery_path) + 1 :] for p in listing],
             ids=fingerprint.to_dict(),
         )
         self.check_writable(f"publish version {version}")
@@ -274,53 +273,8 @@ class Staging:
             raise PublishConflictError(
                 f"{self._backend.uri(self._record)} was published by another writer first"
             ) from None
-        logger.info("published %s (%d rows, %d files)", self._record, rows, len(files))
+        logger.info("published %s (%d rows, %d files)", self._record, rows, len(listing))
         return info
-
-    def _checked_record(self, path: str, source: str) -> PartRecord:
-        """The part's record, checked against the file's byte size and footer row count."""
-        name = path[len(self.path) + 1 :]
-        record = self.part_record(name)
-        if record is None:
-            raise VerificationError(
-                f"{source}: no part record ({part_record_path(self.uri, name)}): the file was "
-                f"not written by this staging area's writers; remove it or rerun the job"
-            )
-        size = self.filesystem.get_file_info(path).size
-        rows = None
-        if size == record.bytes:
-            with open_parquet(self.filesystem, path, source) as parquet:
-                rows = parquet.metadata.num_rows
-        if size != record.bytes or rows != record.rows:
-            raise VerificationError(
-                f"{source}: holds {rows if rows is not None else '?'} rows in {size} bytes but "
-                f"its part record says {record.rows} rows in {record.bytes} bytes: the file was "
-                f"replaced by another writer; rerun the job to rewrite it"
-            )
-        return record
-
-    def _verify(self, rows: int, ids: list, expected_rows: int | None, expected_ids) -> None:
-        if expected_rows is not None and rows != expected_rows:
-            raise VerificationError(f"{self.uri}: staged {rows} rows, expected {expected_rows}")
-        if expected_ids is None:
-            return
-        staged = pa.chunked_array(ids, type=ids[0].type)
-        try:
-            if isinstance(expected_ids, pa.ChunkedArray):
-                expected_ids = expected_ids.combine_chunks()
-            expected = pa.array(expected_ids).cast(staged.type)
-        except (pa.ArrowException, TypeError) as error:
-            raise VerificationError(
-                f"{self.uri}: expected_ids cannot be compared with {staged.type} ids ({error})"
-            ) from None
-        missing = pc.filter(expected, pc.invert(pc.is_in(expected, value_set=staged)))
-        extra = pc.filter(staged, pc.invert(pc.is_in(staged, value_set=expected)))
-        if len(missing) or len(extra) or len(expected) != len(staged):
-            raise VerificationError(
-                f"{self.uri}: staged id set differs from expected_ids: {len(missing)} missing "
-                f"(e.g. {missing[:3].to_pylist()}), {len(extra)} unexpected "
-                f"(e.g. {extra[:3].to_pylist()}), {len(staged)} staged vs {len(expected)} expected"
-            )
 
     def release(self) -> None:
         """Give the lease up (keeping the parts), so that a rerun can resume at once."""

@@ -98,24 +98,46 @@ def test_features(directory: str) -> np.ndarray:
     return load_features(directory, "test")
 
 
+def _matching_rows(fs, path: str, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(ids, vectors)`` of the rows of one part whose id is in ``wanted``, streamed one batch
+    at a time (memory: a batch plus the matches); None if the part's ids are not integers."""
+    value_set, found_ids, found = pa.array(wanted), [np.zeros(0, np.int64)], []
+    with fs.open_input_file(path) as handle:
+        parquet = pq.ParquetFile(handle)
+        if not pa.types.is_integer(parquet.schema_arrow.field("id").type):
+            return None
+        width = parquet.schema_arrow.field("embedding").type.list_size
+        found.append(np.zeros((0, width), np.float32))
+        for batch in parquet.iter_batches(columns=["id", "embedding"]):
+            batch = batch.filter(pc.is_in(batch.column("id"), value_set=value_set))
+            found_ids.append(batch.column("id").to_numpy())
+            found.append(vectors(batch, "embedding"))
+    return np.concatenate(found_ids), np.concatenate(found)
+
+
 def rows_of(fs, paths: list[str], ids: np.ndarray, source: str) -> np.ndarray | None:
     """``(len(ids), d)`` vectors of ``ids`` from Parquet ``paths``, in ``ids`` order; None when
-    some id is absent (the gallery does not hold those images)."""
-    wanted = pa.array(np.asarray(ids, dtype=np.int64))
-    found_ids, found = [], []
-    for path in paths:
-        table = pq.read_table(path, filesystem=fs, columns=["id", "embedding"])
-        if not pa.types.is_integer(table.schema.field("id").type):
-            return None
-        table = table.filter(pc.is_in(table.column("id"), value_set=wanted))
-        found_ids.append(table.column("id").to_numpy())
-        found.append(vectors(table, "embedding"))
-    got = np.concatenate(found_ids) if found_ids else np.zeros(0, np.int64)
+    some id is absent (the gallery does not hold those images).
+
+    With Ray running, each part is scanned by a Ray task on the cluster and only the matching
+    rows come back: the driver holds the requested rows, never a whole part or version.
+    """
+    wanted = np.asarray(ids, dtype=np.int64)
+    import ray
+
+    if ray.is_initialized() and len(paths) > 1:
+        scan = ray.remote(_matching_rows)
+        parts = ray.get([scan.remote(fs, path, wanted) for path in paths])
+    else:
+        parts = [_matching_rows(fs, path, wanted) for path in paths]
+    if not parts or any(p is None for p in parts):
+        return None
+    got = np.concatenate([p[0] for p in parts])
     if len(got) != len(ids):
         log.info("%s holds %d of the %d test ids", source, len(got), len(ids))
         return None
     order = np.argsort(got)[np.searchsorted(got, ids, sorter=np.argsort(got))]
-    return np.concatenate(found)[order]
+    return np.concatenate([p[1] for p in parts])[order]
 
 
 def version_rows(store: GalleryStore, gallery: str, version: str, ids) -> np.ndarray | None:
