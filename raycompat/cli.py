@@ -163,7 +163,49 @@ def report(args) -> dict | str:
 
 
 PROG = "raycompat"
-COMMANDS = {"versions": versions, "models": models, "search": search, "report": report}
+_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_s(text: str) -> float:
+    """``"24h"``, ``"90m"``, ``"2d"``, ``"30s"`` or plain seconds -> seconds."""
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in _DURATION else text
+    try:
+        value = float(number) * _DURATION.get(unit, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration like 24h, 90m or 3600"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be >= 0")
+    return value
+
+
+def gc(args) -> dict:
+    """List (``--dry-run``) or delete what ``raycompat.store.gc`` finds; see docs/store.md."""
+    from raycompat.store.gc import collect, plan_gc
+
+    store = open_store(args.store)
+    items = plan_gc(store, older_than_s=args.older_than, keep_versions=args.keep_versions)
+    freed = 0 if args.dry_run else collect(store, items)
+    return {
+        "store": args.store,
+        "dry_run": args.dry_run,
+        "items": [
+            {"kind": i.kind, "uri": i.uri, "reason": i.reason, "bytes": i.bytes} for i in items
+        ],
+        "bytes": sum(i.bytes for i in items),
+        "bytes_freed": freed,
+    }
+
+
+COMMANDS = {
+    "versions": versions,
+    "models": models,
+    "search": search,
+    "report": report,
+    "gc": gc,
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -194,6 +236,27 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="show an upgrade run's report", parents=[debug])
     p.add_argument("run", help="the run's report directory, e.g. outputs/upgrade/report/<name>")
     p.add_argument("--json", action="store_true", help="report.json instead of report.md")
+    p = sub.add_parser(
+        "gc",
+        help="remove abandoned staging areas, stale temporary files, old index builds and "
+        "(with --keep-versions) superseded versions",
+        parents=[debug],
+    )
+    p.add_argument("--store", required=True)
+    p.add_argument(
+        "--older-than",
+        type=duration_s,
+        default=duration_s("24h"),
+        help="only what is older than this (24h, 90m, 2d or seconds; default 24h)",
+    )
+    p.add_argument(
+        "--keep-versions",
+        type=int,
+        default=None,
+        help="also remove published versions older than the newest K, unless a registered "
+        "model queries them or the newest version's lineage names them",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     return top
 
 

@@ -71,9 +71,11 @@ class LeaseOwner:
     """Who holds a lease: the Ray job (or process), host and pid, named in every error."""
 
     job: str = field(
-        default_factory=lambda: os.environ.get("RAY_JOB_SUBMISSION_ID")
-        or os.environ.get("RAYCOMPAT_JOB")
-        or f"pid-{os.getpid()}"
+        default_factory=lambda: (
+            os.environ.get("RAY_JOB_SUBMISSION_ID")
+            or os.environ.get("RAYCOMPAT_JOB")
+            or f"pid-{os.getpid()}"
+        )
     )
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
