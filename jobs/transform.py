@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
         t.normalized,
         t.lineage or default_lineage,
         t.side_info_width,
+        dtype=t.dtype,
     )
     if not ray.is_initialized():
         ray.init(address=cfg.ray_address, log_to_driver=True)

@@ -385,6 +385,7 @@ def test_transform_job_main(small, tmp_path, ray_local):
             "target.model_version=m2",
             f"target.width={D_NEW}",
             f"target.side_info_width={D_SIDE_NEW}",
+            "target.dtype=float16",
         ]
     )
     # 2 files of 2 x 1000-row groups; a chunk closes at >= 1500 rows: one part per file
@@ -392,6 +393,10 @@ def test_transform_job_main(small, tmp_path, ray_local):
     assert store.version("g", "v2").lineage == "v2 = h(v1)"
     # committed from part records (O(parts)): the parts' ids add up to the source's
     assert store.version("g", "v2").ids == store.version("g", "v1").ids is not None
+    # stored as float16 (half the bytes), side info as float32
+    schema = store.read("g", "v2").schema
+    assert schema.field("embedding").type == pa.list_(pa.float16(), D_NEW)
+    assert schema.field("side_info").type == pa.list_(pa.float32(), D_SIDE_NEW)
     summary = job.main(
         [
             "--config",

@@ -33,6 +33,7 @@ class TargetSpec:
     lineage: str = ""  # default: "<version> = h(<source>)" or "<version> = extract(<model>)"
     side_info_width: int | None = None
     staging_name: str | None = None  # default: transform-<source> / extract-<version>
+    dtype: Literal["float32", "float16"] = "float32"  # stored embeddings; float16: half the bytes
 
 
 @dataclass

@@ -114,7 +114,7 @@ def extract_version(
         run.unique_ids == "auto" and total >= DISTRIBUTED_UNIQUE_ROWS
     )
     id_type, with_label = images.id_type_and_labels()
-    schema = embedding_schema(target.width, id_type, with_label=with_label)
+    schema = embedding_schema(target.width, id_type, with_label=with_label, dtype=target.dtype)
     staging = store.begin(gallery, target, staging_name or f"extract-{target.version}")
     identity = {
         "kind": "extract",

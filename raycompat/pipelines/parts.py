@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycompat.store import Staging, validate_table, version_metadata
+from raycompat.store.parquet import dictionary_columns
 from raycompat.store.part_record import IdFingerprint, IdStats
 
 
@@ -89,7 +90,11 @@ class PartWriter:
         self.input_ids: IdFingerprint | None = None  # set by workers that map rows 1:1
         self._tmp = staging.tmp_path(name)
         self._writer = pq.ParquetWriter(
-            self._tmp, self.schema, filesystem=staging.filesystem, write_page_checksum=True
+            self._tmp,
+            self.schema,
+            filesystem=staging.filesystem,
+            write_page_checksum=True,
+            use_dictionary=dictionary_columns(self.schema),
         )
 
     def write(self, table: pa.Table) -> None:

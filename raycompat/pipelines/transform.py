@@ -177,7 +177,7 @@ def transform_version(
     source = store.version(gallery, source_version)  # ManifestError if absent
     check_transformation(source, target, transformation, side_info_transformation)
     chunks, id_type, carried = plan_version_chunks(store, gallery, source, run.rows_per_file)
-    schema = embedding_schema(target.width, id_type, target.side_info_width)
+    schema = embedding_schema(target.width, id_type, target.side_info_width, dtype=target.dtype)
     schema = pa.schema(list(schema) + carried)
     staging = store.begin(gallery, target, staging_name or f"transform-{source_version}")
     identity = {

@@ -66,7 +66,8 @@ class VersionIndex:
 
 def _vectors(batch: pa.RecordBatch, width: int) -> np.ndarray:
     # A writable copy: torch refuses to wrap Arrow's read-only buffers without a warning.
-    return batch.column("embedding").flatten().to_numpy().reshape(-1, width).copy()
+    # float16 versions are searched as float32 (faiss's input type)
+    return batch.column("embedding").flatten().to_numpy().astype(np.float32).reshape(-1, width)
 
 
 def _sample(

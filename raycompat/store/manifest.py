@@ -31,7 +31,16 @@ from raycompat.store.paths import check_name, check_relative_path, join
 from raycompat.store.records import check_record, load_object
 
 RECORD_FORMAT = "raycompat.store/1"
-_META_FIELDS = ("version", "model_version", "width", "normalized", "lineage", "side_info_width")
+_META_FIELDS = (
+    "version",
+    "model_version",
+    "width",
+    "normalized",
+    "lineage",
+    "side_info_width",
+    "dtype",
+)
+EMBEDDING_DTYPES = ("float32", "float16")
 VERSIONS_DIR, DATA_DIR, INDEX_DIR = "_versions", "_data", "_index"
 _HEX64 = re.compile(r"[0-9a-f]{1,16}")
 
@@ -43,7 +52,7 @@ class VersionInfo:
     Attributes:
         version: safe name of this version (``"v3"``).
         model_version: the model that produced (or, via a transformation, defines) the embeddings.
-        width: embedding width ``d``; every row is a ``fixed_size_list<float32>[d]``.
+        width: embedding width ``d``; every row is a ``fixed_size_list<dtype>[d]``.
         normalized: rows are L2-normalised (checked to 1e-3 on validation).
         lineage: how the rows were made, e.g. ``"v3 = h_3(v2)"`` or ``"v3 = extract(model_3)"``.
         side_info_width: width of the optional ``side_info`` column, ``None`` if absent.
@@ -51,6 +60,8 @@ class VersionInfo:
             gallery prefix, ``created`` is an ISO-8601 UTC time.
         ids: the id fingerprint of the version (``part_record.IdFingerprint.to_dict``), filled
             in by ``Staging.commit``; None in records written before it existed.
+        dtype: how embeddings are stored, ``"float32"`` or ``"float16"`` (half the bytes; read
+            back as float32 for compute). ``side_info`` stays float32.
     """
 
     version: str
@@ -63,6 +74,7 @@ class VersionInfo:
     files: list[str] = field(default_factory=list)
     created: str = ""
     ids: dict | None = None
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         check_name("version", self.version)
@@ -77,6 +89,11 @@ class VersionInfo:
                 raise StoreError(f"version {self.version}: {name} must be a positive int")
         if not isinstance(self.normalized, bool):
             raise StoreError(f"version {self.version}: normalized must be a bool")
+        if self.dtype not in EMBEDDING_DTYPES:
+            raise StoreError(
+                f"version {self.version}: dtype must be one of {EMBEDDING_DTYPES}, "
+                f"got {self.dtype!r}"
+            )
 
     def schema_metadata(self) -> dict[str, str]:
         """``raycompat.<field>`` -> string, for the fields that describe the version's rows."""

@@ -68,6 +68,16 @@ def read_file(parquet: pq.ParquetFile, source: str, columns: list | None = None)
         raise CorruptFileError(f"{source}: corrupt data ({error})") from None
 
 
+VECTOR_COLUMNS = ("embedding", "side_info")
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Columns worth dictionary-encoding: all but the vectors. Random floats never repeat, so a
+    dictionary only adds its page before Parquet falls back to plain encoding: measured 30% more
+    bytes for 256-d float32 rows (2.68 MB vs 2.06 MB for 2,000 rows)."""
+    return [name for name in schema.names if name not in VECTOR_COLUMNS]
+
+
 def group_rows(table: pa.Table) -> int:
     """Rows per row group for ``table``: about ``ROW_GROUP_BYTES`` whatever the width."""
     # Readers stream a row group at a time; pyarrow's default of 1Mi rows is 8 GiB of 2048-d

@@ -17,6 +17,7 @@ import pyarrow as pa
 from raycompat.store.errors import SchemaError
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.validate import (  # noqa: F401 - the schema checks, re-exported
+    ARROW_DTYPES,
     check_unique_ids,
     validate_schema,
     validate_table,
@@ -37,13 +38,17 @@ def embedding_schema(
     side_info_width: int | None = None,
     with_label: bool = False,
     metadata: dict | None = None,
+    dtype: str = "float32",
 ) -> pa.Schema:
-    """Schema of a version's tables; ``metadata`` (str -> str) is attached as schema metadata."""
+    """Schema of a version's tables; ``metadata`` (str -> str) is attached as schema metadata.
+    ``dtype`` is the stored type of ``embedding`` (``"float32"`` or ``"float16"``)."""
+    if dtype not in ARROW_DTYPES:
+        raise SchemaError(f"dtype must be one of {sorted(ARROW_DTYPES)}, got {dtype!r}")
     if id_type not in ID_TYPES:
         raise SchemaError(f"id_type must be one of {sorted(ID_TYPES)}, got {id_type!r}")
     fields = [
         pa.field("id", ID_TYPES[id_type], nullable=False),
-        pa.field("embedding", pa.list_(pa.float32(), width), nullable=False),
+        pa.field("embedding", pa.list_(ARROW_DTYPES[dtype], width), nullable=False),
     ]
     if side_info_width is not None:
         fields.append(pa.field("side_info", pa.list_(pa.float32(), side_info_width)))
@@ -78,3 +83,19 @@ def _fixed_size(x: Any, name: str) -> pa.FixedSizeListArray:
     if x.ndim != 2:
         raise SchemaError(f"{name} must be a 2-D (N, d) matrix, got shape {x.shape}")
     return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
+
+
+def cast_embeddings(table: pa.Table, info: VersionInfo) -> pa.Table:
+    """``table`` with its ``embedding`` column in the version's stored dtype (float32 rows
+    written into a float16 version are rounded here; values beyond float16's range become
+    inf, which validation then refuses, naming the row)."""
+    if "embedding" not in table.column_names:
+        return table
+    field = table.schema.field("embedding")
+    want = ARROW_DTYPES[info.dtype]
+    if not pa.types.is_fixed_size_list(field.type) or field.type.value_type == want:
+        return table
+    typed = pa.list_(want, field.type.list_size)
+    index = table.schema.get_field_index("embedding")
+    column = table.column("embedding").cast(typed)
+    return table.set_column(index, field.with_type(typed), column)

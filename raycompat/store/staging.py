@@ -28,10 +28,11 @@ from raycompat.store.errors import PublishConflictError, StoreError
 from raycompat.store.filesystems import Backend
 from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef
 from raycompat.store.manifest import VersionInfo, now_utc, record_path, staging_path
-from raycompat.store.parquet import group_rows
+from raycompat.store.parquet import dictionary_columns, group_rows
 from raycompat.store.part_record import IdFingerprint, IdStats, PartRecord, part_record_path
 from raycompat.store.paths import check_name, join
 from raycompat.store.schema import (
+    cast_embeddings,
     validate_table,
     version_metadata,
 )
@@ -147,6 +148,7 @@ class Staging:
         if not check_name("part file", name).endswith(".parquet"):
             raise StoreError(f"part file name {name!r} must end with '.parquet'")
         self.check_writable(f"write part {name}")
+        table = cast_embeddings(table, self.info)
         validate_table(table, self.info, self._backend.uri(join(self.path, name)))
         meta = {k.decode(): v for k, v in (table.schema.metadata or {}).items()}
         meta.update(version_metadata(self.info))
@@ -159,6 +161,7 @@ class Staging:
                 tmp,
                 filesystem=self.filesystem,
                 write_page_checksum=True,
+                use_dictionary=dictionary_columns(table.schema),
                 row_group_size=row_group_size or group_rows(table),
             )
         except BaseException:

@@ -15,15 +15,16 @@ from raycompat.store.errors import DuplicateIdError, SchemaError
 from raycompat.store.manifest import VersionInfo
 
 _ACCEPTED_ID_TYPES = (pa.string(), pa.large_string(), pa.int64())
-NORM_TOLERANCE = 1e-3
+NORM_TOLERANCE = {"float32": 1e-3, "float16": 4e-3}  # float16 rounds each coordinate to ~5e-4
+ARROW_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
 
 
-def _vector_type_error(field: pa.Field, width: int | None) -> str | None:
+def _vector_type_error(field: pa.Field, width: int | None, dtype: str = "float32") -> str | None:
     t = field.type
-    ok = pa.types.is_fixed_size_list(t) and t.value_type == pa.float32()
+    ok = pa.types.is_fixed_size_list(t) and t.value_type == ARROW_DTYPES[dtype]
     if ok and (width is None or t.list_size == width):
         return None
-    want = f"fixed_size_list<float32>[{width if width is not None else 'd'}]"
+    want = f"fixed_size_list<{dtype}>[{width if width is not None else 'd'}]"
     return f"column {field.name!r} has type {t}, expected {want}"
 
 
@@ -37,7 +38,7 @@ def validate_schema(schema: pa.Schema, info_or_width: VersionInfo | int, source:
     problems = []
     if schema.field("id").type not in _ACCEPTED_ID_TYPES:
         problems.append(f"column 'id' has type {schema.field('id').type}, expected string/int64")
-    problems.append(_vector_type_error(schema.field("embedding"), width))
+    problems.append(_vector_type_error(schema.field("embedding"), width, _dtype(info)))
     if "side_info" in schema.names:
         if info and info.side_info_width is None:
             problems.append("column 'side_info' present but the version declares no side info")
@@ -84,6 +85,7 @@ def validate_values(
                 source,
                 row_offset,
                 normalized=bool(info and info.normalized and name == "embedding"),
+                tolerance=NORM_TOLERANCE[_dtype(info) if name == "embedding" else "float32"],
             )
 
 
@@ -93,15 +95,22 @@ def validate_table(table: pa.Table, info_or_width: VersionInfo | int, source: st
     validate_values(table, info_or_width, source)
 
 
+def _dtype(info: VersionInfo | None) -> str:
+    return info.dtype if info else "float32"
+
+
 def _combined(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _check_vectors(arr: pa.Array, name: str, source: str, offset: int, normalized: bool) -> None:
+def _check_vectors(
+    arr: pa.Array, name: str, source: str, offset: int, normalized: bool, tolerance: float
+) -> None:
     if arr.null_count:
         row = offset + pc.index(pc.is_null(arr), True).as_py()
         raise SchemaError(f"{source}: row {row} has a null {name}")
-    x = arr.flatten().to_numpy().reshape(len(arr), arr.type.list_size)
+    x = arr.flatten().to_numpy().astype(np.float32, copy=False)
+    x = x.reshape(len(arr), arr.type.list_size)
     bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
     if bad.size:
         raise SchemaError(
@@ -109,7 +118,7 @@ def _check_vectors(arr: pa.Array, name: str, source: str, offset: int, normalize
         )
     if normalized:
         norms = np.linalg.norm(x, axis=1)
-        off = np.flatnonzero(np.abs(norms - 1.0) > NORM_TOLERANCE)
+        off = np.flatnonzero(np.abs(norms - 1.0) > tolerance)
         if off.size:
             raise SchemaError(
                 f"{source}: the version is normalized but {off.size} row(s) of {name} are not "
