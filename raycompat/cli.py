@@ -1,16 +1,23 @@
 """``raycompat``: inspect a store's galleries and models, and search with any registered model.
 
-    raycompat versions <gallery> --store ROOT     versions, their model and lineage, and which
-                                                  models may query each
+    raycompat versions <gallery> --store ROOT     versions, their model, rows, width, dtype,
+                                                  lineage, and which models may query each
     raycompat models --store ROOT                 registered model versions
     raycompat search --store ROOT --gallery G --model M IMAGE [IMAGE ...] [-k 5]
+    raycompat search ... --vectors Q.npy|Q.parquet   query vectors of model M
+    raycompat search ... --ids ID [ID ...]        query with rows stored in M's gallery version
+    raycompat gc --store ROOT [--older-than 24h] [--keep-versions K] [--dry-run]
     raycompat report RUN_DIR [--json]             an upgrade run's report (report.md, or the
                                                   decisions and matrix as JSON)
 
-``search`` embeds the images with model M, finds the gallery version M may query (its catalog
-grant: extracted, compatible or transformed), and searches that version's faiss index (built on
-first use, rebuilt when it fails its checksums). A compatible model of another width is compared
-on the shared first coordinates (BCT: zero-padding), as in training. No Ray: this is the core.
+Listings print aligned tables (``cli_tables.py``); ``--json`` prints the same data as JSON for
+scripts. ``search`` prints id, score and the stored label of each hit.
+
+``search`` embeds the images with model M (or takes ``--vectors`` / ``--ids``), finds the
+gallery version M may query (its catalog grant: extracted, compatible or transformed), and
+searches that version's faiss index (built on first use, rebuilt when it fails its checksums).
+A compatible model of another width is compared on the shared first coordinates (BCT:
+zero-padding), as in training. No Ray: this is the core.
 
 A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
 name each corrupt one (file and error) and exit 1. Errors are one line (``cli_errors.py``): exit
@@ -30,6 +37,7 @@ import numpy as np
 import torch
 
 from raycompat.cli_errors import DEBUG_ENV, DEBUG_FLAG, USAGE_ERRORS, debug_requested, error_line
+from raycompat.cli_tables import RENDERERS
 from raycompat.credentials import configure_logging
 from raycompat.data.image_folder import read_image
 from raycompat.distances import ZeroNormError
@@ -54,6 +62,7 @@ def _version_rows(infos: list[VersionInfo], grants: list[QueryGrant]) -> list[di
                 "version": info.version,
                 "model_version": info.model_version,
                 "width": info.width,
+                "dtype": info.dtype,
                 "rows": info.rows,
                 "lineage": info.lineage,
                 "created": info.created,
@@ -108,16 +117,95 @@ def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
         return model.forward_features(images).numpy()
 
 
+def query_vectors(args, store: GalleryStore, catalog: Catalog, version: str) -> np.ndarray:
+    """``(Q, d)`` queries from ``--vectors`` (.npy or Parquet ``embedding``), ``--ids`` (rows
+    stored in the version the model queries) or images embedded with the model."""
+    if args.vectors:
+        return read_query_vectors(args.vectors, catalog.model(args.model).embed_dim)
+    if args.ids:
+        return stored_vectors(store, args.gallery, version, args.ids)
+    record = catalog.model(args.model)
+    if Path(record.uri).is_dir():
+        return embed_images(record.uri, args.images)
+    with tempfile.TemporaryDirectory() as local:  # files in an S3 store: copy them out first
+        return embed_images(catalog.fetch_model_files(args.model, local), args.images)
+
+
+def read_query_vectors(path: str, width: int) -> np.ndarray:
+    """A ``(Q, width)`` float array from ``.npy`` or from a Parquet ``embedding`` column."""
+    if path.endswith(".npy"):
+        try:
+            x = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise StoreError(f"{path}: not a readable .npy array ({error})") from None
+    else:
+        import pyarrow.parquet as pq
+
+        from raycompat.pipelines.inputs import vectors
+
+        try:
+            x = vectors(pq.read_table(path, columns=["embedding"]), "embedding")
+        except (OSError, KeyError, ValueError) as error:
+            raise StoreError(f"{path}: no readable 'embedding' column ({error})") from None
+    if x.ndim != 2 or x.shape[1] != width or not np.isfinite(x).all():
+        raise StoreError(
+            f"{path}: expected finite vectors of shape (Q, {width}) for model width {width}, "
+            f"got shape {x.shape}"
+        )
+    return x.astype(np.float32)
+
+
+def _stored_rows(store: GalleryStore, gallery: str, version: str, ids: list, columns: list):
+    """The rows of ``ids`` in the version (one streamed scan; only the matches are kept)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    info = store.version(gallery, version)
+    found = []
+    for batch in store.iter_batches(gallery, version, columns=["id", *columns]):
+        want = pa.array(ids).cast(batch.schema.field("id").type)
+        found.append(batch.filter(pc.is_in(batch.column("id"), value_set=want)))
+    table = pa.Table.from_batches(found) if found else pa.table({})
+    return info, {i: k for k, i in enumerate(table.column("id").to_pylist())}, table
+
+
+def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[str]):
+    """``(Q, d)`` stored embeddings of ``ids`` (given as text; int64 ids are parsed)."""
+    import pyarrow as pa
+
+    from raycompat.pipelines.inputs import vectors
+
+    first = next(store.iter_batches(gallery, version, batch_size=1, columns=["id"]))
+    if pa.types.is_int64(first.schema.field("id").type):
+        try:
+            ids = [int(i) for i in ids]
+        except ValueError:
+            raise StoreError(f"{gallery}/{version} has int64 ids; got {ids}") from None
+    _, where, table = _stored_rows(store, gallery, version, ids, ["embedding"])
+    missing = [i for i in ids if i not in where]
+    if missing:
+        raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
+    return vectors(table, "embedding")[[where[i] for i in ids]]
+
+
+def labels_of(store: GalleryStore, gallery: str, version: str, ids: np.ndarray) -> list:
+    """Stored ``label`` of each id in ``ids (Q, k)`` (None where absent or unlabelled)."""
+    wanted = sorted({i for i in ids.reshape(-1).tolist() if i is not None and i != -1})
+    schema = next(store.iter_batches(gallery, version, batch_size=1)).schema
+    if not wanted or "label" not in schema.names:
+        return [[None] * ids.shape[1] for _ in range(len(ids))]
+    _, where, table = _stored_rows(store, gallery, version, wanted, ["label"])
+    labels = table.column("label").to_pylist()
+    return [[labels[where[i]] if i in where else None for i in row] for row in ids.tolist()]
+
+
 def search(args) -> dict:
     store = open_store(args.store)
     catalog = Catalog(store)
-    record = catalog.model(args.model)
+    catalog.model(args.model)
     grant = catalog.queryable_version(args.gallery, args.model)
-    if Path(record.uri).is_dir():
-        queries = embed_images(record.uri, args.images)
-    else:  # files in an S3 store: copy them out first
-        with tempfile.TemporaryDirectory() as local:
-            queries = embed_images(catalog.fetch_model_files(args.model, local), args.images)
+    queries = query_vectors(args, store, catalog, grant.gallery_version)
+    names = args.images or args.ids or [f"{args.vectors}[{q}]" for q in range(len(queries))]
     # Built on first use, and rebuilt when the stored one fails verification (it is derived data).
     index = open_version_index(store, args.gallery, grant.gallery_version, rebuild=True)
     width = index.info.width
@@ -127,12 +215,13 @@ def search(args) -> dict:
     try:
         scores, ids = index.search(np.ascontiguousarray(shared, dtype=np.float32), args.k)
     except ZeroNormError as err:
-        images = ", ".join(args.images[row] for row in err.rows)
+        bad = ", ".join(str(names[row]) for row in err.rows)
         raise ZeroNormError(
-            f"model {args.model} embeds query image(s) {images} to a zero vector: cosine search "
-            f"cannot rank the gallery for them",
+            f"query {bad} is a zero vector for model {args.model}: cosine search cannot rank "
+            f"the gallery for it",
             err.rows,
         ) from None
+    labels = labels_of(store, args.gallery, grant.gallery_version, ids)
     return {
         "gallery": args.gallery,
         "gallery_version": grant.gallery_version,
@@ -140,11 +229,13 @@ def search(args) -> dict:
         "model": args.model,
         "results": [
             {
-                "image": p,
+                "query": str(name),
+                "image": name if args.images else None,
                 "ids": [None if i is None else str(i) for i in row],
                 "scores": [float(s) for s in srow],
+                "labels": lrow,
             }
-            for p, row, srow in zip(args.images, ids, scores, strict=True)
+            for name, row, srow, lrow in zip(names, ids, scores, labels, strict=True)
         ],
     }
 
@@ -220,15 +311,25 @@ def parser() -> argparse.ArgumentParser:
         prog="raycompat", description=__doc__.splitlines()[0], parents=[debug]
     )
     sub = top.add_subparsers(dest="command", required=True)
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="JSON instead of a table")
     p = sub.add_parser(
-        "versions", help="a gallery's versions, lineage and query models", parents=[debug]
+        "versions",
+        help="a gallery's versions, lineage and query models",
+        parents=[debug, as_json],
     )
     p.add_argument("gallery")
     p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
-    p = sub.add_parser("models", help="registered model versions", parents=[debug])
+    p = sub.add_parser("models", help="registered model versions", parents=[debug, as_json])
     p.add_argument("--store", required=True)
-    p = sub.add_parser("search", help="top-k gallery ids for query images", parents=[debug])
-    p.add_argument("images", nargs="+", type=str)
+    p = sub.add_parser(
+        "search",
+        help="top-k gallery ids for query images, vectors or stored ids",
+        parents=[debug, as_json],
+    )
+    p.add_argument("images", nargs="*", type=str, help="query images, embedded with --model")
+    p.add_argument("--vectors", help="query vectors of --model: a .npy (Q, d) or a Parquet file")
+    p.add_argument("--ids", nargs="+", help="query with rows stored in the version --model queries")
     p.add_argument("--store", required=True)
     p.add_argument("--gallery", required=True)
     p.add_argument("--model", required=True, help="a registered model version")
@@ -240,7 +341,7 @@ def parser() -> argparse.ArgumentParser:
         "gc",
         help="remove abandoned staging areas, stale temporary files, old index builds and "
         "(with --keep-versions) superseded versions",
-        parents=[debug],
+        parents=[debug, as_json],
     )
     p.add_argument("--store", required=True)
     p.add_argument(
@@ -266,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)
     debug = getattr(args, "debug", False) or debug_requested()
+    if args.command == "search" and sum(map(bool, (args.images, args.vectors, args.ids))) != 1:
+        print(
+            error_line(PROG, "search takes images, --vectors or --ids (one of them)"),
+            file=sys.stderr,
+        )
+        return 2
     if getattr(args, "images", None):
         missing = [p for p in args.images if not Path(p).is_file()]
         if missing:
@@ -280,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(error_line(PROG, err), file=sys.stderr)
         return 2 if isinstance(err, USAGE_ERRORS) else 1
-    print(out if isinstance(out, str) else json.dumps(out, indent=2, default=str))
+    if isinstance(out, str):
+        print(out)
+    elif getattr(args, "json", False) or args.command not in RENDERERS:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(RENDERERS[args.command](out))
     corrupt = out.get("corrupt", []) if isinstance(out, dict) else []
     for record in corrupt:  # listed on stdout too; stderr says the listing is incomplete
         print(error_line(PROG, f"corrupt record skipped: {record['error']}"), file=sys.stderr)

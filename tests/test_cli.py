@@ -47,7 +47,8 @@ def served(tmp_path):
 
 
 def run(capsys, *argv) -> tuple[int, dict | str]:
-    code = main(list(argv))
+    """Run the CLI as a script would (``--json``); returns the exit code and the JSON or stderr."""
+    code = main([*argv, "--json"] if argv[0] != "report" else list(argv))
     out, err = capsys.readouterr()
     return code, json.loads(out) if code == 0 else err
 
@@ -152,3 +153,54 @@ def test_search_rebuilds_a_corrupt_index(served, capsys, caplog):
     assert f"rebuilding the index of digits/v1: {corrupt}: expected" in caplog.text
     new = json.loads(Path(store.path("digits", "_index", "v1.json")).read_text())["build"]
     assert new != build
+
+
+def test_listings_are_aligned_tables_by_default(served, capsys):
+    store, _ = served
+    assert main(["versions", "digits", "--store", store.uri()]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "gallery digits"
+    header, rule, row = lines[1:4]
+    assert header.split() == [
+        "version", "model", "rows", "width", "dtype", "lineage", "query", "models", "created"
+    ]
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert row.split()[:5] == ["v1", "m1", "40", "4", "float32"] and " m1 " in row
+    assert row.index("40") + 2 == header.index("rows") + 4  # numbers end under their header
+    assert main(["models", "--store", store.uri()]) == 0
+    header, _, row = capsys.readouterr().out.splitlines()[:3]
+    assert header.split()[:3] == ["model", "dim", "method"] and row.split()[:3] == [
+        "m1", "4", "independent"
+    ]
+
+
+def test_search_takes_stored_ids_or_vectors_and_prints_labels(served, capsys, tmp_path):
+    store, paths = served
+    base = ["--store", store.uri(), "--gallery", "digits", "--model", "m1", "-k", "2"]
+    code, out = run(capsys, "search", "--ids", "img5", "img9", *base)
+    assert code == 0 and [r["ids"][0] for r in out["results"]] == ["img5", "img9"]
+    assert [r["query"] for r in out["results"]] == ["img5", "img9"]
+    stored = store.read("digits", "v1")
+    x = np.stack(stored.column("embedding").to_numpy(zero_copy_only=False))
+    order = stored.column("id").to_pylist()
+    np.save(tmp_path / "q.npy", x[[order.index("img11")]])
+    code, out = run(capsys, "search", "--vectors", str(tmp_path / "q.npy"), *base)
+    assert code == 0 and out["results"][0]["ids"][0] == "img11"
+    assert out["results"][0]["labels"] == [None, None]  # this gallery stores no labels
+    assert main(["search", "--ids", "img5", *base]) == 0  # the table a person reads
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("gallery digits version v1 (extracted for model m1)")
+    assert printed[1].split() == ["query", "rank", "id", "score", "label"]
+    assert printed[3].split()[:3] == ["img5", "1", "img5"] and printed[3].split()[-1] == "-"
+
+
+def test_search_query_errors_are_one_line(served, capsys, tmp_path):
+    store, paths = served
+    base = ["--store", store.uri(), "--gallery", "digits", "--model", "m1"]
+    code, err = run(capsys, "search", "--ids", "img999", *base)
+    assert code == 1 and "no row with id(s) ['img999']" in err
+    np.save(tmp_path / "wide.npy", np.ones((2, 7), np.float32))
+    code, err = run(capsys, "search", "--vectors", str(tmp_path / "wide.npy"), *base)
+    assert code == 1 and "wide.npy: expected finite vectors of shape (Q, 4)" in err
+    code, err = run(capsys, "search", str(paths[0]), "--ids", "img1", *base)
+    assert code == 2 and "one of them" in err

@@ -43,8 +43,8 @@ def store(tmp_path):
 
 
 def cli(capsys, *argv) -> tuple[int, str, list[str]]:
-    """Exit status, stdout and the lines of stderr."""
-    code = main(list(argv))
+    """Exit status, stdout (JSON) and the lines of stderr."""
+    code = main([*argv, "--json"])
     out, err = capsys.readouterr()
     return code, out, err.splitlines()
 

@@ -1,0 +1,104 @@
+"""Aligned text tables for the ``raycompat`` CLI (``--json`` prints the same data as JSON).
+
+Each renderer takes the dict a command returns and gives the text a person reads: one row per
+version, model, search hit or garbage-collection item, columns aligned, long cells cut with
+``…`` so a row fits a terminal line, and corrupt records listed after the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+MAX_CELL = 48
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, list | tuple):
+        return ",".join(_cell(v) for v in value) or "-"
+    text = str(value).replace("\n", " ")
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
+    """``columns``: ``(key, header)`` pairs. Numbers are right-aligned, text left-aligned."""
+    cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
+    widths = [
+        max([len(header)] + [len(r[i]) for r in cells]) for i, (_, header) in enumerate(columns)
+    ]
+    numeric = [
+        bool(rows) and all(isinstance(r.get(k), int | float) for r in rows) for k, _ in columns
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w)
+            for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    out = [line([h for _, h in columns]), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def _corrupt(out: dict) -> str:
+    bad = out.get("corrupt", [])
+    return "".join(f"\nCORRUPT {c['file']}: {c['error']}" for c in bad)
+
+
+def versions(out: dict) -> str:
+    columns = [
+        ("version", "version"),
+        ("model_version", "model"),
+        ("rows", "rows"),
+        ("width", "width"),
+        ("dtype", "dtype"),
+        ("lineage", "lineage"),
+        ("queried_by", "query models"),
+        ("created", "created"),
+    ]
+    return f"gallery {out['gallery']}\n" + table(out["versions"], columns) + _corrupt(out)
+
+
+def models(out: dict) -> str:
+    columns = [
+        ("model_version", "model"),
+        ("embed_dim", "dim"),
+        ("method", "method"),
+        ("parent", "parent"),
+        ("created", "created"),
+        ("uri", "files"),
+    ]
+    return table(out["models"], columns) + _corrupt(out)
+
+
+def search(out: dict) -> str:
+    rows = [
+        {"query": r["query"], "rank": rank + 1, "id": i, "score": s, "label": label}
+        for r in out["results"]
+        for rank, (i, s, label) in enumerate(zip(r["ids"], r["scores"], r["labels"], strict=True))
+    ]
+    head = (
+        f"gallery {out['gallery']} version {out['gallery_version']} "
+        f"({out['relation']} for model {out['model']})"
+    )
+    columns = [("query", "query"), ("rank", "rank"), ("id", "id"), ("score", "score")]
+    return head + "\n" + table(rows, columns + [("label", "label")])
+
+
+def gc(out: dict) -> str:
+    verb = "would remove" if out["dry_run"] else "removed"
+    columns = [("kind", "kind"), ("bytes", "bytes"), ("reason", "reason"), ("uri", "path")]
+    body = table(out["items"], columns) if out["items"] else "nothing to remove"
+    return f"{body}\n{verb} {len(out['items'])} item(s), {out['bytes']:,} bytes"
+
+
+RENDERERS: dict[str, Callable[[dict], str]] = {
+    "versions": versions,
+    "models": models,
+    "search": search,
+    "gc": gc,
+}
