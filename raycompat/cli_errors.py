@@ -18,6 +18,7 @@ from pathlib import Path
 
 from raycompat.config import ConfigError
 from raycompat.credentials import scrub
+from raycompat.engine import NonFiniteError  # noqa: E402
 from raycompat.registry import UnknownNameError
 from raycompat.store.errors import MissingStoreError
 
@@ -44,7 +45,8 @@ def _config_path(argv: list[str]) -> str | None:
 
 def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None) -> None:
     """Run a job's ``main(argv)`` from its ``__main__`` block: a config error is one line on
-    stderr naming the config file and the key, and exit status 2.
+    stderr naming the config file and the key, and exit status 2; a training run stopped by a
+    non-finite loss, gradient or feature is one line naming epoch, step and term, exit 1.
 
     ``--debug`` is taken out of ``argv`` (the jobs' parsers do not know it) and, like
     ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback.
@@ -68,3 +70,8 @@ def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None)
             message = f"{config}: {message}"
         print(error_line(prog, message), file=sys.stderr)
         raise SystemExit(2) from None
+    except NonFiniteError as error:  # a diverged run: its message names epoch, step and term
+        if debug:
+            raise
+        print(error_line(prog, error), file=sys.stderr)
+        raise SystemExit(1) from None

@@ -49,11 +49,12 @@ _BOUNDS = {
 }
 
 
-def bounded(default: Any, **bounds: float) -> Any:
+def bounded(default: Any = dataclasses.MISSING, **bounds: float) -> Any:
     """A dataclass field with a scalar ``default`` whose value must satisfy ``bounds``.
 
     ``bounds``: any of ``ge``, ``gt``, ``le``, ``lt`` (pydantic's names: >=, >, <=, <). ``None``
-    values are not checked (an optional field left unset). Checked by :func:`load_config`,
+    values are not checked (an optional field left unset). Without ``default`` the field is
+    required (``d_old: int = bounded(ge=1)``). Checked by :func:`load_config`,
     :func:`apply_overrides` and :func:`check_ranges`.
     """
     unknown = sorted(set(bounds) - set(_BOUNDS))

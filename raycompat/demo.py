@@ -102,7 +102,8 @@ def train_sequence(cfg: DemoConfig, method_name: str, images: torch.Tensor, labe
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
         start = time.perf_counter()
         for epoch in range(cfg.epochs):
-            terms = train_epoch(model, method, tensor_batches(x, y, cfg.batch_size, gen), optimizer)
+            batches = tensor_batches(x, y, cfg.batch_size, gen)
+            terms = train_epoch(model, method, batches, optimizer, epoch=epoch)
             log.info(
                 "%s step %d (%d digits, %d images) epoch %d/%d: %s",
                 method_name,

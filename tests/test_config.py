@@ -173,3 +173,148 @@ def test_check_range_bounds_and_none():
         check_range(Ranged(limit=0), "limit", ge=1, where="x.")
     with pytest.raises(TypeError, match="unknown bound"):
         bounded(1, min=0)
+
+
+TRAIN_RANGES = [
+    ("model.num_classes=0", "model.num_classes must be >= 1, got 0"),
+    ("model.embed_dim=0", "model.embed_dim must be >= 1, got 0"),
+    ("data.num_loader_workers=-1", "data.num_loader_workers must be >= 0, got -1"),
+    ("eval.test_fraction=1.5", "eval.test_fraction must be < 1.0, got 1.5"),
+    ("eval.test_fraction=0", "eval.test_fraction must be > 0.0, got 0.0"),
+    ("eval.val_fraction=-0.1", "eval.val_fraction must be >= 0.0, got -0.1"),
+    ("eval.val_fraction=1", "eval.val_fraction must be < 1.0, got 1.0"),
+    ("eval.pairs=0", "eval.pairs must be >= 1, got 0"),
+    ("eval.batch_size=0", "eval.batch_size must be >= 1, got 0"),
+    ("optim.lr=-5", "optim.lr must be > 0.0, got -5.0"),
+    ("optim.momentum=1", "optim.momentum must be < 1.0, got 1.0"),
+    ("optim.momentum=-0.5", "optim.momentum must be >= 0.0, got -0.5"),
+    ("optim.weight_decay=-1e-4", "optim.weight_decay must be >= 0.0, got -0.0001"),
+    ("optim.gamma=0", "optim.gamma must be > 0.0, got 0.0"),
+    ("optim.warmup_epochs=-1", "optim.warmup_epochs must be >= 0, got -1"),
+    ("optim.clip_grad_norm=0", "optim.clip_grad_norm must be > 0.0, got 0.0"),
+    ("scenario.replay_per_class=-1", "scenario.replay_per_class must be >= 0, got -1"),
+    (
+        "scenario.replacements=[{at_task: -1}]",
+        "scenario.replacements[0].at_task must be >= 0, got -1",
+    ),
+    (
+        "scenario.replacements=[{at_task: 1, epochs: -1}]",
+        "scenario.replacements[0].epochs must be >= 0, got -1",
+    ),
+    ("scenario.old_model={classes: -2}", "scenario.old_model.classes must be >= 0, got -2"),
+    ("scaling.num_workers=0", "scaling.num_workers must be >= 1, got 0"),
+    ("scaling.cpus_per_worker=-1", "scaling.cpus_per_worker must be >= 0.0, got -1.0"),
+    ("run.max_failures=-2", "run.max_failures must be >= -1, got -2"),
+    ("run.checkpoints_to_keep=0", "run.checkpoints_to_keep must be >= 1, got 0"),
+    ("run.inject_failure={epoch: -1}", "run.inject_failure.epoch must be >= 0, got -1"),
+    ("seed=-1", "seed must be >= 0, got -1"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), TRAIN_RANGES)
+def test_training_ranges_name_the_key(override, message):
+    import re
+
+    from raycompat.config import apply_overrides
+    from raycompat.train.config import TrainConfig
+    from raycompat.upgrade.config import UpgradeConfig
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(TrainConfig, None, [override])
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        apply_overrides(TrainConfig(), [override])  # a sweep's sampled values too
+    with pytest.raises(ConfigError, match=re.escape(f"training.{message}")):
+        load_config(UpgradeConfig, None, [f"training.{override}"])
+
+
+def test_special_values_stay_legal():
+    """0 or -1 where they mean "off" or "unlimited"; None where unset."""
+    from raycompat.train.config import TrainConfig
+
+    cfg = load_config(
+        TrainConfig,
+        None,
+        [
+            "eval.val_fraction=0",
+            "scenario.replay_per_class=0",
+            "run.max_failures=-1",
+            "run.max_failures=0",
+            "data.num_loader_workers=0",
+            "optim.momentum=0",
+            "optim.weight_decay=0",
+            "optim.clip_grad_norm=null",
+            "scenario.replacements=[{at_task: 1, epochs: 0}]",
+        ],
+    )
+    assert cfg.optim.clip_grad_norm is None and cfg.scenario.replacements[0].epochs == 0
+    assert load_config(TrainConfig, None, ["optim.clip_grad_norm=1"]).optim.clip_grad_norm == 1.0
+
+
+UPGRADE_RANGES = [
+    ("upgrades=[{model_version: a, classes: 0}]", "upgrades[0].classes must be >= 1, got 0"),
+    ("upgrades=[{model_version: a, classes: 2, fct: {width: 0}}]", "fct.width must be >= 1"),
+    ("upgrades=[{model_version: a, classes: 2, fct: {epochs: 0}}]", "fct.epochs must be >= 1"),
+    (
+        "upgrades=[{model_version: a, classes: 2, fct: {batch_size: 0}}]",
+        "upgrades[0].fct.batch_size must be >= 1, got 0",
+    ),
+    (
+        "upgrades=[{model_version: a, classes: 2, fct: {optim: {lr: 0}}}]",
+        "upgrades[0].fct.optim.lr must be > 0.0, got 0.0",
+    ),
+    (
+        "upgrades=[{model_version: a, classes: 2, fct: {optim: {weight_decay: -1}}}]",
+        "upgrades[0].fct.optim.weight_decay must be >= 0.0, got -1.0",
+    ),
+    (
+        "upgrades=[{model_version: a, classes: 2, fct: {optim: {momentum: 1}}}]",
+        "upgrades[0].fct.optim.momentum must be < 1.0, got 1.0",
+    ),
+    (
+        "upgrades=[{model_version: a, classes: 2, fct: {optim: {warmup_epochs: -1}}}]",
+        "upgrades[0].fct.optim.warmup_epochs must be >= 0, got -1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), UPGRADE_RANGES)
+def test_upgrade_ranges_name_the_key(override, message):
+    import re
+
+    from raycompat.upgrade.config import UpgradeConfig
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(UpgradeConfig, None, [override])
+
+
+FCT_RANGES = [
+    ("SideInfoTrainConfig", "temperature=0", "temperature must be > 0.0, got 0.0"),
+    ("SideInfoTrainConfig", "crop_scale=1.5", "crop_scale must be <= 1.0, got 1.5"),
+    ("SideInfoTrainConfig", "crop_scale=0", "crop_scale must be > 0.0, got 0.0"),
+    ("SideInfoTrainConfig", "epochs=0", "epochs must be >= 1, got 0"),
+    ("SideInfoTrainConfig", "batch_size=0", "batch_size must be >= 1, got 0"),
+    ("SideInfoTrainConfig", "model.embed_dim=0", "model.embed_dim must be >= 1, got 0"),
+    ("SideInfoTrainConfig", "model.projection_dim=0", "model.projection_dim must be >= 1"),
+    ("SideInfoTrainConfig", "optim.lr=-1", "optim.lr must be > 0.0, got -1.0"),
+    ("SideInfoTrainConfig", "seed=-3", "seed must be >= 0, got -3"),
+    ("TransformationTrainConfig", "h.d_old=0", "h.d_old must be >= 1, got 0"),
+    ("TransformationTrainConfig", "h.d_side=-1", "h.d_side must be >= 0, got -1"),
+    ("TransformationTrainConfig", "h.width=0", "h.width must be >= 1, got 0"),
+    ("TransformationTrainConfig", "g={d_side_new: 0}", "g.d_side_new must be >= 1, got 0"),
+    ("TransformationTrainConfig", "epochs=0", "epochs must be >= 1, got 0"),
+    ("TransformationTrainConfig", "batch_size=0", "batch_size must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize(("cls", "override", "message"), FCT_RANGES)
+def test_fct_training_ranges_name_the_key(cls, override, message):
+    import re
+
+    from raycompat.train import fct_config
+
+    base = ["triples=t", "h={d_old: 8, d_side: 0, d_new: 8}"]
+    overrides = [*base, override] if cls == "TransformationTrainConfig" else [override]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(getattr(fct_config, cls), None, overrides)
+    if cls == "TransformationTrainConfig":
+        assert load_config(fct_config.TransformationTrainConfig, None, base).h.d_side == 0

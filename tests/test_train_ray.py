@@ -316,3 +316,38 @@ def test_jobs_train_main_runs_a_config_file_with_overrides(ray_local, tmp_path):
     )
     assert len(summary["matrix"]) == 2 and 0 <= summary["AC"] <= 1
     assert (tmp_path / "job" / "summary.json").is_file()
+
+
+def test_a_non_finite_step_stops_the_run_once_and_keeps_the_last_good_checkpoint(
+    ray_local, tmp_path
+):
+    from raycompat.engine import NonFiniteError
+
+    cfg = toy_config(
+        tmp_path,
+        "scenario.tasks=[6]",
+        "epochs=2",
+        "run.name=diverged",
+        "scaling.num_workers=1",
+        "run.max_failures=2",  # a crashed worker would be retried twice; this error never is
+        "run.inject_failure={step: 0, epoch: 1, batch: 1, rank: 0, kind: nan}",
+    )
+    with pytest.raises(NonFiniteError) as caught:
+        run(cfg)
+    message = str(caught.value)
+    assert "\n" not in message
+    run_path = tmp_path / "diverged"
+    hits = list(run_path.glob("_injected_failure_step_1_nan_*"))
+    assert len(hits) == 1, f"the step ran {len(hits)} times: Ray retried it"
+    checkpoints = [p for p in (run_path / "step_1").glob("checkpoint_*") if p.is_dir()]
+    assert len(checkpoints) == 1  # epoch 0's, kept
+    state = json.loads((checkpoints[0] / "train_state" / "state.json").read_text())
+    assert state["epoch"] == 0
+    expected = (
+        f"step_1: non-finite loss term 'loss' (nan) at epoch 1, step 1 "
+        f"(global {state['global_step'] + 1}); lower optim.lr or set optim.clip_grad_norm"
+    )
+    assert message == expected
+    model, info = load_exported_model(checkpoints[0])
+    assert info["epoch"] == 0 and all(torch.isfinite(p).all() for p in model.parameters())
+    assert not (run_path / "state.json").exists()  # written once a step has finished

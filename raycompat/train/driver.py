@@ -9,6 +9,8 @@ test features, and records both in ``state.json``.
 
 Running the same command again resumes: finished steps are read back from ``state.json``, and an
 interrupted step's trainer restores its latest checkpoint (same run name and storage path).
+A worker error is retried ``run.max_failures`` times, except a non-finite step
+(``NonFiniteError``), which stops the run at once (:mod:`raycompat.train.guard`).
 Tune wraps this function (Train V2 pattern: the Tuner runs the driver, never ``Tuner(trainer)``).
 """
 
@@ -24,7 +26,7 @@ import ray.train
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from raycompat.config import dump_config
+from raycompat.config import ConfigError, dump_config
 from raycompat.evaluation import EvalSet, grow_matrix, matrix_row
 from raycompat.methods.base import check_method_options
 from raycompat.metrics.compatibility import (
@@ -33,7 +35,8 @@ from raycompat.metrics.compatibility import (
     average_compatibility,
     average_compatibility_accuracy,
 )
-from raycompat.train import storage
+from raycompat.parallel import create_strategy
+from raycompat.train import guard, storage
 from raycompat.train.config import TrainConfig
 from raycompat.train.data import make_splits, open_dataset, step_rows, targets_for, test_source
 from raycompat.train.export import build_model, load_features
@@ -78,12 +81,24 @@ def matrix_summary(matrix: CompatibilityMatrix) -> dict:
 def preflight(cfg: TrainConfig, plans: list[StepPlan], labels: np.ndarray, splits) -> None:
     """Fail fast, before any worker or GPU time: options known, labels fit, old model width."""
     check_method_options(cfg.method, cfg.method_options)
+    check_clipping(cfg)
     for plan in plans:
         if not plan.given and plan.epochs:
             step_rows(plan, labels, splits, cfg)
     for plan in plans:
         if plan.given is not None:
             check_given_model(plan)
+
+
+def check_clipping(cfg: TrainConfig) -> None:
+    """``optim.clip_grad_norm`` clips between backward and the optimizer step, which a strategy
+    that clips itself (DeepSpeed's engine: ``gradient_clipping``) keeps to itself."""
+    strategy = create_strategy(cfg.scaling.strategy, **cfg.scaling.strategy_options)
+    if cfg.optim.clip_grad_norm is not None and hasattr(strategy, "gradient_clipping"):
+        raise ConfigError(
+            f"optim.clip_grad_norm: the {cfg.scaling.strategy} strategy clips gradients itself; "
+            "set scaling.strategy_options.gradient_clipping instead"
+        )
 
 
 def check_given_model(plan: StepPlan) -> None:
@@ -119,13 +134,14 @@ def make_trainer(
             num_workers=cfg.scaling.num_workers,
             use_gpu=cfg.scaling.use_gpu,
             resources_per_worker={"CPU": cfg.scaling.cpus_per_worker},
+            placement_strategy=cfg.scaling.placement_strategy,
         ),
         run_config=RunConfig(
             name=plan.name,
             storage_path=run_path,
             storage_filesystem=fs,
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
-            callbacks=callbacks,
+            callbacks=[*(callbacks or []), guard.StopOnNonFinite()],
             checkpoint_config=CheckpointConfig(
                 num_to_keep=cfg.run.checkpoints_to_keep,
                 checkpoint_score_attribute="selection_score",
@@ -239,7 +255,7 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
                 ray_datasets(cfg, plan, dataset.labels, splits),
                 callbacks,
             )
-            checkpoint, chosen = select_checkpoint(trainer.fit())
+            checkpoint, chosen = select_checkpoint(guard.fit(trainer))
         checkpoints[plan.name], metrics[plan.name] = checkpoint, chosen
         if plan.in_matrix:
             rows = {split: b.add(plan.name, checkpoint) for split, b in builders.items()}

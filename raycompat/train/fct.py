@@ -281,6 +281,7 @@ def start_run(cfg, kind: str, loop, loop_config: dict) -> TorchTrainer:
             num_workers=cfg.scaling.num_workers,
             use_gpu=cfg.scaling.use_gpu,
             resources_per_worker={"CPU": cfg.scaling.cpus_per_worker},
+            placement_strategy=cfg.scaling.placement_strategy,
         ),
         run_config=RunConfig(
             name=kind,

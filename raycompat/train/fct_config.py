@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from raycompat.config import bounded
 from raycompat.train.config import RunSpec, ScalingSpec
 
 
@@ -26,10 +27,10 @@ class FCTOptimSpec:
     """
 
     name: Literal["adam", "adamw", "sgd"] = "adam"
-    lr: float = 5e-4
-    weight_decay: float = 3.0517578125e-5
-    momentum: float = 0.9  # sgd only
-    warmup_epochs: int = 5
+    lr: float = bounded(5e-4, gt=0.0)
+    weight_decay: float = bounded(3.0517578125e-5, ge=0.0)
+    momentum: float = bounded(0.9, ge=0.0, lt=1.0)  # sgd only
+    warmup_epochs: int = bounded(5, ge=0)
 
 
 @dataclass
@@ -46,8 +47,8 @@ class SideInfoSpec:
     """The SimCLR side-information model (``SIDE_INFO["simclr"]``): backbone + extra BN."""
 
     backbone: str = "resnet18"
-    embed_dim: int = 128  # FCT uses 64 or 128
-    projection_dim: int = 128
+    embed_dim: int = bounded(128, ge=1)  # FCT uses 64 or 128
+    projection_dim: int = bounded(128, ge=1)
     backbone_kwargs: dict = field(default_factory=dict)
 
 
@@ -59,23 +60,25 @@ class SideInfoTrainConfig:
     optim: FCTOptimSpec = field(
         default_factory=lambda: FCTOptimSpec(lr=1e-3, weight_decay=1e-6, warmup_epochs=10)
     )
-    temperature: float = 0.1
-    crop_scale: float = 0.5  # smallest random-resized-crop scale of simclr_views
-    epochs: int = 100
-    batch_size: int = 512  # global, split over the workers; negatives are per worker
+    temperature: float = bounded(0.1, gt=0.0)
+    # smallest random-resized-crop scale of simclr_views
+    crop_scale: float = bounded(0.5, gt=0.0, le=1.0)
+    epochs: int = bounded(100, ge=1)
+    # global, split over the workers; negatives are per worker
+    batch_size: int = bounded(512, ge=1)
     scaling: ScalingSpec = field(default_factory=ScalingSpec)
     run: RunSpec = field(default_factory=lambda: RunSpec(name="side-info"))
-    seed: int = 0
+    seed: int = bounded(0, ge=0)
 
 
 @dataclass
 class TransformationSpec:
     """``h``: FCT appendix D widths (2048); ``d_*`` must match the triples' widths."""
 
-    d_old: int
-    d_side: int  # 0: no side-information branch
-    d_new: int
-    width: int = 2048
+    d_old: int = bounded(ge=1)
+    d_side: int = bounded(ge=0)  # 0: no side-information branch
+    d_new: int = bounded(ge=1)
+    width: int = bounded(2048, ge=1)
     normalize_output: bool = False  # set when the new embeddings are L2-normalised
 
 
@@ -83,8 +86,8 @@ class TransformationSpec:
 class SideInfoTransformationSpec:
     """``g``: ``(phi_old, psi_old) -> psi_new`` (FCT sec. 4.3); inputs as ``h``."""
 
-    d_side_new: int
-    width: int = 2048
+    d_side_new: int = bounded(ge=1)
+    width: int = bounded(2048, ge=1)
 
 
 @dataclass
@@ -93,11 +96,11 @@ class TransformationTrainConfig:
     h: TransformationSpec
     g: SideInfoTransformationSpec | None = None
     optim: FCTOptimSpec = field(default_factory=FCTOptimSpec)
-    epochs: int = 80
-    batch_size: int = 1024  # global, split over the workers
+    epochs: int = bounded(80, ge=1)
+    batch_size: int = bounded(1024, ge=1)  # global, split over the workers
     scaling: ScalingSpec = field(default_factory=lambda: ScalingSpec(precision="fp32"))
     run: RunSpec = field(default_factory=lambda: RunSpec(name="fct-transformation"))
-    seed: int = 0
+    seed: int = bounded(0, ge=0)
 
 
 @dataclass
@@ -109,7 +112,7 @@ class FCTSpec:
     hold no side-information column, so h maps ``phi_old`` alone (FCT's no-side-info variant).
     """
 
-    width: int = 256
-    epochs: int = 30
-    batch_size: int = 256
+    width: int = bounded(256, ge=1)
+    epochs: int = bounded(30, ge=1)
+    batch_size: int = bounded(256, ge=1)
     optim: FCTOptimSpec = field(default_factory=lambda: FCTOptimSpec(warmup_epochs=2))

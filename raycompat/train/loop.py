@@ -7,6 +7,11 @@ train on this rank's share, extract validation and test features (every rank, co
 score the epoch for model selection, and report a checkpoint holding the strategy's training
 state, the exported model and the features. Rank 0 writes the shared files; under FSDP and
 DeepSpeed every rank writes its own shard.
+
+Every step runs under a :class:`~raycompat.engine.StepGuard`: features, loss terms and the
+gradient norm are checked (and the norm clipped to ``optim.clip_grad_norm``); a NaN/inf raises
+``NonFiniteError`` before the epoch reports, so the last good checkpoint stays the latest, and
+the driver stops the run without Ray's retries (:mod:`raycompat.train.guard`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +30,7 @@ import ray.train
 import ray.train.torch
 import torch
 
+from raycompat.engine import StepGuard
 from raycompat.evaluation import EvalSet, score, selection_score
 from raycompat.methods import OldModel, create_method
 from raycompat.parallel import create_strategy
@@ -99,7 +106,9 @@ def selection_metrics(cfg, plan, labels, val_rows, val, parent_plan, parent_dir)
     return metrics
 
 
-def maybe_fail(cfg: TrainConfig, index: int, epoch: int, batch: int, rank: int, marker) -> None:
+def maybe_fail(cfg: TrainConfig, index: int, epoch: int, batch: int, rank: int, marker) -> bool:
+    """The ``run.inject_failure`` test hook (:class:`~raycompat.train.config.FailurePoint`):
+    kind ``error`` raises once; returns True where kind ``nan`` wants this batch's loss NaN."""
     point = cfg.run.inject_failure
     if point is None or (point.step, point.epoch, point.batch, point.rank) != (
         index,
@@ -107,11 +116,15 @@ def maybe_fail(cfg: TrainConfig, index: int, epoch: int, batch: int, rank: int, 
         batch,
         rank,
     ):
-        return
+        return False
     fs, path = marker
+    if point.kind == "nan":
+        touch(fs, f"{path}_nan_{uuid.uuid4().hex}")  # one marker per hit: tests count attempts
+        return True
     if not exists(fs, path):  # once per run: the marker survives the restart
         touch(fs, path)
         raise RuntimeError(f"injected failure at step {index} epoch {epoch} batch {batch}")
+    return False
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -157,13 +170,21 @@ def train_loop_per_worker(config: dict) -> None:
         channels_last=cfg.scaling.channels_last and device.type == "cuda",
     )
 
-    start = 0
+    start, global_step = 0, 0
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
-            start = prepared.load(os.path.join(directory, TRAIN_STATE))["epoch"] + 1
+            state = prepared.load(os.path.join(directory, TRAIN_STATE))
+        start = state["epoch"] + 1
+        global_step = state.get("global_step", 0)  # absent from checkpoints of older versions
         log.info("%s: resumed after epoch %d", plan.name, start)
 
+    # A torch optimizer steps after the guard's gradient check; DeepSpeed's engine owns its step
+    # (and clips with strategy_options.gradient_clipping).
+    optimizer = prepared.optimizer
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = None
+    guard = StepGuard(cfg.optim.clip_grad_norm, global_step, where=plan.name)
     epochs = range(start, plan.epochs) if plan.epochs else ([0] if checkpoint is None else [])
     for epoch in epochs:
         began, sums, steps, seen_rows = time.perf_counter(), {}, 0, []
@@ -172,23 +193,33 @@ def train_loop_per_worker(config: dict) -> None:
             batches = batch_source(
                 cfg, dataset, targets, new, replay, per_worker, epoch, rank, world
             )
-            for b, (batch, rows) in enumerate(batches):
-                maybe_fail(cfg, index, epoch, b, rank, config["marker"])
-                batch.images = prepared.prepare_inputs(batch.images)
-                batch.targets = batch.targets.to(device)
-                if batch.replay is not None:
-                    batch.replay = batch.replay.to(device)
-                with prepared.autocast():
-                    terms = method(prepared.module, batch)
-                prepared.backward_step(terms["loss"])
-                for name, value in terms.items():
-                    sums[name] = sums.get(name, 0.0) + float(value.detach())
-                steps += 1
-                seen_rows.append(rows)
+            with guard.watch(prepared.model, optimizer):
+                for batch, rows in guard.steps(batches, epoch):
+                    poison = maybe_fail(cfg, index, epoch, guard.step, rank, config["marker"])
+                    batch.images = prepared.prepare_inputs(batch.images)
+                    batch.targets = batch.targets.to(device)
+                    if batch.replay is not None:
+                        batch.replay = batch.replay.to(device)
+                    with prepared.autocast():
+                        terms = method(prepared.module, batch)
+                    if poison:
+                        terms["loss"] = terms["loss"] * float("nan")
+                    values = guard.check_terms(terms)
+                    prepared.backward_step(terms["loss"])  # the guard checks the gradient norm
+                    if optimizer is not None:
+                        values["grad_norm"] = guard.grad_norm
+                    for name, value in values.items():
+                        sums[name] = sums.get(name, 0.0) + value
+                    steps += 1
+                    seen_rows.append(rows)
         val = extract(prepared, dataset, splits.val, cfg.eval.batch_size, rank, world)
         test = extract(prepared, test_dataset, test_rows, cfg.eval.batch_size, rank, world)
+        # Last line of defence (a step the guard cannot see, such as DeepSpeed's): never report
+        # a model whose features are not finite.
+        guard.check_tensors({"validation features": val, "test features": test})
         metrics = {
             "epoch": epoch,
+            "global_step": guard.global_step,
             "steps": steps,
             "seconds": time.perf_counter() - began,
             **{k: v / max(steps, 1) for k, v in sums.items()},
@@ -216,7 +247,8 @@ def batch_source(cfg, dataset, targets, new, replay, per_worker, epoch, rank, wo
 
 def report(cfg, plan, prepared, metrics, val, test, rank, seen_rows) -> None:
     directory = tempfile.mkdtemp(prefix=f"raycompat-rank{rank}-")
-    prepared.save(os.path.join(directory, TRAIN_STATE), {"epoch": metrics["epoch"]})
+    train_state = {"epoch": metrics["epoch"], "global_step": metrics["global_step"]}
+    prepared.save(os.path.join(directory, TRAIN_STATE), train_state)
     state = prepared.full_state_dict()
     rows = np.concatenate(seen_rows) if seen_rows else np.zeros(0, np.int64)
     np.save(os.path.join(directory, f"rows_rank{rank}.npy"), rows)

@@ -47,7 +47,7 @@ class UpgradeSpec:
     """
 
     model_version: str
-    classes: int
+    classes: int = bounded(ge=1)  # at most training.model.num_classes (check_upgrade_config)
     method: str = "cores"
     method_options: dict = field(default_factory=dict)
     epochs: int | None = bounded(None, ge=1)  # None: training.epochs
