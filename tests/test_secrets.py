@@ -209,7 +209,7 @@ def test_cli_error_message_is_scrubbed(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "models", fail)
     assert cli.main(["models", "--store", "s3://b/s"]) == 1
     err = capsys.readouterr().err
-    assert "raycompat: cannot open store" in err and SECRET not in err and KEY not in err
+    assert "raycompat: error: cannot open store" in err and SECRET not in err and KEY not in err
 
 
 # ---- private files ---------------------------------------------------------------------------
