@@ -156,17 +156,17 @@ def read_query_vectors(path: str, width: int) -> np.ndarray:
 
 
 def _stored_rows(store: GalleryStore, gallery: str, version: str, ids: list, columns: list):
-    """The rows of ``ids`` in the version (one streamed scan; only the matches are kept)."""
+    """``(id -> row, table)`` of the rows of ``ids`` in the version (one streamed scan; only
+    the matches are kept)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    info = store.version(gallery, version)
-    found = []
+    found, want = [], None
     for batch in store.iter_batches(gallery, version, columns=["id", *columns]):
-        want = pa.array(ids).cast(batch.schema.field("id").type)
+        want = want if want is not None else pa.array(ids).cast(batch.schema.field("id").type)
         found.append(batch.filter(pc.is_in(batch.column("id"), value_set=want)))
     table = pa.Table.from_batches(found) if found else pa.table({})
-    return info, {i: k for k, i in enumerate(table.column("id").to_pylist())}, table
+    return {i: k for k, i in enumerate(table.column("id").to_pylist())}, table
 
 
 def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[str]):
@@ -181,7 +181,7 @@ def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[st
             ids = [int(i) for i in ids]
         except ValueError:
             raise StoreError(f"{gallery}/{version} has int64 ids; got {ids}") from None
-    _, where, table = _stored_rows(store, gallery, version, ids, ["embedding"])
+    where, table = _stored_rows(store, gallery, version, ids, ["embedding"])
     missing = [i for i in ids if i not in where]
     if missing:
         raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
@@ -194,7 +194,7 @@ def labels_of(store: GalleryStore, gallery: str, version: str, ids: np.ndarray) 
     schema = next(store.iter_batches(gallery, version, batch_size=1)).schema
     if not wanted or "label" not in schema.names:
         return [[None] * ids.shape[1] for _ in range(len(ids))]
-    _, where, table = _stored_rows(store, gallery, version, wanted, ["label"])
+    where, table = _stored_rows(store, gallery, version, wanted, ["label"])
     labels = table.column("label").to_pylist()
     return [[labels[where[i]] if i in where else None for i in row] for row in ids.tolist()]
 

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
+from test_store import unit_rows
 
 from raycompat.pipelines.inputs import vectors
 from raycompat.store import (
@@ -18,11 +19,6 @@ from raycompat.store import (
     embedding_table,
 )
 from raycompat.store.index import build_version_index, load_version_index
-
-
-def unit_rows(n: int, width: int, seed: int = 0) -> np.ndarray:
-    x = np.random.default_rng(seed).normal(size=(n, width)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def publish(store, version, x, dtype, normalized=True):

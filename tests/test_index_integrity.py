@@ -10,6 +10,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
+from test_store import unit_rows
 
 from raycompat.distances import ZeroNormError
 from raycompat.search import build_index
@@ -26,11 +27,6 @@ from raycompat.store.index import (
     load_version_index,
     open_version_index,
 )
-
-
-def unit_rows(n: int, width: int, seed: int = 0) -> np.ndarray:
-    x = np.random.default_rng(seed).normal(size=(n, width)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 @pytest.fixture(autouse=True)

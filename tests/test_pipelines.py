@@ -50,9 +50,17 @@ from raycompat.transformation import fct_transformation, side_info_transformatio
 D_OLD, D_SIDE, D_NEW, D_SIDE_NEW = 32, 8, 16, 8
 
 
-def make_source(root: Path, gallery: str, rows: int, files: int, group_rows: int) -> GalleryStore:
-    """Publish ``gallery/v1``: ``files`` Parquet files of ``group_rows``-row groups, int ids."""
-    store = GalleryStore(str(root))
+def make_source(
+    root: Path | str,
+    gallery: str,
+    rows: int,
+    files: int,
+    group_rows: int,
+    storage_options: dict | None = None,
+) -> GalleryStore:
+    """Publish ``gallery/v1``: ``files`` Parquet files of ``group_rows``-row groups, int ids.
+    ``root`` may be an ``s3://`` URI (with ``storage_options``)."""
+    store = GalleryStore(str(root), storage_options)
     info = VersionInfo("v1", "m1", D_OLD, False, "v1 = extract(m1)", side_info_width=D_SIDE)
     staging = store.begin(gallery, info, "init")
     rng = np.random.default_rng(0)

@@ -30,14 +30,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
 import s3fs
-from test_pipelines import D_OLD, D_SIDE, random_models, target
+from test_pipelines import make_source, random_models, target
 from test_train_ray import TOY
 
-from raycompat.store import GalleryStore, VersionInfo, embedding_table
+from raycompat.store import GalleryStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,22 +184,6 @@ def run_driver(cluster: Cluster, script: str, args: dict, timeout: float) -> dic
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def publish_source(store: GalleryStore, gallery: str, rows: int, files: int) -> VersionInfo:
-    """``gallery/v1`` on ``store``: ``files`` Parquet files of int ids (as ``make_source``)."""
-    info = VersionInfo("v1", "m1", D_OLD, False, "v1 = extract(m1)", side_info_width=D_SIDE)
-    staging = store.begin(gallery, info, "init")
-    rng = np.random.default_rng(0)
-    for k, ids in enumerate(np.array_split(np.arange(rows, dtype=np.int64) * 3 + 1, files)):
-        table = embedding_table(
-            ids,
-            rng.standard_normal((len(ids), D_OLD)),
-            rng.standard_normal((len(ids), D_SIDE)),
-            labels=ids % 5,
-        )
-        staging.write_table(table, f"in-{k}.parquet", row_group_size=len(ids))
-    return staging.commit(expected_rows=rows)
-
-
 TRANSFORM = """
 from raycompat.pipelines import RunOptions, runner, transform_version
 from raycompat.pipelines.transform import TransformChunks
@@ -258,7 +241,8 @@ finish(rows_written=result["rows_written"], index=build, found=found[:, 0].tolis
 def test_transform_actors_on_both_nodes_publish_on_s3(two_nodes, s3_bucket, tmp_path):
     bucket, options = s3_bucket
     root = f"s3://{bucket}/stores/main"
-    source = publish_source(GalleryStore(root, options), "g", rows=4_000, files=4)
+    store = make_source(root, "g", rows=4_000, files=4, group_rows=1_000, storage_options=options)
+    source = store.version("g", "v1")
     h_dir, g_dir = random_models(tmp_path)
     queries = [1, 3 * 1_999 + 1, 3 * 3_999 + 1]
     started = time.monotonic()

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 
 import pyarrow.fs as pafs
@@ -261,8 +261,7 @@ class Lease:
         with self._lock:
             if self._stop.is_set():
                 return
-            beat = LeaseRecord(**{**asdict(self.record), "owner": self.record.owner})
-            beat.heartbeat = _now()
+            beat = replace(self.record, heartbeat=_now())
             self._backend.replace(_gen_path(self.lease_dir, beat.generation), beat.to_json())
             self.record = beat
 
@@ -281,8 +280,7 @@ class Lease:
     def release(self) -> None:
         """Stop heartbeating and mark the lease released, so a rerun can take it at once."""
         self.stop()
-        released = LeaseRecord(**{**asdict(self.record), "owner": self.record.owner})
-        released.released = True
+        released = replace(self.record, released=True)
         try:
             path = _gen_path(self.lease_dir, released.generation)
             self._backend.replace(path, released.to_json())
