@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # docs/architecture.md, "Core": every module under these packages, and these single modules.
 CORE_PACKAGES = [
     "raycompat.backbones",
+    "raycompat.backfill",
     "raycompat.data",
     "raycompat.heads",
     "raycompat.methods",
