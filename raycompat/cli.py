@@ -6,9 +6,14 @@
     raycompat search --store ROOT --gallery G --model M IMAGE [IMAGE ...] [-k 5]
     raycompat search ... --vectors Q.npy|Q.parquet   query vectors of model M
     raycompat search ... --ids ID [ID ...]        query with rows stored in M's gallery version
+    raycompat search ... --nprobe N               inverted lists an IVF index visits per query
     raycompat gc --store ROOT [--older-than 24h] [--keep-versions K] [--dry-run]
     raycompat report RUN_DIR [--json]             an upgrade run's report (report.md, or the
                                                   decisions and matrix as JSON)
+    raycompat adopt URI --store ROOT --gallery G --version V --model M
+        [--id-column C] [--embedding-column C]    publish an existing Parquet table (folder or
+                                                  s3:// prefix) as a version, in place; Ray
+                                                  validates it (docs/store.md)
 
 Listings print aligned tables (``cli_tables.py``); ``--json`` prints the same data as JSON for
 scripts. ``search`` prints id, score and the stored label of each hit.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -212,8 +218,12 @@ def search(args) -> dict:
     shared = queries[:, :width]
     if shared.shape[1] < width:  # a narrower query model: zero-pad (BCT sec. 3.2)
         shared = np.pad(shared, ((0, 0), (0, width - shared.shape[1])))
+    # --nprobe tunes IVF indexes (large versions); an exact flat index has nothing to tune
+    nprobe = args.nprobe if index.index.is_ivf else None
     try:
-        scores, ids = index.search(np.ascontiguousarray(shared, dtype=np.float32), args.k)
+        scores, ids = index.search(
+            np.ascontiguousarray(shared, dtype=np.float32), args.k, nprobe=nprobe
+        )
     except ZeroNormError as err:
         bad = ", ".join(str(names[row]) for row in err.rows)
         raise ZeroNormError(
@@ -272,6 +282,17 @@ def duration_s(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``--nprobe``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return value
+
+
 def gc(args) -> dict:
     """List (``--dry-run``) or delete what ``raycompat.store.gc`` finds; see docs/store.md."""
     from raycompat.store.gc import collect, plan_gc
@@ -290,12 +311,49 @@ def gc(args) -> dict:
     }
 
 
+def adopt(args) -> dict:
+    """Publish the Parquet table at ``args.uri`` as a version, in place; the files are
+    validated by Ray tasks (the only command that starts Ray, after the cheap checks)."""
+    import ray
+
+    from raycompat.pipelines.adopt import run_adoption
+    from raycompat.store.adopt import plan_adoption
+
+    store = GalleryStore(args.store)  # a writer: a new store is created by its first record
+    plan = plan_adoption(
+        store,
+        args.gallery,
+        args.version,
+        args.uri,
+        model=args.model,
+        id_column=args.id_column,
+        embedding_column=args.embedding_column,
+    )
+    if not ray.is_initialized():
+        ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
+    normalized = {"auto": None, "yes": True, "no": False}[args.normalized]
+    info = run_adoption(store, plan, normalized=normalized)
+    return {
+        "gallery": args.gallery,
+        "version": info.version,
+        "model_version": info.model_version,
+        "uri": info.external["root"],
+        "files": len(info.files),
+        "rows": info.rows,
+        "width": info.width,
+        "dtype": info.dtype,
+        "normalized": info.normalized,
+        "ids": info.ids,
+    }
+
+
 COMMANDS = {
     "versions": versions,
     "models": models,
     "search": search,
     "report": report,
     "gc": gc,
+    "adopt": adopt,
 }
 
 
@@ -306,6 +364,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         default=argparse.SUPPRESS,  # so a subcommand's default cannot reset the top-level flag
         help=f"show the traceback of an error (or set {DEBUG_ENV}=1)",
+    )
+    debug.add_argument(
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show our debug log lines too (weights read, datasets opened...)",
     )
     top = argparse.ArgumentParser(
         prog="raycompat", description=__doc__.splitlines()[0], parents=[debug]
@@ -334,6 +398,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gallery", required=True)
     p.add_argument("--model", required=True, help="a registered model version")
     p.add_argument("-k", type=int, default=5)
+    p.add_argument(
+        "--nprobe",
+        type=positive_int,
+        default=None,
+        help="inverted lists visited per query by an IVF index (default: the build's, which "
+        "grows with the gallery; ignored by an exact flat index)",
+    )
     p = sub.add_parser("report", help="show an upgrade run's report", parents=[debug])
     p.add_argument("run", help="the run's report directory, e.g. outputs/upgrade/report/<name>")
     p.add_argument("--json", action="store_true", help="report.json instead of report.md")
@@ -358,6 +429,32 @@ def parser() -> argparse.ArgumentParser:
         "model queries them or the newest version's lineage names them",
     )
     p.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
+    p = sub.add_parser(
+        "adopt",
+        help="publish an existing Parquet table (a folder or s3:// prefix) as a version, "
+        "in place (no copy); its files are pinned and validated on Ray",
+        parents=[debug, as_json],
+    )
+    p.add_argument("uri", help="a local folder or file, or an s3:// prefix, of *.parquet files")
+    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
+    p.add_argument("--gallery", required=True)
+    p.add_argument("--version", required=True, help="the new version's name")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="the embeddings' model; registered if new, and granted the version",
+    )
+    p.add_argument("--id-column", default="id", help="the table's id column (default id)")
+    p.add_argument(
+        "--embedding-column", default="embedding", help="its vector column (default embedding)"
+    )
+    p.add_argument(
+        "--normalized",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="mark the version normalized: auto (iff every row is unit-norm), yes (required), no",
+    )
+    p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
     return top
 
 
@@ -366,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     version or grant that is missing), 2 for a usage error (no store at ``--store``)."""
     configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)
+    if getattr(args, "verbose", False):
+        logging.getLogger("raycompat").setLevel(logging.DEBUG)
     debug = getattr(args, "debug", False) or debug_requested()
     if args.command == "search" and sum(map(bool, (args.images, args.vectors, args.ids))) != 1:
         print(

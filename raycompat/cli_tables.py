@@ -96,9 +96,19 @@ def gc(out: dict) -> str:
     return f"{body}\n{verb} {len(out['items'])} item(s), {out['bytes']:,} bytes"
 
 
+def adopt(out: dict) -> str:
+    norm = "normalized" if out["normalized"] else "not normalized"
+    return (
+        f"adopted {out['uri']} as gallery {out['gallery']} version {out['version']}: "
+        f"{out['rows']:,} rows in {out['files']} file(s), {out['width']}-d {out['dtype']}, "
+        f"{norm}; model {out['model_version']} queries it"
+    )
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "versions": versions,
     "models": models,
     "search": search,
     "gc": gc,
+    "adopt": adopt,
 }

@@ -3,8 +3,11 @@
 ``build_index`` returns a :class:`SearchIndex` whose ``search`` always gives scores where higher
 is better (``-||q - g||^2`` for ``"l2"``, see :mod:`raycompat.distances`). ``kind="flat"`` is exact;
 ``kind="ivfpq"`` is the approximate inverted-file + product-quantisation index used at gallery
-scale. With ``use_gpu="auto"`` the index is moved to the GPU when faiss was built with GPU support
-and a GPU is visible, otherwise it stays on the CPU.
+scale; ``kind="sharded_ivf"`` is an inverted file of full vectors (IVF-Flat) whose size follows
+:func:`ivf_nlist`, which the store fills shard by shard and merges on disk for large versions
+(:mod:`raycompat.store.sharded_index`; ``build_index`` gives the same index in memory). With
+``use_gpu="auto"`` the index is moved to the GPU when faiss was built with GPU support and a GPU
+is visible, otherwise it stays on the CPU.
 """
 
 from __future__ import annotations
@@ -68,6 +71,50 @@ def _ivfpq(
     return index
 
 
+SHARDED_IVF = "sharded_ivf"
+MAX_NLIST = 65536
+MIN_POINTS_PER_LIST = 39  # faiss' k-means warns below 39 training points per centroid
+
+
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
+
+
+def ivf_nlist(rows: int) -> int:
+    """Inverted lists of a ``sharded_ivf`` index over ``rows`` vectors.
+
+    ``nlist = next_pow2(4 sqrt(rows))``, at most 65536 and at most the largest power of two
+    leaving 39 rows per list (so a sample of the whole version trains every centroid), at
+    least 1: 1k rows -> 16, 100k -> 2048, 1M -> 4096, 16M -> 16384, 1B -> 65536.
+    """
+    most = min(MAX_NLIST, 1 << max(0, (rows // MIN_POINTS_PER_LIST).bit_length() - 1))
+    return max(1, min(_pow2_at_least(4 * math.sqrt(rows)), most))
+
+
+def ivf_nprobe(nlist: int) -> int:
+    """Default lists visited per query: ``next_pow2(sqrt(nlist))``, at least 16 and at most
+    ``nlist`` (4096 lists -> 64, 16384 -> 128, 65536 -> 256). A query then scans about
+    ``rows / sqrt(nlist)`` vectors, so the search cost grows with the gallery as N^(3/4)."""
+    return min(nlist, max(16, _pow2_at_least(math.sqrt(nlist))))
+
+
+@INDEX_KINDS.register(SHARDED_IVF)
+def _sharded_ivf(
+    *, dim: int, metric: int, train: np.ndarray, seed: int, nlist: int | None = None, **_: Any
+) -> faiss.Index:
+    nlist = nlist or ivf_nlist(train.shape[0])
+    if train.shape[0] < nlist:
+        raise ValueError(
+            f"{SHARDED_IVF} with nlist={nlist} needs at least {nlist} training vectors, "
+            f"got {train.shape[0]}"
+        )
+    # faiss trains an inner-product IVF with spherical k-means (unit centroids).
+    index = faiss.IndexIVFFlat(faiss.IndexFlat(dim, metric), dim, nlist, metric)
+    index.cp.seed = seed
+    index.nprobe = ivf_nprobe(nlist)
+    return index
+
+
 def gpu_available() -> bool:
     """True when this faiss build has GPU support and at least one GPU is visible."""
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
@@ -102,20 +149,34 @@ class SearchIndex:
     def dim(self) -> int:
         return int(self.index.d)
 
-    def set_nprobe(self, nprobe: int) -> None:
-        """Number of inverted lists visited per query (ivfpq only)."""
-        if self.kind != "ivfpq":
-            raise ValueError(f"nprobe only applies to kind='ivfpq', this index is {self.kind!r}")
+    @property
+    def is_ivf(self) -> bool:
+        """Whether the index has inverted lists (``nprobe`` applies)."""
+        return hasattr(self.index, "nprobe")
+
+    def _check_nprobe(self, nprobe: int) -> int:
+        if not self.is_ivf:
+            raise ValueError(
+                f"nprobe only applies to kind='ivfpq' or '{SHARDED_IVF}', this index is "
+                f"{self.kind!r}"
+            )
         if int(nprobe) < 1:
             raise ValueError(f"nprobe must be >= 1, got {nprobe}")
-        self.index.nprobe = int(nprobe)
+        return int(nprobe)
 
-    def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def set_nprobe(self, nprobe: int) -> None:
+        """Number of inverted lists visited per query from now on (IVF kinds only)."""
+        self.index.nprobe = self._check_nprobe(nprobe)
+
+    def search(
+        self, queries: Any, k: int, nprobe: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k gallery items per query.
 
         Args:
             queries: ``(Q, d)`` raw features (``prepare`` is applied here).
             k: ``1 <= k <= ntotal``.
+            nprobe: inverted lists visited for this call (IVF kinds); default the index's.
         Returns:
             ``scores (Q, k)`` float32, higher is better, best first; ``indices (Q, k)`` int64 into
             the gallery. An approximate index that finds fewer than k items pads with index -1
@@ -129,7 +190,10 @@ class SearchIndex:
         q = self.distance.prepare(queries, "queries", refuse_zero=True)
         if q.shape[1] != self.dim:
             raise ValueError(f"queries have width {q.shape[1]}, the index holds width {self.dim}")
-        raw, indices = self.index.search(_to_faiss(q), int(k))
+        params = None
+        if nprobe is not None:
+            params = faiss.SearchParametersIVF(nprobe=self._check_nprobe(nprobe))
+        raw, indices = self.index.search(_to_faiss(q), int(k), params=params)
         scores = self.distance.from_faiss(raw).astype(np.float32)
         scores[indices < 0] = -np.inf
         return scores, indices.astype(np.int64)
@@ -182,8 +246,9 @@ def build_index(
 
     Args:
         distance: a name in ``DISTANCES`` (``cosine``, ``l2``, ``inner_product``).
-        kind: ``"flat"`` (exact) or ``"ivfpq"``. ivfpq defaults: ``nlist = 4 sqrt(train_size)``,
-            ``m`` = largest divisor of d up to 32, ``nbits = 8``, ``nprobe = min(nlist, 16)``.
+        kind: ``"flat"`` (exact), ``"ivfpq"`` or ``"sharded_ivf"``. ivfpq defaults:
+            ``nlist = 4 sqrt(train_size)``, ``m`` = largest divisor of d up to 32, ``nbits = 8``,
+            ``nprobe = min(nlist, 16)``; sharded_ivf: :func:`ivf_nlist`, :func:`ivf_nprobe`.
         train_size: rows (sampled with ``seed``) used to train ivfpq; default all.
     """
     dist = get_distance(distance)
@@ -216,8 +281,10 @@ def build_index(
     if _resolve_gpu(use_gpu):
         out._to_gpu()
     out.index.add(x)
-    if kind == "ivfpq":
-        out.set_nprobe(min(index.nlist, 16) if nprobe is None else nprobe)
+    if kind == "ivfpq" and nprobe is None:
+        nprobe = min(index.nlist, 16)
+    if nprobe is not None:  # sharded_ivf: its builder set ivf_nprobe(nlist)
+        out.set_nprobe(nprobe)
     logger.info(
         "built %s index (%s) of %d x %d on %s",
         kind,

@@ -503,13 +503,14 @@ def test_flat_index_matches_brute_force(store, one_faiss_thread):
     np.testing.assert_allclose(scores, np.take_along_axis(ref, top, 1), rtol=1e-5, atol=1e-6)
 
 
-def test_ivfpq_index_is_chosen_above_threshold_and_rebuild_replaces(store, one_faiss_thread):
+def test_ivfpq_index_builds_and_rebuild_replaces(store, one_faiss_thread):
     x = unit_rows(2000, 8)
     publish(store, "g", "v1", np.arange(2000) * 7, x, normalized=False)
-    first = build_version_index(
+    first = build_version_index(  # kind="auto" above flat_max_rows is sharded_ivf
         store,
         "g",
         "v1",
+        kind="ivfpq",
         flat_max_rows=1000,
         nlist=8,
         m=4,

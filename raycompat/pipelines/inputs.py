@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from raycompat.pipelines.parts import Chunk, plan_file_chunks
 from raycompat.store import GalleryStore, ManifestError, VersionInfo
-from raycompat.store.parquet import iter_file_batches, open_parquet
+from raycompat.store.parquet import iter_file_batches
 from raycompat.store.validate import validate_schema, validate_values
 
 VECTOR_COLUMNS = ("id", "embedding", "side_info")
@@ -32,9 +32,8 @@ def plan_version_chunks(
     copied unchanged into the output.
     """
     chunks, rows, first = [], 0, None
-    for index, rel in enumerate(info.files):
-        path, source = store.path(gallery, rel), store.uri(gallery, rel)
-        with open_parquet(store.filesystem, path, source) as parquet:
+    for index, (path, source) in enumerate(store.version_files(gallery, info)):
+        with store.open_file(info, path, source) as parquet:
             schema = parquet.schema_arrow
             validate_schema(schema, info, source)
             first = first or schema
@@ -51,13 +50,18 @@ def plan_version_chunks(
 
 
 def iter_chunk_batches(
-    store: GalleryStore, chunk: Chunk, info: VersionInfo, batch_size: int
+    store: GalleryStore,
+    chunk: Chunk,
+    info: VersionInfo,
+    batch_size: int,
+    columns: list[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Validated batches of one chunk (its row groups of its input file), bounded memory."""
+    """Validated batches of one chunk (its row groups of its input file), bounded memory;
+    ``columns`` reads only those (default: all)."""
     source = store.backend.uri(chunk.path)
-    with open_parquet(store.filesystem, chunk.path, source) as parquet:
+    with store.open_file(info, chunk.path, source) as parquet:
         batches = iter_file_batches(
-            parquet, source, batch_size, row_groups=chunk.row_groups, start=chunk.start
+            parquet, source, batch_size, columns, row_groups=chunk.row_groups, start=chunk.start
         )
         for batch, offset in batches:
             validate_values(batch, info, source, offset)

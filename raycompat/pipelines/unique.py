@@ -22,15 +22,20 @@ def _repeated(batch: pa.Table) -> pa.Table:
     return batch.filter(pc.greater(batch[_COUNT], 1))
 
 
-def check_unique_distributed(staging: Staging, paths: list[str]) -> None:
+def check_unique_distributed(staging: Staging, paths: list[str], id_column: str = "id") -> None:
     """Raise :class:`DuplicateIdError` naming a duplicated id and the part files holding it.
 
     Args:
+        staging: what holds the files; only its ``filesystem`` and ``uri_of`` are used (an
+            adopted table passes ``pipelines.adopt.TableFiles``).
         paths: filesystem paths of the staged parts (``staging.files()``).
+        id_column: the files' id column (an adopted table's may have another name).
     """
     ids = ray.data.read_parquet(
-        paths, filesystem=staging.filesystem, columns=["id"], include_paths=True
+        paths, filesystem=staging.filesystem, columns=[id_column], include_paths=True
     )
+    if id_column != "id":
+        ids = ids.rename_columns({id_column: "id"})
     repeated = (
         ids.select_columns(["id"])
         .groupby("id")

@@ -6,9 +6,12 @@
 - :mod:`~raycompat.store.lease` / :mod:`~raycompat.store.part_record`: one writer per staging
   area, and what each writer says it wrote (checked at commit).
 - :mod:`~raycompat.store.index`: a faiss index per version, and queries that return ids.
+- :mod:`~raycompat.store.adopt` / :mod:`~raycompat.store.external`: an existing Parquet table
+  published in place, its files pinned by the record.
 """
 
 from raycompat.store.errors import (
+    ChangedFileError,
     CorruptFileError,
     CorruptIndexError,
     DuplicateIdError,
@@ -34,6 +37,7 @@ from raycompat.store.schema import (
 from raycompat.store.staging import Staging
 
 __all__ = [
+    "ChangedFileError",
     "CorruptFileError",
     "CorruptIndexError",
     "DuplicateIdError",

@@ -40,6 +40,11 @@ class ManifestError(StoreError):
     """A version record is missing, or disagrees with the files it lists."""
 
 
+class ChangedFileError(ManifestError):
+    """An external file of an adopted version changed (size, ETag or mtime) or vanished since
+    the version pinned it; the version no longer describes it."""
+
+
 class MissingIndexError(ManifestError):
     """The version exists but no index was built for it yet."""
 

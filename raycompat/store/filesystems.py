@@ -46,6 +46,9 @@ class Backend:
     root: str
     create_exclusive: Callable[[str, bytes], None]
     replace: Callable[[str, bytes], None]
+    # S3 only: a fresh HEAD of an object through s3fs (``size``, ``ETag``); pyarrow returns no
+    # ETags. Adopted versions pin their external files by it (``external.py``).
+    head: Callable[[str], dict] | None = None
 
     def uri(self, path: str) -> str:
         return path if self.scheme == "file" else f"{self.scheme}://{path}"
@@ -125,6 +128,7 @@ def _s3(*, path: str, options: dict, bulk_io: str) -> Backend:
         path.rstrip("/"),
         create_exclusive=lambda p, data: s3.pipe_file(p, data, mode="create"),
         replace=lambda p, data: s3.pipe_file(p, data),
+        head=lambda p: s3.info(p, refresh=True),
     )
 
 

@@ -27,6 +27,8 @@ from raycompat.store.errors import (
     SchemaError,
     StoreError,
 )
+from raycompat.store.external import open_adopted
+from raycompat.store.external import root_path as external_root
 from raycompat.store.filesystems import Backend, open_backend
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
@@ -166,8 +168,8 @@ class GalleryStore:
     def read(self, gallery: str, version: str, columns: list[str] | None = None) -> pa.Table:
         """The whole version as one table, validated (see the module docstring)."""
         info, tables, ids, first = self.version(gallery, version), [], [], []
-        for path, source in self._files(gallery, info):
-            with open_parquet(self.filesystem, path, source) as parquet:
+        for path, source in self.version_files(gallery, info):
+            with self.open_file(info, path, source) as parquet:
                 self._check_file_schema(parquet.schema_arrow, info, source, columns, first)
                 table = read_file(parquet, source, columns)
             validate_values(table, info, source)
@@ -187,8 +189,8 @@ class GalleryStore:
         publish (``read`` re-checks it).
         """
         info, rows, first = self.version(gallery, version), 0, []
-        for path, source in self._files(gallery, info):
-            with open_parquet(self.filesystem, path, source) as parquet:
+        for path, source in self.version_files(gallery, info):
+            with self.open_file(info, path, source) as parquet:
                 self._check_file_schema(parquet.schema_arrow, info, source, columns, first)
                 for batch, offset in iter_file_batches(parquet, source, batch_size, columns):
                     validate_values(batch, info, source, offset)
@@ -232,10 +234,26 @@ class GalleryStore:
         staging.remove_tmp()
         return staging
 
-    def _files(self, gallery: str, info: VersionInfo) -> Iterator[tuple[str, str]]:
-        for rel in info.files:
-            path = self.path(gallery, rel)
+    def version_files(self, gallery: str, info: VersionInfo) -> Iterator[tuple[str, str]]:
+        """``(filesystem path, URI)`` of each file of the version, in record order. An adopted
+        version's files lie outside the store, under its ``external`` root."""
+        if info.external is None:
+            paths = [self.path(gallery, rel) for rel in info.files]
+        else:
+            record = self.uri(gallery, VERSIONS_DIR, f"{info.version}.json")
+            base = external_root(self._backend, info.external, record)
+            paths = [join(base, rel) for rel in info.files]
+        for path in paths:
             yield path, self._backend.uri(path)
+
+    def open_file(self, info: VersionInfo, path: str, source: str):
+        """Open a file of ``info`` (a path from :meth:`version_files`) as a context manager
+        giving a ``pq.ParquetFile``: the one place version files are opened. A file of an
+        adopted version is first checked against its pin (``ChangedFileError`` when it changed
+        or vanished) and read in store columns (``external.py``)."""
+        if info.external is None:
+            return open_parquet(self.filesystem, path, source)
+        return open_adopted(self._backend, info, path, source)
 
     @staticmethod
     def _check_file_schema(

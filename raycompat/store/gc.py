@@ -20,7 +20,8 @@ modification time of anything under it):
   its files and index.
 
 Never collected: a published version's record or part files (except as a whole ``version``
-item), part records, the model catalog, a staging area whose lease is live.
+item), part records, the model catalog, a staging area whose lease is live, and the files of an
+adopted version (they are outside the store; removing such a version deletes its record only).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class _Planner:
     def gallery(self, gallery: str) -> None:
         versions = self.store.versions(gallery)
         published = {v.version: v for v in versions}
-        owners = {f.rsplit("/", 1)[0] for v in versions for f in v.files}
+        # An adopted version's files are outside the store (``external.py``): never gc's.
+        owners = {f.rsplit("/", 1)[0] for v in versions if v.external is None for f in v.files}
         doomed = self._old_versions(gallery, versions)
         for version in doomed:
             record = self.store.path(gallery, VERSIONS_DIR, version + ".json")

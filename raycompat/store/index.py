@@ -13,8 +13,11 @@ file without complaint and answer wrong neighbours), so a corrupt index is never
 they load unverified (a warning says so) until the index is rebuilt.
 
 The index is built from :meth:`GalleryStore.iter_batches` (bounded memory): ``kind="auto"`` is an
-exact ``flat`` index up to ``flat_max_rows`` rows and IVF-PQ above, trained on ``train_size``
-rows sampled with ``seed`` (see :func:`raycompat.search.build_index` for the IVF-PQ defaults).
+exact ``flat`` index up to ``flat_max_rows`` rows and ``sharded_ivf`` above: an IVF built in
+shards by parallel tasks and merged into on-disk inverted lists that searches memory-map
+(:mod:`raycompat.store.sharded_index`, which also says what a load verifies). ``kind="ivfpq"``
+builds an in-memory IVF-PQ, trained on ``train_size`` (default 100 000) rows sampled with
+``seed`` (see :func:`raycompat.search.build_index` for the IVF-PQ defaults).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import json
 import logging
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +37,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raycompat.distances import get_distance
-from raycompat.search import INDEX_KINDS, SearchIndex, build_index
+from raycompat.search import INDEX_KINDS, SHARDED_IVF, SearchIndex, build_index
 from raycompat.store.errors import CorruptIndexError, MissingIndexError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
+from raycompat.store.mapped_ids import MappedIds
 from raycompat.store.paths import check_name
+from raycompat.store.shard_tasks import MERGED_FILES
+from raycompat.store.sharded_index import build_sharded_index, load_sharded_index
 
 logger = logging.getLogger(__name__)
 FLAT_MAX_ROWS = 100_000
@@ -47,19 +53,29 @@ _FILES = ("index.faiss", "index.faiss.json", "ids.parquet")
 
 @dataclass
 class VersionIndex:
-    """A loaded index of one version: ``search`` returns gallery ids, not row numbers."""
+    """A loaded index of one version: ``search`` returns gallery ids, not row numbers.
+
+    Attributes:
+        ids: row number -> gallery id: an array (flat, ivfpq) or, for ``sharded_ivf``, a
+            memory-mapped :class:`MappedIds` that materialises only the rows looked up.
+        local_files: the local copy of a remote sharded build, deleted with this object.
+    """
 
     index: SearchIndex
-    ids: np.ndarray
+    ids: np.ndarray | MappedIds
     info: VersionInfo
+    local_files: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
 
-    def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: Any, k: int, nprobe: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k per query: ``scores (Q, k)`` (higher is better) and ``ids (Q, k)``.
 
-        An approximate index that finds fewer than k items pads with score ``-inf`` and id
-        ``None`` (string ids) or ``-1`` (int64 ids).
+        ``nprobe``: inverted lists visited (IVF kinds), default the build's. An approximate
+        index that finds fewer than k items pads with score ``-inf`` and id ``None`` (string
+        ids) or ``-1`` (int64 ids).
         """
-        scores, rows = self.index.search(queries, k)
+        scores, rows = self.index.search(queries, k, nprobe=nprobe)
         missing = None if self.ids.dtype == object else -1
         return scores, np.where(rows >= 0, self.ids[np.maximum(rows, 0)], missing)
 
@@ -90,22 +106,41 @@ def build_version_index(
     distance: str | None = None,
     kind: str = "auto",
     flat_max_rows: int = FLAT_MAX_ROWS,
-    train_size: int = 100_000,
+    train_size: int | None = None,
     batch_size: int = 65536,
     seed: int = 0,
     use_gpu: bool | str = "auto",
-    **ivfpq: Any,
+    **options: Any,
 ) -> str:
     """Build, save and publish the index of ``gallery/version``; return the build's URI.
 
     Args:
         distance: default ``"cosine"`` for a ``normalized`` version, ``"l2"`` (FCT) otherwise.
-        ivfpq: ``nlist``, ``m``, ``nbits``, ``nprobe`` passed to ``build_index``.
+        kind: ``"auto"`` (``flat`` up to ``flat_max_rows`` rows, ``sharded_ivf`` above),
+            ``"flat"``, ``"ivfpq"`` or ``"sharded_ivf"``.
+        options: ivfpq: ``nlist``, ``m``, ``nbits``, ``nprobe`` passed to ``build_index``;
+            sharded_ivf: ``runner``, ``nlist``, ``nprobe``, ``rows_per_shard``, ``build``,
+            ``keep_shards`` (:func:`~raycompat.store.sharded_index.build_sharded_index`).
     """
     info = store.version(gallery, version)
     dist = get_distance(distance or ("cosine" if info.normalized else "l2"))
-    kind = ("flat" if info.rows <= flat_max_rows else "ivfpq") if kind == "auto" else kind
+    kind = ("flat" if info.rows <= flat_max_rows else SHARDED_IVF) if kind == "auto" else kind
     INDEX_KINDS.get(kind)  # an unknown kind fails here, listing the valid ones
+    if kind == SHARDED_IVF:  # built by tasks into its own folder: no in-memory index here
+        pointer = build_sharded_index(
+            store,
+            gallery,
+            info,
+            dist,
+            train_size=train_size,
+            batch_size=batch_size,
+            seed=seed,
+            use_gpu=use_gpu,
+            **options,
+        )
+        return _publish(store, gallery, info, pointer)
+    ivfpq = options  # nlist, m, nbits, nprobe
+    train_size = train_size or 100_000
     index = None
     if kind != "flat":
         sample = _sample(store, gallery, info, min(train_size, info.rows), seed, batch_size)
@@ -141,8 +176,21 @@ def build_version_index(
         "rows": index.ntotal,
         "files": files,
     }
+    return _publish(store, gallery, info, pointer)
+
+
+def _publish(store: GalleryStore, gallery: str, info: VersionInfo, pointer: dict) -> str:
+    """Replace the version's pointer with ``pointer``; return the build's URI."""
+    version, build = info.version, pointer["build"]
     store.backend.replace(_pointer_path(store, gallery, version), json.dumps(pointer).encode())
-    logger.info("indexed %s/%s: %s %s over %d rows", gallery, version, kind, dist.name, info.rows)
+    logger.info(
+        "indexed %s/%s: %s %s over %d rows",
+        gallery,
+        version,
+        pointer["kind"],
+        pointer["distance"],
+        info.rows,
+    )
     return store.uri(gallery, INDEX_DIR, version, build)
 
 
@@ -167,7 +215,7 @@ def _read_pointer(store: GalleryStore, path: str, gallery: str, version: str) ->
         check_name("index build", pointer["build"])
         files = pointer.get("files")
         if files is not None:
-            for name in _FILES:
+            for name in _files_of(pointer):
                 record = files[name]
                 if not isinstance(record["bytes"], int) or not isinstance(record["sha256"], str):
                     raise TypeError(f"files[{name!r}] must hold an int 'bytes' and a str 'sha256'")
@@ -180,6 +228,10 @@ def _read_pointer(store: GalleryStore, path: str, gallery: str, version: str) ->
             f"{source}: unreadable index pointer ({error!r}); rebuild the index"
         ) from None
     return pointer
+
+
+def _files_of(pointer: dict) -> tuple[str, ...]:
+    return MERGED_FILES if pointer.get("kind") == SHARDED_IVF else _FILES
 
 
 def _verify(local: Path, expected: dict, uri: str) -> None:
@@ -198,10 +250,18 @@ def _verify(local: Path, expected: dict, uri: str) -> None:
 
 
 def load_version_index(
-    store: GalleryStore, gallery: str, version: str, use_gpu: bool | str = "auto"
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    use_gpu: bool | str = "auto",
+    verify: str = "auto",
 ) -> VersionIndex:
     """Load the current index build of ``gallery/version``, verified before faiss reads it.
 
+    Args:
+        verify: ``"auto"``: every file's size and sha256, except that a ``sharded_ivf`` build's
+            data files (O(N) bytes) are checked by size only; ``"full"``: sha256 of those too.
+            A ``sharded_ivf`` build stays on the CPU, memory-mapped, unless ``use_gpu=True``.
     Raises:
         MissingIndexError: no index was built for the version.
         CorruptIndexError: the pointer is unreadable, or a file of the build is missing, differs
@@ -220,6 +280,14 @@ def load_version_index(
             build,
         )
     prefix = store.path(gallery, INDEX_DIR, version, build)
+    if pointer.get("kind") == SHARDED_IVF:
+        if files is None:
+            raise CorruptIndexError(f"{source}: a {SHARDED_IVF} pointer without files")
+        index, ids, local = load_sharded_index(
+            store, prefix, pointer, verify=verify, use_gpu=use_gpu
+        )
+        _check_matches(index, len(ids), info, source, version)
+        return VersionIndex(index, ids, info, local)
     uris = {name: store.backend.uri(f"{prefix}/{name}") for name in _FILES}
     with tempfile.TemporaryDirectory() as tmp:
         for name in _FILES:
@@ -249,13 +317,17 @@ def load_version_index(
             raise CorruptIndexError(
                 f"{uris['ids.parquet']}: unreadable ({error}); rebuild the index"
             ) from None
-    if not index.ntotal == len(ids) == info.rows or index.dim != info.width:
-        raise CorruptIndexError(
-            f"{source}: index of {index.ntotal} x {index.dim} with {len(ids)} ids does not match "
-            f"version {version} ({info.rows} x {info.width}); rebuild the index"
-        )
+    _check_matches(index, len(ids), info, source, version)
     index.place(use_gpu)
     return VersionIndex(index, ids.to_numpy(), info)
+
+
+def _check_matches(index: SearchIndex, ids: int, info: VersionInfo, source: str, version: str):
+    if not index.ntotal == ids == info.rows or index.dim != info.width:
+        raise CorruptIndexError(
+            f"{source}: index of {index.ntotal} x {index.dim} with {ids} ids does not match "
+            f"version {version} ({info.rows} x {info.width}); rebuild the index"
+        )
 
 
 def open_version_index(
@@ -265,6 +337,7 @@ def open_version_index(
     *,
     rebuild: bool,
     use_gpu: bool | str = "auto",
+    verify: str = "auto",
     **build_options: Any,
 ) -> VersionIndex:
     """:func:`load_version_index`, building a fresh index when none exists or it is corrupt.
@@ -272,13 +345,16 @@ def open_version_index(
     Args:
         rebuild: whether a missing or corrupt index may be (re)built from the version with
             :func:`build_version_index` (``build_options`` go to it). The corrupt build's files
-            stay for inspection; the pointer moves to the new build. False: raise instead.
+            stay for inspection; the pointer moves to the new build (a ``sharded_ivf`` rebuild
+            with the same parameters continues its build folder instead: intact shards are
+            kept, the merged files are rewritten). False: raise instead.
+        verify: as :func:`load_version_index`.
     Raises:
         MissingIndexError, CorruptIndexError: as :func:`load_version_index`, when not
             ``rebuild``.
     """
     try:
-        return load_version_index(store, gallery, version, use_gpu=use_gpu)
+        return load_version_index(store, gallery, version, use_gpu=use_gpu, verify=verify)
     except MissingIndexError:
         if not rebuild:
             raise
@@ -288,4 +364,4 @@ def open_version_index(
             raise
         logger.warning("rebuilding the index of %s/%s: %s", gallery, version, error)
     build_version_index(store, gallery, version, use_gpu=use_gpu, **build_options)
-    return load_version_index(store, gallery, version, use_gpu=use_gpu)
+    return load_version_index(store, gallery, version, use_gpu=use_gpu, verify=verify)

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from raycompat.store.errors import CorruptFileError, ManifestError, StoreError
+from raycompat.store.external import ExternalFiles
 from raycompat.store.paths import check_name, check_relative_path, join
 from raycompat.store.records import check_record, load_object
 
@@ -62,6 +63,9 @@ class VersionInfo:
             in by ``Staging.commit``; None in records written before it existed.
         dtype: how embeddings are stored, ``"float32"`` or ``"float16"`` (half the bytes; read
             back as float32 for compute). ``side_info`` stays float32.
+        external: set only for a version adopted in place (``adopt.py``): the folder or S3
+            prefix its ``files`` are relative to, the column names, and each file's pin (size,
+            ETag or mtime); see ``external.py``. None for versions whose files the store wrote.
     """
 
     version: str
@@ -75,6 +79,7 @@ class VersionInfo:
     created: str = ""
     ids: dict | None = None
     dtype: str = "float32"
+    external: dict | None = None
 
     def __post_init__(self) -> None:
         check_name("version", self.version)
@@ -100,7 +105,10 @@ class VersionInfo:
         return {f"raycompat.{k}": str(getattr(self, k)) for k in _META_FIELDS}
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": RECORD_FORMAT, **asdict(self)}, indent=1).encode()
+        raw = asdict(self)
+        if raw["external"] is None:  # records of written versions keep their old form
+            del raw["external"]
+        return json.dumps({"format": RECORD_FORMAT, **raw}, indent=1).encode()
 
     @classmethod
     def from_json(cls, data: bytes, source: str) -> VersionInfo:
@@ -129,6 +137,8 @@ class VersionInfo:
             raise ManifestError(f"{source}: record lists no files")
         for path in info.files:
             check_relative_path(path, source)
+        if info.external is not None:
+            ExternalFiles.from_record(info, source)
         return info
 
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -19,12 +20,12 @@ import shutil
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from raycompat.pipelines.inputs import vectors
 from raycompat.store import GalleryStore
 from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.errors import StoreError
+from raycompat.store.parquet import open_parquet
 from raycompat.train.config import OldModelSpec, RunSpec, ScenarioSpec, TrainConfig
 from raycompat.train.export import MODEL_FILE, SPEC_FILE, load_features, read_spec
 from raycompat.upgrade.config import UpgradeConfig, UpgradeSpec
@@ -98,12 +99,13 @@ def test_features(directory: str) -> np.ndarray:
     return load_features(directory, "test")
 
 
-def _matching_rows(fs, path: str, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _matching_rows(opener, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """``(ids, vectors)`` of the rows of one part whose id is in ``wanted``, streamed one batch
-    at a time (memory: a batch plus the matches); None if the part's ids are not integers."""
+    at a time (memory: a batch plus the matches); None if the part's ids are not integers.
+    ``opener()`` opens the part as a ``pq.ParquetFile`` (a store's ``open_file`` for a published
+    version, which also reads adopted files in store columns)."""
     value_set, found_ids, found = pa.array(wanted), [np.zeros(0, np.int64)], []
-    with fs.open_input_file(path) as handle:
-        parquet = pq.ParquetFile(handle)
+    with opener() as parquet:
         if not pa.types.is_integer(parquet.schema_arrow.field("id").type):
             return None
         width = parquet.schema_arrow.field("embedding").type.list_size
@@ -115,21 +117,23 @@ def _matching_rows(fs, path: str, wanted: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.concatenate(found_ids), np.concatenate(found)
 
 
-def rows_of(fs, paths: list[str], ids: np.ndarray, source: str) -> np.ndarray | None:
+def rows_of(fs, paths: list[str], ids: np.ndarray, source: str, openers=None) -> np.ndarray | None:
     """``(len(ids), d)`` vectors of ``ids`` from Parquet ``paths``, in ``ids`` order; None when
-    some id is absent (the gallery does not hold those images).
+    some id is absent (the gallery does not hold those images). ``openers``: one per path
+    (default: open the path on ``fs``).
 
     With Ray running, each part is scanned by a Ray task on the cluster and only the matching
     rows come back: the driver holds the requested rows, never a whole part or version.
     """
     wanted = np.asarray(ids, dtype=np.int64)
+    openers = openers or [functools.partial(open_parquet, fs, path, path) for path in paths]
     import ray
 
     if ray.is_initialized() and len(paths) > 1:
         scan = ray.remote(_matching_rows)
-        parts = ray.get([scan.remote(fs, path, wanted) for path in paths])
+        parts = ray.get([scan.remote(opener, wanted) for opener in openers])
     else:
-        parts = [_matching_rows(fs, path, wanted) for path in paths]
+        parts = [_matching_rows(opener, wanted) for opener in openers]
     if not parts or any(p is None for p in parts):
         return None
     got = np.concatenate([p[0] for p in parts])
@@ -142,8 +146,10 @@ def rows_of(fs, paths: list[str], ids: np.ndarray, source: str) -> np.ndarray | 
 
 def version_rows(store: GalleryStore, gallery: str, version: str, ids) -> np.ndarray | None:
     info = store.version(gallery, version)
-    paths = [store.path(gallery, f) for f in info.files]
-    return rows_of(store.filesystem, paths, ids, store.uri(gallery, version))
+    files = list(store.version_files(gallery, info))
+    openers = [functools.partial(store.open_file, info, path, uri) for path, uri in files]
+    paths = [path for path, _ in files]
+    return rows_of(store.filesystem, paths, ids, store.uri(gallery, version), openers)
 
 
 def publish_model(
