@@ -28,18 +28,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="YAML file with TrainConfig keys")
     parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray Train's progress lines and our debug lines (default: one line per epoch)",
+    )
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. epochs=2")
     args = parser.parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
     cfg = load_config(TrainConfig, args.config, args.overrides)
     register_secrets(cfg)
 
-    import ray
-
+    from raycompat.ray_console import init_ray
     from raycompat.train.driver import run_training
 
-    if not ray.is_initialized():
-        ray.init(address=args.address, log_to_driver=True)
+    init_ray(args.address, args.verbose)  # quiet console unless --verbose
     summary = run_training(cfg).summary()
     logging.getLogger("raycompat.train").info("summary: %s", json.dumps(summary))
     return summary

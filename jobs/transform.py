@@ -6,7 +6,9 @@
 ``mode: transform`` maps ``store.gallery/source_version`` through h (and g) into
 ``target.version``; ``mode: extract`` embeds ``images`` with ``model``; ``mode: identity``
 checks the source version and writes nothing (backward-compatible upgrade). Run it again with
-the same config after a failure or a kill: finished part files are kept and skipped.
+the same config after a failure or a kill: finished part files are kept and skipped; after the
+version was published it reports "already published" and exits 0. Inputs (h, the model, the
+source version) are checked before Ray starts.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ logger = logging.getLogger("raycompat.jobs.transform")
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="YAML file with TransformJobConfig keys")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray's info lines and our debug lines (default: progress lines)",
+    )
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     args = parser.parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
@@ -38,14 +45,16 @@ def main(argv: list[str] | None = None) -> dict:
         if not getattr(cfg.store, key):
             raise ConfigError(f"store.{key} must be set")
 
-    import ray
-
     from raycompat.pipelines import extract_version, identity_upgrade, transform_version
+    from raycompat.pipelines.preflight import already_published, check_inputs
+    from raycompat.ray_console import init_ray, set_log_level
     from raycompat.store import GalleryStore, VersionInfo
 
+    set_log_level(args.verbose)  # our DEBUG lines with --verbose, before Ray starts (or not)
     store = GalleryStore(
         cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
     )
+    check_inputs(cfg, store)  # before Ray starts: h, the model, the source version
     if cfg.mode == "identity":
         upgrade = identity_upgrade(
             store, cfg.store.gallery, cfg.source_version, cfg.target.model_version
@@ -68,8 +77,19 @@ def main(argv: list[str] | None = None) -> dict:
         t.side_info_width,
         dtype=t.dtype,
     )
-    if not ray.is_initialized():
-        ray.init(address=cfg.ray_address, log_to_driver=True)
+    done = already_published(store, cfg.store.gallery, target)
+    if done is not None:  # a rerun after the publish (e.g. killed before it could report)
+        logger.info("%s/%s is already published; nothing to do", cfg.store.gallery, t.version)
+        summary = {
+            "mode": cfg.mode,
+            "already_published": True,
+            "version": done.version,
+            "rows": done.rows,
+            "files": len(done.files),
+        }
+        logger.info("summary: %s", json.dumps(summary))
+        return summary
+    init_ray(cfg.ray_address, args.verbose)  # quiet console unless --verbose
     if cfg.mode == "transform":
         result = transform_version(
             store,

@@ -30,6 +30,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="YAML file with SweepConfig keys")
     parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray Train's progress lines and our debug lines (default: one line per epoch)",
+    )
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. num_samples=2")
     args = parser.parse_args(argv)
     # Scrubs the environment's credentials (a sweep config holds none: its ParamSpec.key
@@ -37,13 +42,11 @@ def main(argv: list[str] | None = None) -> dict:
     configure_logging()
     sweep = load_config(SweepConfig, args.config, args.overrides)
 
-    import ray
-
+    from raycompat.ray_console import init_ray
     from raycompat.tune.results import publish_outputs
     from raycompat.tune.sweep import run_sweep
 
-    if not ray.is_initialized():
-        ray.init(address=args.address)
+    init_ray(args.address, args.verbose)  # quiet console unless --verbose
     results = run_sweep(sweep)
     summary = publish_outputs(results, sweep)
     logging.getLogger("raycompat.tune").info("sweep summary: %s", json.dumps(summary))

@@ -10,13 +10,18 @@ gallery is stored in, scored against every registered model on the shared test i
 
 - registered as a query model of the current gallery version (``compatible``: ECC holds),
 - or, for an FCT method, the gallery is transformed by Ray Data into a new version, which is
-  checked before it is published (``transform``),
-- or refused (the default) / backfilled by re-extraction (``policy.on_incompatible``).
+  checked before it is published (``transform``), with a fraction of its rows re-extracted by
+  the new model when the entry asks for a ``partial_backfill`` (FastFill),
+- or refused (the default) / backfilled by re-extraction, fully or, for FCT, partially
+  (``policy.on_incompatible``).
 
 Nothing is published before its checks pass. Entries an earlier run published are not redone,
-so rerunning the same config resumes or does nothing. The report lands in
+so rerunning the same config resumes or does nothing; entries it refused, or that failed, are
+recorded in the store and skipped while their config is unchanged (``--retry`` judges them
+again). The report lands in
 ``<report_dir>/<name>/`` (``report.md``, ``matrix.png``, ``report.json``...). A refusal is a
-decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given (then 3).
+decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given (then 3, also
+for an entry skipped because it failed before).
 """
 
 from __future__ import annotations
@@ -47,6 +52,17 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help=f"exit with status {REFUSED_EXIT} when an upgrade was refused (for automation)",
     )
+    parser.add_argument(
+        "--retry",
+        action="store_true",
+        help="judge again the upgrades an earlier run refused or that failed under the same "
+        "config (by default they are skipped, and the log says so)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray Train's progress lines and our debug lines (default: one line per epoch)",
+    )
     parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     args = parser.parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
@@ -54,22 +70,21 @@ def main(argv: list[str] | None = None) -> dict:
     register_secrets(cfg)
     check_upgrade_config(cfg)
 
-    import ray
-
     from raycompat.cli import gallery_versions
+    from raycompat.ray_console import init_ray
     from raycompat.store import GalleryStore
     from raycompat.store.catalog import Catalog
+    from raycompat.train.data import describe_split
     from raycompat.upgrade.evaluate import eval_data, history_matrix
     from raycompat.upgrade.history import Upgrader
     from raycompat.upgrade.report import Report, write_report
 
     began = time.perf_counter()
-    if not ray.is_initialized():
-        ray.init(address=args.address or cfg.ray_address, log_to_driver=True)
+    init_ray(args.address or cfg.ray_address, args.verbose)  # quiet console unless --verbose
     store = GalleryStore(
         cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
     )
-    upgrader = Upgrader(cfg, store, Catalog(store), eval_data(cfg.training))
+    upgrader = Upgrader(cfg, store, Catalog(store), eval_data(cfg.training), retry=args.retry)
     upgrader.load_registered()
 
     # 1-3. Each model of the history: train, evaluate, decide and act (or skip if published).
@@ -84,12 +99,13 @@ def main(argv: list[str] | None = None) -> dict:
         outcomes,
         gallery_versions(store, cfg.store.gallery),
         seconds=time.perf_counter() - began,
+        split=describe_split(cfg.training),
     )
     directory = os.path.join(cfg.report_dir, cfg.name)
     write_report(directory, report, to_dict(cfg), upgrader.features_2d())
     summary = {**report.summary(), "report": os.path.join(directory, "report.md")}
     log.info("summary: %s", json.dumps(summary))
-    if args.fail_on_refuse and "refuse" in summary["decisions"].values():
+    if args.fail_on_refuse and {"refuse", "failed"} & set(summary["decisions"].values()):
         raise SystemExit(REFUSED_EXIT)
     return summary
 

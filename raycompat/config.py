@@ -150,7 +150,13 @@ def _build(cls: type[C], data: dict, prefix: str = "") -> C:
             f"unknown config key(s) {', '.join(prefix + u for u in unknown)}; "
             f"valid keys here: {', '.join(prefix + f for f in fields)}"
         )
-    kwargs = {name: _coerce(value, hints[name], prefix + name) for name, value in data.items()}
+    kwargs = {}
+    for name, value in data.items():
+        try:
+            kwargs[name] = _coerce(value, hints[name], prefix + name)
+        except ConfigError as err:
+            hint = fields[name].metadata.get("hints", {}).get(value if type(value) is str else None)
+            raise ConfigError(f"{err}; {hint}" if hint else str(err)) from None
     missing = [
         n
         for n, f in fields.items()

@@ -96,7 +96,7 @@ def load_state_dict(uri: str, storage_options: dict | None = None) -> dict[str, 
             data = f.read()
     except FileNotFoundError as err:
         raise FileNotFoundError(f"weights file not found: {uri!r}; {WEIGHTS_HINT}") from err
-    logger.info("read %d bytes of weights from %s", len(data), uri)
+    logger.debug("read %d bytes of weights from %s", len(data), uri)
     if uri.endswith(".safetensors"):
         from safetensors.torch import load
 

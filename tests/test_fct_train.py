@@ -6,6 +6,7 @@ every bad input before a worker starts.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -269,3 +270,110 @@ def test_side_info_bad_inputs_fail_before_training(tmp_path):
     rgb = "{num_classes: 4, images_per_class: 16, image_size: 28, channels: 3, seed: 0}"
     with pytest.raises(ValueError, match=r"lenetpp.*\(3, 28, 28\)"):
         train_side_info(side_info_config(tmp_path, f"data.options={rgb}"))
+
+
+# ---- FastFill: h with its uncertainty head ---------------------------------------------------
+
+
+def hard_row_triples(seed: int = 0, n: int = 800):
+    """30% of the rows are hard: their new embedding carries noise their old one cannot
+    predict, and the old embedding's last coordinate says which rows those are (as in
+    tests/test_backfill.py). Labels: 4 classes, the new model's head outputs."""
+    g = np.random.default_rng(seed)
+    labels = g.integers(0, 4, size=n)
+    x = np.eye(4)[labels] @ g.normal(size=(4, 6)) + 0.3 * g.normal(size=(n, 6))
+    hard = g.random(n) < 0.3
+    old = np.concatenate([x, 3.0 * hard[:, None]], axis=1)
+    new = x @ g.normal(size=(6, 5)) / 2 + 1.5 * hard[:, None] * g.normal(size=(n, 5))
+    triples = Triples(
+        old.astype(np.float32),
+        np.zeros((n, 0), np.float32),
+        new.astype(np.float32),
+        labels=labels.astype(np.int64),
+    )
+    return triples, hard
+
+
+def classifier_dir(directory, d_new: int = 5, classes: int = 4) -> str:
+    torch.manual_seed(0)
+    spec = ModelSpec(backbone="lenetpp", head="linear", num_classes=classes, embed_dim=d_new)
+    export_model(directory, build_model(spec).state_dict(), spec)
+    return str(directory)
+
+
+def uncertain_config(triples_dir, tmp_path, *overrides) -> TransformationTrainConfig:
+    return transformation_config(
+        triples_dir,
+        tmp_path,
+        "h={d_old: 7, d_side: 0, d_new: 5, width: 32, uncertainty: true}",
+        "g=null",
+        "epochs=6",
+        *overrides,
+    )
+
+
+def test_uncertain_transformation_export_round_trip(tmp_path):
+    torch.manual_seed(0)
+    h = fct_transformation(4, 0, 5, width=16, uncertainty=True).eval()
+    dims = dict(d_old=4, d_side=0, d_new=5, width=16, normalize_output=False, uncertainty=True)
+    export_transformation(tmp_path, "h", h.state_dict(), dims, epoch=3)
+    loaded = load_transformation(tmp_path)
+    old = torch.randn(6, 4)
+    for got, expected in zip(
+        loaded.forward_with_uncertainty(old), h.forward_with_uncertainty(old), strict=True
+    ):
+        torch.testing.assert_close(got, expected)
+    # An export written before the flag existed (no "uncertainty" key) loads as plain FCT h.
+    plain = fct_transformation(4, 0, 5, width=16).eval()
+    export_transformation(tmp_path / "old", "h", plain.state_dict(), {**dims, "uncertainty": 0})
+    spec_file = tmp_path / "old" / "h.json"
+    info = json.loads(spec_file.read_text())
+    del info["uncertainty"]
+    spec_file.write_text(json.dumps(info))
+    old_h = load_transformation(tmp_path / "old")
+    assert old_h.uncertainty_head is None
+    torch.testing.assert_close(old_h(old), plain(old))
+
+
+def test_uncertain_triples_round_trip_and_bad_discriminative_setups_fail_early(tmp_path):
+    triples, _ = hard_row_triples(n=200)
+    triples.save(tmp_path / "triples")
+    loaded = Triples.load(tmp_path / "triples")
+    assert loaded.labels.dtype == np.int64
+    np.testing.assert_array_equal(loaded.labels, triples.labels)
+    head = classifier_dir(tmp_path / "new")
+    cases = [
+        (["h.uncertainty=false", f"classifier={head}"], "set h.uncertainty=true"),
+        ([f"classifier={classifier_dir(tmp_path / 'wide', d_new=6)}"], "outputs h.d_new=5"),
+        ([f"classifier={classifier_dir(tmp_path / 'few', classes=2)}"], r"outside \[0, 2\)"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ValueError, match=message):
+            train_transformation(uncertain_config(tmp_path / "triples", tmp_path, *overrides))
+    (tmp_path / "triples" / "labels.npy").unlink()
+    with pytest.raises(ValueError, match="labels.npy is missing"):
+        train_transformation(uncertain_config(tmp_path / "triples", tmp_path, f"classifier={head}"))
+    assert not (tmp_path / "fct").exists()  # nothing started
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_loop_trains_an_uncertain_transformation(ray_local, tmp_path):
+    """h with its head on 2 workers, FastFill's loss with the discriminative term: the export
+    carries the head, and h is less sure of the hard rows than of the easy ones."""
+    triples, hard = hard_row_triples()
+    triples.save(tmp_path / "triples")
+    head = classifier_dir(tmp_path / "new")
+    cfg = uncertain_config(
+        tmp_path / "triples", tmp_path, f"classifier={head}", "discriminative_weight=0.1"
+    )
+    result = train_transformation(cfg)
+    assert {"h_mse", "h_sigma", "h_discriminative", "h_loss"} <= set(result.metrics)
+    with result.checkpoint.as_directory() as directory:
+        h = load_transformation(directory)
+    assert h.uncertainty_head is not None
+    with torch.no_grad():
+        _, sigma = h.forward_with_uncertainty(torch.from_numpy(triples.old))
+    sigma = sigma.numpy()
+    assert np.isfinite(sigma).all()
+    assert sigma[hard].mean() > sigma[~hard].mean() + 0.5, (sigma[hard].mean(), sigma.mean())

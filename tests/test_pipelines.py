@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import io
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from raycompat.config import ConfigError
 from raycompat.data import create_dataset, read_image
 from raycompat.pipelines import (
     PipelineError,
@@ -39,6 +41,7 @@ from raycompat.store import (
     DuplicateIdError,
     GalleryStore,
     ManifestError,
+    PublishConflictError,
     SchemaError,
     VersionInfo,
     embedding_table,
@@ -380,22 +383,21 @@ def test_transform_job_main(small, tmp_path, ray_local):
     store, h_dir, g_dir = small
     config = tmp_path / "job.yaml"
     config.write_text("mode: transform\nrun:\n  rows_per_file: 1500\n  actors: 1\n")
-    summary = job.main(
-        [
-            "--config",
-            str(config),
-            f"store.root={store.root}",
-            "store.gallery=g",
-            "source_version=v1",
-            f"transformation={h_dir}",
-            f"side_info_transformation={g_dir}",
-            "target.version=v2",
-            "target.model_version=m2",
-            f"target.width={D_NEW}",
-            f"target.side_info_width={D_SIDE_NEW}",
-            "target.dtype=float16",
-        ]
-    )
+    args = [
+        "--config",
+        config,
+        f"store.root={store.root}",
+        "store.gallery=g",
+        "source_version=v1",
+        f"transformation={h_dir}",
+        f"side_info_transformation={g_dir}",
+        "target.version=v2",
+        "target.model_version=m2",
+        f"target.width={D_NEW}",
+        f"target.side_info_width={D_SIDE_NEW}",
+        "target.dtype=float16",
+    ]
+    summary = job.main([str(a) for a in args])
     # 2 files of 2 x 1000-row groups; a chunk closes at >= 1500 rows: one part per file
     assert (summary["version"], summary["rows"], summary["files"]) == ("v2", 4_000, 2)
     assert store.version("g", "v2").lineage == "v2 = h(v1)"
@@ -417,6 +419,41 @@ def test_transform_job_main(small, tmp_path, ray_local):
         ]
     )
     assert (summary["mode"], summary["version"], summary["rows"]) == ("identity", "v2", 4_000)
+    # A rerun after the publish (a kill after it, a retried submission) is done, not a conflict.
+    again = job.main([str(a) for a in args])
+    assert again["already_published"] and (again["version"], again["rows"]) == ("v2", 4_000)
+    args = [str(a) for a in args]
+    other = [a for a in args if not a.startswith("target.model_version")] + [
+        "target.model_version=m9"
+    ]
+    with pytest.raises(PublishConflictError, match="already published by model 'm2'"):
+        job.main(other)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("transformation=/nowhere/h", "transformation: /nowhere/h/h.safetensors not found"),
+        ("side_info_transformation=/nowhere/g", "/nowhere/g/g.safetensors not found"),
+        ("source_version=v7", "source_version: gallery 'g' has no version 'v7'"),
+    ],
+)
+def test_transform_job_checks_its_inputs_before_ray_starts(small, tmp_path, override, message):
+    import ray
+
+    job = load_job(Path(__file__).parents[1] / "jobs" / "transform.py")
+    store, h_dir, g_dir = small
+    args = [
+        f"store.root={store.root}", "store.gallery=g", "source_version=v1",
+        f"transformation={h_dir}", f"side_info_transformation={g_dir}",
+        "target.version=v2", "target.model_version=m2", f"target.width={D_NEW}",
+        f"target.side_info_width={D_SIDE_NEW}", override,
+    ]
+    was_running = ray.is_initialized()
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        job.main(args)
+    assert ray.is_initialized() == was_running  # refused before any ray.init
+    assert published(store, "g") == ["v1"]
 
 
 @pytest.mark.ray

@@ -104,6 +104,78 @@ def test_transformation_sweeps_are_checked_before_any_trial():
         check_transformation(SweepConfig(space=typo, transformation=FCTSpec()), fct)
 
 
+def test_backfill_objectives_score_the_validation_curve_of_hand_made_features():
+    """Four validation images of two classes; h maps image 0 into class 1's direction and is
+    most uncertain about it. By hand (cosine, query excluded by index), on the grid 0, 0.5, 1:
+    top-1 0.25 with h(old) alone, 1.0 once images 0 and 1 are re-extracted."""
+    from raycompat.tune.fct import backfill_metrics
+    from raycompat.tune.sweep import final_metrics
+    from raycompat.upgrade.backfill_eval import backfill_evaluation
+    from raycompat.upgrade.config import PartialBackfillSpec
+
+    labels = np.array([0, 0, 1, 1])
+    new = np.array([[1, 0.1], [1, -0.1], [0.1, 1], [-0.1, 1]], np.float32)
+    transformed = new.copy()
+    transformed[0] = [0, 1]
+    uncertainty = np.array([5.0, 0.0, 0.0, 0.0])
+    spec = PartialBackfillSpec(budget=0.25, target=0.95)
+    evaluation = backfill_evaluation(
+        new, transformed, uncertainty, labels, spec, fractions=[0.0, 0.5, 1.0]
+    )
+    extra = backfill_metrics(evaluation)
+    assert extra["backfill_auc"] == pytest.approx(0.5 * (0.25 + 1.0) / 2 + 0.5 * 1.0)
+    assert extra["backfill_top1_at_budget"] == pytest.approx(0.625)
+    assert extra["backfill_budget_for_target"] == 0.5
+    assert naive_top1(new, transformed, labels) == 0.25  # the curve's start, by a naive top-1
+
+    matrix = CompatibilityMatrix.from_array(np.array([[0.6, 0.0], [0.25, 1.0]]))
+    for name, value in [("backfill_auc", 0.8125), ("backfill_top1_at_budget", 0.625)]:
+        sweep = SweepConfig(objective=name, transformation=FCTSpec(), backfill=spec)
+        final = final_metrics(sweep, matrix, extra)
+        assert final["objective"] == pytest.approx(value)
+        with pytest.raises(ValueError, match="'backfill:' section"):
+            OBJECTIVES.get(name)({}, matrix)
+
+
+def test_backfill_sweeps_are_checked_before_any_trial():
+    from raycompat.tune.fct import backfill_of
+    from raycompat.upgrade.config import PartialBackfillSpec
+
+    fct = load_config(TrainConfig, ROOT / "configs" / "train_mnist_two_model.yaml", ["method=fct"])
+    weight = [ParamSpec("backfill.uncertainty_weight", values=[0.0, 1.0])]
+    spec = PartialBackfillSpec(budget=0.3)
+    with pytest.raises(ConfigError, match="add a 'backfill:' section"):
+        check_transformation(SweepConfig(space=weight, transformation=FCTSpec()), fct)
+    with pytest.raises(ConfigError, match="objective backfill_auc"):
+        check_transformation(SweepConfig(objective="backfill_auc"), fct)
+    with pytest.raises(ConfigError, match="add a 'transformation:' section"):
+        check_transformation(SweepConfig(space=weight, backfill=spec), fct)
+    typo = [ParamSpec("backfill.weight", values=[1.0])]
+    with pytest.raises(ConfigError, match="'backfill.weight' is not a PartialBackfillSpec key"):
+        check_transformation(SweepConfig(space=typo, transformation=FCTSpec(), backfill=spec), fct)
+
+    sweep = load_config(SweepConfig, ROOT / "configs" / "tune_backfill.yaml")
+    params = {"backfill.uncertainty_weight": 3.0, "transformation.width": 64, "epochs": 2}
+    assert split_params(params) == ({"epochs": 2}, {"width": 64})
+    trial = backfill_of(sweep, params)
+    assert (trial.uncertainty_weight, trial.budget) == (3.0, sweep.backfill.budget)
+    assert sweep.backfill.uncertainty_weight == 1.0  # the sweep's own section is not mutated
+    assert backfill_of(SweepConfig(), params) is None
+
+
+def test_best_backfill_trial_becomes_an_upgrade_history_with_its_partial_backfill(tmp_path):
+    from raycompat.tune.results import write_best_config
+    from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
+
+    sweep = load_config(SweepConfig, ROOT / "configs" / "tune_backfill.yaml")
+    write_best_config(sweep, {"backfill.uncertainty_weight": 0.3}, tmp_path / "best.yaml")
+    history = load_config(UpgradeConfig, tmp_path / "best_upgrade.yaml")
+    check_upgrade_config(history)
+    assert history.upgrades[0].partial_backfill is None  # the initial model
+    backfill = history.upgrades[1].partial_backfill
+    assert (backfill.uncertainty_weight, backfill.budget) == (0.3, 0.3)
+
+
 def test_best_fct_trial_becomes_an_upgrade_history_with_its_transformation(tmp_path):
     from raycompat.tune.results import write_best_config
     from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config

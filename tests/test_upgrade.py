@@ -310,7 +310,7 @@ def test_compatible_action_grants_the_current_version_without_a_rewrite(tmp_path
     (tmp_path / "m2" / "test_features.npy").write_bytes(b"not a model file")  # stays behind
 
     def act(reason):
-        return upgrader._act(
+        return upgrader.publisher.act(
             1,
             cfg.upgrades[1],
             Decision(action, reason),

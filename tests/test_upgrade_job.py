@@ -38,7 +38,12 @@ def toy_config(tmp: Path, upgrades: list[dict], **extra) -> dict:
         "gallery_images": {"kind": "dataset", "name": "mnist5k", "options": {"per_class": 300}},
         "training": {
             "data": {"name": "mnist5k", "options": {"per_class": 300}},
-            "eval": {"test_fraction": 0.25, "val_fraction": 0.1},
+            "eval": {
+                "split": "closed_set",
+                "test_classes": [],
+                "test_fraction": 0.25,
+                "val_fraction": 0.1,
+            },
             "run": {"storage_path": str(tmp / "runs")},
             "epochs": 2,
             "batch_size": 64,
@@ -264,11 +269,130 @@ def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, 
     assert data.score(features, features) == 1.0  # the old self-test the rows must beat
     cfg = UpgradeConfig(pipeline=RunOptions(rows_per_file=40, batch_size=40, actors=1))
     upgrader = Upgrader(cfg, store, Catalog(store), data)
-    decision, version = upgrader._act(2, cfg.upgrades[2], Decision("transform", "h passed"),
-                                      str(tmp_path / "m3"), features, v1, None, 0.5, {}, "m1")
+    decision, version = upgrader.publisher.act(
+        2, cfg.upgrades[2], Decision("transform", "ok"), str(tmp_path / "m3"), features, v1,
+        None, 0.5, {}, "m1",
+    )
     assert decision.action == "refuse" and version is None
     assert "failed its check before publishing" in decision.reason
     assert "not above the old self-test 0.5000" in decision.reason
     assert [v.version for v in store.versions("mnist")] == ["v1"]
     assert Catalog(store).models() == []
     assert not any((tmp_path / "store" / "mnist" / "_data" / "v3").glob("**/*.parquet"))
+
+
+def test_the_same_config_and_seed_give_the_same_matrix_bit_for_bit(ray_local, tmp_path):
+    """Two runs of a tiny open-set history from empty stores: every matrix cell, every decision
+    and every stored row equal, bit for bit (seeded splits, data order, initialisation and Ray
+    Data chunking). A third run over the first store re-judges nothing: the refused upgrade is
+    skipped, and says so."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from jobs.upgrade import main
+
+    def run(where: Path, *extra: str) -> dict:
+        cfg = toy_config(
+            where,
+            [
+                {"model_version": "m1", "classes": 3, "method": "independent"},
+                {"model_version": "m2", "classes": 5, "method": "independent"},
+            ],
+        )
+        cfg["training"]["eval"] = {"split": "open_set", "test_classes": [7, 8, 9]}
+        cfg["training"]["epochs"] = 1
+        cfg["training"]["model"] = {"head": "linear", "num_classes": 10, "embed_dim": 8}
+        config = where / "tiny.yaml"
+        where.mkdir(parents=True, exist_ok=True)
+        config.write_text(yaml.safe_dump(cfg))
+        return main(["--config", str(config), *extra])
+
+    first, second = run(tmp_path / "a"), run(tmp_path / "b")
+    assert first["matrix"] == second["matrix"] and first["names"] == ["m1", "m2"]
+    assert first["decisions"] == second["decisions"] == {"m1": "initial", "m2": "refuse"}
+    assert first["split"].startswith("open-set")
+    rows = [
+        GalleryStore(str(tmp_path / side / "store")).read("digits", "v1").sort_by("id")
+        for side in "ab"
+    ]
+    np.testing.assert_array_equal(
+        np.stack(rows[0].column("embedding").to_numpy(zero_copy_only=False)),
+        np.stack(rows[1].column("embedding").to_numpy(zero_copy_only=False)),
+    )
+
+    again = run(tmp_path / "a")
+    report = json.loads((tmp_path / "a" / "report" / "toy" / "report.json").read_text())
+    m2 = next(o for o in report["outcomes"] if o["model_version"] == "m2")
+    assert m2["resumed"] and "skipped: same config, --retry to rerun" in m2["reason"]
+    assert again["matrix"] == first["matrix"]  # the skipped candidate keeps its row
+
+
+def test_an_fct_upgrade_with_a_partial_backfill_publishes_half_the_gallery_re_extracted(
+    ray_local, tmp_path, capsys
+):
+    """FastFill through the job: m2 (fct, partial_backfill budget 0.5) learns h with its
+    uncertainty, the report shows the backfill curves of the test images, and v2 is h(v1)
+    with exactly half of its rows re-extracted by m2, published with its grant and lineage. A
+    rerun publishes nothing new and reports the same action."""
+    import pyarrow.compute as pc
+
+    sys.path.insert(0, str(ROOT))
+    from jobs.upgrade import main
+    from raycompat.cli import main as cli
+
+    config = tmp_path / "partial.yaml"
+    cfg = toy_config(
+        tmp_path,
+        [
+            {"model_version": "m1", "classes": 4, "method": "independent"},
+            {
+                "model_version": "m2",
+                "classes": 10,
+                "method": "fct",
+                "fct": {"width": 64, "epochs": 6, "batch_size": 128},
+                "partial_backfill": {"budget": 0.5, "order": "uncertainty"},
+            },
+        ],
+    )
+    cfg["training"]["epochs"] = 1
+    for section in (cfg["gallery_images"], cfg["training"]["data"]):
+        section["options"] = {"per_class": 150}  # 1,500 images: the test stays short
+    config.write_text(yaml.safe_dump(cfg))
+    started = time.monotonic()
+    summary = main(["--config", str(config)])
+    assert summary["decisions"] == {"m1": "initial", "m2": "partial_backfill"}
+
+    store = GalleryStore(str(tmp_path / "store"))
+    catalog = Catalog(store)
+    v2 = store.version("digits", "v2")
+    assert v2.model_version == "m2" and v2.rows == 1500
+    assert "budget=0.5" in v2.lineage and "order=uncertainty" in v2.lineage, v2.lineage
+    rows = store.read("digits", "v2", ["provenance", "uncertainty"])
+    extracted = pc.sum(pc.equal(rows.column("provenance"), "extracted")).as_py()
+    assert extracted == round(0.5 * 1500)
+    grant = catalog.queryable_version("digits", "m2")
+    assert (grant.gallery_version, grant.relation) == ("v2", "transformed")
+    assert grant.evidence["partial_backfill"] == {
+        "budget": 0.5,
+        "order": "uncertainty",
+        "extracted": 750,
+    }
+    assert "partial backfill" in grant.evidence["reason"]
+
+    report_dir = tmp_path / "report" / "toy"
+    body = json.loads((report_dir / "report.json").read_text())
+    m2 = next(o for o in body["outcomes"] if o["model_version"] == "m2")
+    curves = m2["backfill"]["curves"]
+    assert set(curves) == {"uncertainty", "random", "oracle"}
+    # f = 1 is the new/new self-test, whatever the order
+    assert curves["uncertainty"]["top1"][-1] == pytest.approx(m2["evidence"]["direct"]["new_self"])
+    assert (report_dir / "backfill_m2.png").stat().st_size > 0
+    assert cli(["report", str(report_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "## Partial backfill" in text and "On the test images (closed-set" in text
+    assert "![partial backfill of m2](backfill_m2.png)" in text
+    print(f"partial backfill history in {time.monotonic() - started:.0f} s")
+
+    again = main(["--config", str(config)])
+    assert again["decisions"] == summary["decisions"]
+    assert [v.version for v in store.versions("digits")] == ["v1", "v2"]

@@ -71,7 +71,7 @@ class DINOv3Backbone(nn.Module):
         if "storage_tokens" in state:
             from timm.models.eva import checkpoint_filter_fn
 
-            logger.info("converting Meta DINOv3 checkpoint %s to timm names", uri)
+            logger.debug("converting Meta DINOv3 checkpoint %s to timm names", uri)
             state = checkpoint_filter_fn(state, self.trunk)
         load_state_dict_into(self.trunk, state, source=str(uri), strict=strict)
 

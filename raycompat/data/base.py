@@ -3,6 +3,8 @@
 Every dataset is an :class:`ImageDataset`: integer ``labels`` of shape ``(N,)`` known up front
 (so that splits, replay buffers and class-incremental tasks never decode an image), and
 ``dataset[i] -> (image, label)`` with ``image`` a float tensor ``(C, H, W)`` in ``[0, 1]``.
+``dataset.batch(rows)`` is ``torch.stack([dataset[r][0] for r in rows])`` computed a batch at a
+time: readers override :meth:`ImageDataset.load_batch` to decode many images in one call.
 """
 
 from __future__ import annotations
@@ -27,6 +29,17 @@ def uint8_to_tensor(image: np.ndarray) -> torch.Tensor:
     if array.ndim == 2:
         array = array[:, :, None]
     return torch.from_numpy(array).permute(2, 0, 1).div_(255.0)
+
+
+def uint8_batch_to_tensor(images: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """uint8 ``(B, H, W)``, ``(B, H, W, C)`` (NumPy) or ``(B, C, H, W)`` (torch) -> float
+    ``(B, C, H, W)`` in ``[0, 1]``; the same arithmetic as :func:`uint8_to_tensor` per image."""
+    if isinstance(images, np.ndarray):
+        array = np.asarray(images, dtype=np.float32)
+        if array.ndim == 3:
+            array = array[..., None]
+        return torch.from_numpy(array).permute(0, 3, 1, 2).div_(255.0).contiguous()
+    return images.to(torch.float32).div_(255.0)
 
 
 def check_labels(labels: Sequence[int] | np.ndarray, num_classes: int | None = None) -> np.ndarray:
@@ -87,6 +100,21 @@ class ImageDataset(Dataset):
         """The untransformed image of row ``index`` as a float tensor ``(C, H, W)`` in [0, 1]."""
         raise NotImplementedError
 
+    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+        """Untransformed images of rows ``indices`` (int64 ``(B,)``, in range), float
+        ``(B, C, H, W)``: equal to stacking :meth:`load_image`, which is what this default does.
+        Readers override it to decode a batch in one call (the extraction pipeline's path)."""
+        return torch.stack([self.load_image(int(i)) for i in indices])
+
+    def batch(self, indices: Sequence[int] | np.ndarray) -> torch.Tensor:
+        """``torch.stack([self[i][0] for i in indices])``: rows ``indices`` (no negatives), with
+        the dataset's ``transform``, as float ``(B, C, H, W)``."""
+        rows = check_indices(indices, len(self))
+        images = self.load_batch(rows)
+        if self.transform is not None:
+            images = torch.stack([self.transform(image) for image in images])
+        return images
+
     def __len__(self) -> int:
         return len(self.labels)
 
@@ -122,6 +150,9 @@ class SubsetDataset(ImageDataset):
     def load_image(self, index: int) -> torch.Tensor:
         return self.parent.load_image(int(self.indices[index]))
 
+    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+        return self.parent.load_batch(self.indices[indices])
+
 
 class ArrayDataset(ImageDataset):
     """In-memory images: uint8 ``(N, H, W)`` (grey) or ``(N, H, W, C)``, labels ``(N,)``."""
@@ -146,3 +177,6 @@ class ArrayDataset(ImageDataset):
 
     def load_image(self, index: int) -> torch.Tensor:
         return uint8_to_tensor(self.images[index])
+
+    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+        return uint8_batch_to_tensor(self.images[indices])

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from raycompat.data.base import CorruptDataError, ImageDataset, Transform
-from raycompat.data.image_folder import ImageFolder, as_hw, read_image
+from raycompat.data.image_folder import ImageFolder, as_hw, decode_images, read_image
 from raycompat.data.recordio import (
     IRHeader,
     RecordIOReader,
@@ -77,13 +77,21 @@ class InsightfaceRecordDataset(ImageDataset):
         super().__init__(labels.astype(np.int64), len(names), names, transform)
         self.image_size = as_hw(image_size)
         self.mode = mode
-        logger.info("%s: %d images, %d identities", self.reader.path, len(self), self.num_classes)
+        logger.debug("%s: %d images, %d identities", self.reader.path, len(self), self.num_classes)
 
     def load_image(self, index: int) -> torch.Tensor:
         key = int(self.keys[index])
         name = f"{self.reader.path} key {key}"
         _, data = unpack_record(self.reader.read(key), name)
         return read_image(data, mode=self.mode, size=self.image_size, name=name)
+
+    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+        names = [f"{self.reader.path} key {key}" for key in self.keys[indices].tolist()]
+        encoded = [
+            unpack_record(self.reader.read(int(key)), name)[1]
+            for key, name in zip(self.keys[indices].tolist(), names, strict=True)
+        ]
+        return decode_images(encoded, mode=self.mode, size=self.image_size, names=names)
 
 
 def write_insightface_recordio(

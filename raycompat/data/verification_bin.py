@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from raycompat.data.base import CorruptDataError, ImageDataset, Transform
-from raycompat.data.image_folder import as_hw, read_image
+from raycompat.data.image_folder import as_hw, decode_images, read_image
 from raycompat.data.lfw import LFWPairs
 
 
@@ -160,6 +160,15 @@ class EncodedImageDataset(ImageDataset):
             mode=self.mode,
             size=self.image_size,
             name=f"{self.name} bins[{index}]",
+        )
+
+    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+        rows = indices.tolist()
+        return decode_images(
+            [self.images[i] for i in rows],
+            mode=self.mode,
+            size=self.image_size,
+            names=[f"{self.name} bins[{i}]" for i in rows],
         )
 
 

@@ -4,12 +4,15 @@
   index).
 - :mod:`~raycompat.pipelines.transform`: a version -> FCT transformation actors -> a new version;
   :func:`identity_upgrade` for backward-compatible upgrades (no rewrite).
+- :mod:`~raycompat.pipelines.backfill`: a version -> h(old), a budgeted fraction re-extracted from
+  the images (FastFill's partial backfill) -> a new version.
 - :mod:`~raycompat.pipelines.resume`: the per-chunk commit log that makes both resumable.
 
 Both stream (memory bounded by actors x batch rows) and publish only after ``Staging.commit``
 has verified every part. See ``docs/pipelines.md``.
 """
 
+from raycompat.pipelines.backfill import partial_backfill_version
 from raycompat.pipelines.extract import embed, extract_version
 from raycompat.pipelines.models import (
     load_transformation,
@@ -38,6 +41,7 @@ __all__ = [
     "extract_version",
     "identity_upgrade",
     "load_transformation",
+    "partial_backfill_version",
     "read_transformation_spec",
     "save_transformation",
     "transform_version",

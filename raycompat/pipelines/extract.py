@@ -6,14 +6,16 @@
 
 The backfill baseline and the initial index. Each actor opens the image source and loads the
 exported model (``load_exported_model``: ``model.safetensors`` + ``model.json``) once, then
-streams its chunks: decode, augment, ``forward_features`` (bf16 autocast on GPU by default),
-L2-normalise if the version is ``normalized``, write one part file per chunk. Same resumable
-protocol and publishing as :mod:`raycompat.pipelines.transform`.
+streams its chunks: decode and augment a batch at a time in a read-ahead thread
+(:mod:`raycompat.pipelines.prefetch`) while ``forward_features`` (bf16 autocast on GPU by default)
+runs on the previous batch, L2-normalise if the version is ``normalized``, write one part file
+per chunk. Same resumable protocol and publishing as :mod:`raycompat.pipelines.transform`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.pipelines.inputs import file_digest
 from raycompat.pipelines.parts import Chunk, PartWriter
+from raycompat.pipelines.prefetch import prefetch
 from raycompat.pipelines.runner import (
     DISTRIBUTED_UNIQUE_ROWS,
     ChunkWorker,
@@ -40,6 +43,10 @@ from raycompat.store import (
 from raycompat.store.staging import Staging
 from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
 
+# Batches decoded ahead of the model: one queued plus one being decoded (memory: three batches
+# of images per actor)
+PREFETCH_BATCHES = 1
+
 
 class ExtractChunks(ChunkWorker):
     """Actor: opens the source and loads the model once, then embeds chunk after chunk."""
@@ -54,14 +61,15 @@ class ExtractChunks(ChunkWorker):
     def fill(self, chunk: Chunk, writer: PartWriter) -> None:
         # Seeded per chunk, so a redone chunk sees the same augmentation as the first try.
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + chunk.start)
-        for ids, images, labels in self.source.batches(
-            chunk, self.run.batch_size, self.augment, generator
-        ):
-            writer.read(pa.array(ids).cast(writer.schema.field("id").type))
-            features = embed(
-                self.model, images.to(self.device), self.autocast, self.staging.info.normalized
-            )
-            writer.write(embedding_table(ids, features.cpu().numpy(), labels=labels))
+        batches = self.source.batches(chunk, self.run.batch_size, self.augment, generator)
+        # the next batch is read and decoded in a thread while the model runs on this one
+        with closing(prefetch(batches, depth=PREFETCH_BATCHES)) as ready:
+            for ids, images, labels in ready:
+                writer.read(pa.array(ids).cast(writer.schema.field("id").type))
+                features = embed(
+                    self.model, images.to(self.device), self.autocast, self.staging.info.normalized
+                )
+                writer.write(embedding_table(ids, features.cpu().numpy(), labels=labels))
 
 
 def embed(model, images: torch.Tensor, autocast: torch.dtype | None, normalize: bool):

@@ -29,6 +29,7 @@ def save_transformation(directory: str | Path, module: FCTTransformation, name: 
         "d_new": module.d_new,
         "width": module.old_projection[0].out_features,
         "normalize_output": module.normalize_output,
+        "uncertainty": module.uncertainty_head is not None,
     }
     export_transformation(directory, name, module.state_dict(), dims)
 

@@ -147,11 +147,17 @@ def run_chunks(
     if not chunks:
         return
     items = [{"chunk": json.dumps(asdict(c))} for c in chunks]
+    actors = min(run.actors, len(chunks))
     dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         worker,
         fn_constructor_kwargs={**worker_kwargs, "run": run},
         batch_size=1,
-        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=min(run.actors, len(chunks))),
+        # Start every actor at once (an autoscaling pool grows only after its first actor has
+        # loaded its model: seconds of one actor working alone), and hand each one chunk at a
+        # time (a chunk queued behind a busy actor leaves another idle at the end).
+        compute=ray.data.ActorPoolStrategy(
+            min_size=1, max_size=actors, initial_size=actors, max_tasks_in_flight_per_actor=1
+        ),
         num_cpus=run.threads_per_actor,
         num_gpus=run.num_gpus_per_actor or None,
     )

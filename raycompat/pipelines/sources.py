@@ -7,7 +7,8 @@
 
 A source plans chunks on the driver (``plan``) and yields ``(ids, images (B, C, H, W) float in
 [0, 1], labels (B,) or None)`` for one chunk inside an actor (``batches``); the dataset or file
-is opened once per actor. No Ray here.
+is opened once per actor. Images are decoded a batch at a time (``dataset.batch(rows)``,
+``decode_images``), with exactly the pixels that training reads image by image. No Ray here.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import torch
 
-from raycompat.data import create_dataset, read_image
-from raycompat.data.image_folder import as_hw
+from raycompat.data import create_dataset
+from raycompat.data.augment import no_augment
+from raycompat.data.image_folder import as_hw, decode_images
 from raycompat.pipelines.parts import Chunk, plan_file_chunks, plan_range_chunks
 from raycompat.registry import Registry
 from raycompat.store import SchemaError
@@ -61,7 +63,7 @@ class DatasetSource:
     def batches(self, chunk: Chunk, batch_size: int, augment, generator) -> Iterator[Batch]:
         for start in range(chunk.start, chunk.stop, batch_size):
             rows = np.arange(start, min(start + batch_size, chunk.stop), dtype=np.int64)
-            images = torch.stack([augment(self.dataset[int(r)][0], generator) for r in rows])
+            images = augment_batch(self.dataset.batch(rows), augment, generator)
             yield rows, images, self.dataset.labels[rows]
 
 
@@ -101,23 +103,34 @@ class ParquetImageSource:
             if "label" in parquet.schema_arrow.names:
                 columns.append("label")
             for batch in parquet.iter_batches(batch_size, chunk.row_groups, columns):
-                images = []
-                for i, data in enumerate(batch.column("image").to_pylist()):
-                    if data is None:
-                        raise SchemaError(f"{uri}: row {offset + i} has a null image")
-                    name = f"{uri} row {offset + i}"
-                    image = read_image(data, mode=self.spec.mode, size=self.size, name=name)
-                    images.append(augment(image, generator))
+                encoded = batch.column("image")
+                if encoded.null_count:
+                    first = encoded.is_null().to_pylist().index(True)
+                    raise SchemaError(f"{uri}: row {offset + first} has a null image")
+                images = decode_images(
+                    encoded.to_pylist(),
+                    mode=self.spec.mode,
+                    size=self.size,
+                    names=[f"{uri} row {offset + i}" for i in range(batch.num_rows)],
+                )
                 labels = batch.column("label") if "label" in columns else None
                 ids = batch.column("id")
                 if ids.null_count:
                     raise SchemaError(f"{uri}: null id in rows {offset}..{offset + len(batch)}")
                 yield (
                     ids.to_numpy(zero_copy_only=False),
-                    torch.stack(images),
+                    augment_batch(images, augment, generator),
                     None if labels is None else labels.cast(pa.int64()).to_numpy(),
                 )
                 offset += batch.num_rows
+
+
+def augment_batch(images: torch.Tensor, augment, generator) -> torch.Tensor:
+    """``augment`` image by image in row order (each draw from ``generator`` lands on the same
+    image as in training's loader); nothing to do for ``none``."""
+    if augment is no_augment:
+        return images
+    return torch.stack([augment(image, generator) for image in images])
 
 
 def open_source(spec: SourceSpec):

@@ -2,7 +2,9 @@
 
 Columns: ``id`` (string or int64, unique, non-null), ``embedding`` (``fixed_size_list<float32>``
 of the model's width), optional ``side_info`` (``fixed_size_list<float32>``), optional ``label``
-(int64). Schema metadata (``raycompat.*`` keys) records the version, model version, width,
+(int64), and in a partial backfill's version (``raycompat.pipelines.backfill``) ``provenance``
+(string, ``"transformed"`` or ``"extracted"``) and optional ``uncertainty`` (float32, the sigma of
+h). Schema metadata (``raycompat.*`` keys) records the version, model version, width,
 normalisation and lineage, so a part file read on its own still says what it holds. The checks
 live in :mod:`raycompat.store.validate`.
 """
@@ -18,6 +20,7 @@ from raycompat.store.errors import SchemaError
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.validate import (  # noqa: F401 - the schema checks, re-exported
     ARROW_DTYPES,
+    PROVENANCE_VALUES,
     check_unique_ids,
     validate_schema,
     validate_table,
@@ -25,6 +28,9 @@ from raycompat.store.validate import (  # noqa: F401 - the schema checks, re-exp
 )
 
 ID_TYPES = {"string": pa.string(), "int64": pa.int64()}
+# A partial backfill's columns: where each row came from, and h's sigma for it (FastFill)
+PROVENANCE_FIELD = pa.field("provenance", pa.string(), nullable=False)
+UNCERTAINTY_FIELD = pa.field("uncertainty", pa.float32(), nullable=False)
 
 
 def version_metadata(info: VersionInfo) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 ``validate_schema`` looks at column names, types, widths and the ``raycompat.*`` metadata (cheap,
 from a Parquet footer); ``validate_values`` at the rows: null ids, null/NaN/inf vectors, rows that
-are not unit-norm in a ``normalized`` version, duplicate ids.
+are not unit-norm in a ``normalized`` version, duplicate ids; and, in a partial backfill's version,
+``provenance`` values outside :data:`PROVENANCE_VALUES` and null/NaN/inf ``uncertainty``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from raycompat.store.manifest import VersionInfo
 _ACCEPTED_ID_TYPES = (pa.string(), pa.large_string(), pa.int64())
 NORM_TOLERANCE = {"float32": 1e-3, "float16": 4e-3}  # float16 rounds each coordinate to ~5e-4
 ARROW_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
+# A partial backfill's rows: h(old) ("transformed") or re-extracted by the new model ("extracted")
+PROVENANCE_VALUES = ("transformed", "extracted")
 
 
 def _vector_type_error(field: pa.Field, width: int | None, dtype: str = "float32") -> str | None:
@@ -49,6 +52,14 @@ def validate_schema(schema: pa.Schema, info_or_width: VersionInfo | int, source:
         problems.append(f"missing column 'side_info' (width {info.side_info_width})")
     if "label" in schema.names and schema.field("label").type != pa.int64():
         problems.append(f"column 'label' has type {schema.field('label').type}, expected int64")
+    if "provenance" in schema.names and not _is_string(schema.field("provenance").type):
+        problems.append(
+            f"column 'provenance' has type {schema.field('provenance').type}, expected string"
+        )
+    if "uncertainty" in schema.names and schema.field("uncertainty").type != pa.float32():
+        problems.append(
+            f"column 'uncertainty' has type {schema.field('uncertainty').type}, expected float"
+        )
     if info and schema.metadata:
         expected = info.schema_metadata()
         for key, value in schema.metadata.items():
@@ -87,6 +98,10 @@ def validate_values(
                 normalized=bool(info and info.normalized and name == "embedding"),
                 tolerance=NORM_TOLERANCE[_dtype(info) if name == "embedding" else "float32"],
             )
+    if "provenance" in table.column_names:
+        _check_provenance(_combined(table.column("provenance")), source, row_offset)
+    if "uncertainty" in table.column_names:
+        _check_uncertainty(_combined(table.column("uncertainty")), source, row_offset)
 
 
 def validate_table(table: pa.Table, info_or_width: VersionInfo | int, source: str) -> None:
@@ -124,6 +139,37 @@ def _check_vectors(
                 f"{source}: the version is normalized but {off.size} row(s) of {name} are not "
                 f"unit-norm; first is row {offset + off[0]} (norm {norms[off[0]]:.6g})"
             )
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _check_provenance(arr: pa.Array, source: str, offset: int) -> None:
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    bad = pc.invert(pc.is_in(arr, value_set=pa.array(PROVENANCE_VALUES, arr.type)))
+    bad = pc.fill_null(bad, True)  # a null provenance is as wrong as an unknown one
+    if pc.any(bad).as_py():
+        row = pc.index(bad, True).as_py()
+        raise SchemaError(
+            f"{source}: row {offset + row} has provenance {arr[row].as_py()!r}; "
+            f"expected one of {list(PROVENANCE_VALUES)}"
+        )
+
+
+def _check_uncertainty(arr: pa.Array, source: str, offset: int) -> None:
+    if arr.null_count:
+        row = offset + pc.index(pc.is_null(arr), True).as_py()
+        raise SchemaError(f"{source}: row {row} has a null uncertainty")
+    bad = np.flatnonzero(~np.isfinite(arr.to_numpy(zero_copy_only=False)))
+    if bad.size:
+        raise SchemaError(
+            f"{source}: {bad.size} row(s) of uncertainty are NaN/inf; first is row "
+            f"{offset + bad[0]}"
+        )
 
 
 def check_unique_ids(parts: list[tuple[str, pa.Array]], row_offset: int = 0) -> None:

@@ -12,6 +12,8 @@ from typing import Literal
 
 from raycompat.config import bounded
 
+_SPLITS = ("closed_set", "open_set")
+
 
 @dataclass
 class ModelSpec:
@@ -41,9 +43,19 @@ class DataSpec:
 class EvalSpec:
     """How every model is scored against every earlier one (REFERENCE.md protocols)."""
 
-    protocol: Literal["identification", "verification", "templates"] = "identification"
+    # The metric. A value of ``split`` here is a common slip: the error says where it goes.
+    protocol: Literal["identification", "verification", "templates"] = field(
+        default="identification",
+        metadata={"hints": {s: f"for {s} evaluation set eval.split: {s}" for s in _SPLITS}},
+    )
+    # Which test images (docs/training.md "Evaluation protocols"): ``closed_set`` holds out
+    # ``test_fraction`` of every class's images, so the test classes are classes the models
+    # trained on; ``open_set`` holds out every image of ``test_classes`` and no model of the
+    # sequence may train on them (identities the service never saw, as in face search).
+    split: Literal["closed_set", "open_set"] = "closed_set"
+    test_classes: list[int] = field(default_factory=list)  # open_set only
     dataset: DataSpec | None = None  # None: a held-out split of the training data
-    # held out of the training data when ``dataset`` is None
+    # closed_set: held out of every class when ``dataset`` is None
     test_fraction: float = bounded(0.2, gt=0.0, lt=1.0)
     # held out of the training data for model selection; 0: no validation split
     val_fraction: float = bounded(0.1, ge=0.0, lt=1.0)

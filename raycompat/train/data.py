@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from raycompat.config import ConfigError
 from raycompat.data import LFWPairs, create_dataset
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.data.splits import holdout_split, replay_buffer
@@ -41,10 +42,70 @@ def open_dataset(spec: DataSpec):
     return create_dataset(spec.name, **spec.options)
 
 
+def check_eval_split(cfg: TrainConfig, labels: np.ndarray | None = None) -> None:
+    """``eval.split`` and ``eval.test_classes`` agree with each other and with the data."""
+    spec = cfg.eval
+    if spec.split == "closed_set":
+        if spec.test_classes:
+            raise ConfigError(
+                "eval.test_classes is only used with eval.split: open_set (closed_set holds "
+                "out eval.test_fraction of every class)"
+            )
+        return
+    classes = spec.test_classes
+    if not classes:
+        raise ConfigError("eval.split: open_set needs eval.test_classes, the unseen classes")
+    if spec.dataset is not None:
+        raise ConfigError(
+            "eval.split: open_set holds test classes out of the training data; with "
+            "eval.dataset (a separate test set) leave eval.split at closed_set"
+        )
+    if len(set(classes)) != len(classes) or min(classes) < 0:
+        raise ConfigError(f"eval.test_classes {classes}: must be distinct labels >= 0")
+    if labels is not None:
+        missing = sorted(set(classes) - set(np.unique(labels).tolist()))
+        if missing:
+            raise ConfigError(f"eval.test_classes: no images of class(es) {missing}")
+
+
+def check_unseen(cfg: TrainConfig, trained: list[int], what: str) -> None:
+    """Open set: ``what`` may not train on any test class (that would make it closed-set)."""
+    overlap = sorted(set(cfg.eval.test_classes) & set(int(c) for c in trained))
+    if cfg.eval.split == "open_set" and overlap:
+        raise ConfigError(
+            f"{what} trains on class(es) {overlap}, which eval.test_classes holds out for the "
+            "open-set test; train on other classes or change eval.test_classes"
+        )
+
+
+def describe_split(cfg: TrainConfig) -> str:
+    """One sentence for reports: which images every table is measured on."""
+    spec = cfg.eval
+    if spec.dataset is not None:
+        return f"a separate test dataset ({spec.dataset.name}), none of its images trained on"
+    if spec.split == "open_set":
+        return (
+            f"open-set: queries and gallery are every image of classes {spec.test_classes}, "
+            "which no model in the history trained on"
+        )
+    return (
+        f"closed-set: {spec.test_fraction:.0%} of every class's images held out; the test "
+        "classes are classes the models trained on"
+    )
+
+
 def make_splits(cfg: TrainConfig, labels: np.ndarray) -> Splits:
-    """Seeded per-class splits: test (unless a separate eval dataset), val, and train."""
+    """Seeded splits: test (unless a separate eval dataset), val, and train.
+
+    closed_set: ``eval.test_fraction`` of every class is the test split. open_set: every
+    image of ``eval.test_classes`` is, and val and train come from the other classes.
+    """
     rows = np.arange(len(labels))
-    if cfg.eval.dataset is None:
+    check_eval_split(cfg, labels)
+    if cfg.eval.split == "open_set":
+        unseen = np.isin(labels, cfg.eval.test_classes)
+        keep, test = rows[~unseen], rows[unseen]
+    elif cfg.eval.dataset is None:
         keep, test = holdout_split(labels, cfg.eval.test_fraction, seed=cfg.seed)
     else:
         keep, test = rows, np.zeros(0, dtype=np.int64)

@@ -36,9 +36,18 @@ from raycompat.metrics.compatibility import (
     average_compatibility_accuracy,
 )
 from raycompat.parallel import create_strategy
+from raycompat.ray_console import train_logging_config
 from raycompat.train import guard, storage
 from raycompat.train.config import TrainConfig
-from raycompat.train.data import make_splits, open_dataset, step_rows, targets_for, test_source
+from raycompat.train.data import (
+    check_unseen,
+    make_splits,
+    open_dataset,
+    step_rows,
+    targets_for,
+    test_source,
+)
+from raycompat.train.epoch_log import METRICS_FILE, MetricsLog
 from raycompat.train.export import build_model, load_features
 from raycompat.train.loop import train_loop_per_worker
 from raycompat.train.scenarios import StepPlan, describe, plan_steps
@@ -82,6 +91,8 @@ def preflight(cfg: TrainConfig, plans: list[StepPlan], labels: np.ndarray, split
     """Fail fast, before any worker or GPU time: options known, labels fit, old model width."""
     check_method_options(cfg.method, cfg.method_options)
     check_clipping(cfg)
+    for plan in plans:
+        check_unseen(cfg, list(plan.classes) + list(plan.replay_classes), f"scenario: {plan.name}")
     for plan in plans:
         if not plan.given and plan.epochs:
             step_rows(plan, labels, splits, cfg)
@@ -141,7 +152,12 @@ def make_trainer(
             storage_path=run_path,
             storage_filesystem=fs,
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
-            callbacks=[*(callbacks or []), guard.StopOnNonFinite()],
+            callbacks=[
+                *(callbacks or []),
+                guard.StopOnNonFinite(),
+                MetricsLog(fs, f"{run_path}/{METRICS_FILE}", plan.name),
+            ],
+            logging_config=train_logging_config(),  # Ray Train's INFO lines: --verbose only
             checkpoint_config=CheckpointConfig(
                 num_to_keep=cfg.run.checkpoints_to_keep,
                 checkpoint_score_attribute="selection_score",

@@ -8,7 +8,10 @@ at upgrade time.
 - :func:`train_transformation`: ``h(phi_old, psi) -> phi_new`` by MSE (FCT sec. 3.3), and
   optionally ``g(phi_old, psi_old) -> psi_new`` (sec. 4.3), with appendix D's schedule: linear
   warm-up then cosine, evaluated per step; BN running statistics frozen from epoch
-  ``epochs // 2`` on (the paper's "at epoch 40" of 80).
+  ``epochs // 2`` on (the paper's "at epoch 40" of 80). With ``h.uncertainty`` set, ``h`` also
+  learns FastFill's per-row uncertainty with the uncertainty-weighted loss (Jaeckle et al.,
+  ICLR 2023; :func:`~raycompat.transformation.uncertain_transformation_loss`), plus its
+  discriminative term when ``classifier`` names the new model.
 
 Both are Ray Train V2 ``TorchTrainer`` runs stored under ``<run.storage_path>/<run.name>/``:
 everything is checked before a worker starts, each worker trains on a different seeded shard of
@@ -39,9 +42,18 @@ from torch import nn
 from raycompat.config import dump_config
 from raycompat.data import create_dataset
 from raycompat.parallel import Prepared, create_strategy
+from raycompat.ray_console import set_log_level, train_logging_config
 from raycompat.side_info import create_side_info, nt_xent_loss, simclr_views
 from raycompat.train import storage
 from raycompat.train.data import load_images, rank_share
+from raycompat.train.epoch_log import (
+    METRICS_FILE,
+    EpochClock,
+    MetricsLog,
+    images_per_s,
+    log_epoch,
+)
+from raycompat.train.export import load_exported_model
 from raycompat.train.fct_checks import (
     check_side_info_config,
     check_transformation_config,
@@ -62,6 +74,7 @@ from raycompat.transformation import (
     freeze_batchnorm_statistics,
     side_info_transformation,
     transformation_loss,
+    uncertain_transformation_loss,
     warmup_cosine,
 )
 
@@ -89,18 +102,49 @@ class TransformationPair(nn.Module):
         self.h, self.g = h, g
 
     def forward(self, old: torch.Tensor, side: torch.Tensor):
-        """``(N, d_old), (N, d_side) -> (h (N, d_new), g (N, d_side_new) or None)``."""
-        return self.h(old, side), (self.g(old, side) if self.g is not None else None)
+        """``(N, d_old), (N, d_side) -> (h (N, d_new), g (N, d_side_new) or None, sigma (N,)
+        or None)``; ``sigma``: h's uncertainty, when it has the head."""
+        g = self.g(old, side) if self.g is not None else None
+        if self.h.uncertainty_head is None:
+            return self.h(old, side), g, None
+        h, sigma = self.h.forward_with_uncertainty(old, side)
+        return h, g, sigma
 
 
 def build_transformations(cfg: TransformationTrainConfig) -> TransformationPair:
     h = fct_transformation(
-        cfg.h.d_old, cfg.h.d_side, cfg.h.d_new, cfg.h.width, cfg.h.normalize_output
+        cfg.h.d_old,
+        cfg.h.d_side,
+        cfg.h.d_new,
+        cfg.h.width,
+        cfg.h.normalize_output,
+        uncertainty=cfg.h.uncertainty,
     )
     g = None
     if cfg.g is not None:
         g = side_info_transformation(cfg.h.d_old, cfg.h.d_side, cfg.g.d_side_new, cfg.g.width)
     return TransformationPair(h, g)
+
+
+def fixed_classifier(cfg: TransformationTrainConfig, device: torch.device):
+    """The new model's ``forward_head`` for FastFill's discriminative term (held fixed), or
+    None when ``cfg.classifier`` is not set."""
+    if cfg.classifier is None:
+        return None
+    model = load_exported_model(cfg.classifier)[0].to(device)
+    model.requires_grad_(False)
+    return model.forward_head
+
+
+def uncertain_h_terms(h_out, sigma, target, classifier, labels, weight: float):
+    """``(loss, logged terms)`` of FastFill's uncertainty-weighted loss for ``h``: ``h_mse``,
+    ``h_sigma`` (mean log-variance), ``h_loss`` and, with a classifier,
+    ``h_discriminative``."""
+    logits = None if classifier is None else classifier(h_out)
+    fit = uncertain_transformation_loss(
+        h_out, sigma, target, logits, None if logits is None else labels, weight
+    )
+    return fit["loss"], {f"h_{name}": value for name, value in fit.items()}
 
 
 def g_dims(cfg: TransformationTrainConfig) -> dict:
@@ -155,13 +199,15 @@ def report(prepared: Prepared, metrics: dict, export: Callable[[str, dict], None
     state = prepared.full_state_dict()
     if rank == 0:
         export(directory, state)
-    log.info(
-        "epoch %d: %s",
-        metrics["epoch"],
-        " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)),
-    )
     ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def log_epoch_line(cfg, kind: str, metrics: dict, terms: dict, clock: EpochClock, rank: int):
+    """Rank 0's console line of the epoch just reported (the rest is in metrics.jsonl)."""
+    if rank == 0:
+        name = f"{cfg.run.name}/{kind}"
+        log_epoch(log, name, metrics["epoch"], cfg.epochs, terms, metrics["images_per_s"], clock)
 
 
 # ---- per-worker loops ----------------------------------------------------------------------
@@ -169,13 +215,16 @@ def report(prepared: Prepared, metrics: dict, export: Callable[[str, dict], None
 
 def side_info_loop_per_worker(config: dict) -> None:
     cfg: SideInfoTrainConfig = config["cfg"]
+    set_log_level()  # RAYCOMPAT_VERBOSE=1 (a job's --verbose): our DEBUG lines too
     dataset = create_dataset(cfg.data.name, **cfg.data.options)
     rows = image_rows(cfg.data, dataset.labels)
     torch.manual_seed(cfg.seed)
     model = create_side_info("simclr", **dataclasses.asdict(cfg.model))
     prepared, rank, world = setup_worker(model, cfg, cfg.scaling.channels_last)
     per_worker = cfg.batch_size // world
-    for epoch in range(resume(prepared), cfg.epochs):
+    first = resume(prepared)
+    clock = EpochClock(first, cfg.epochs)
+    for epoch in range(first, cfg.epochs):
         began, total = time.perf_counter(), 0.0
         mine = rank_share(rows, epoch, cfg.seed, rank, world)
         steps = len(mine) // per_worker  # drop_last: NT-Xent and BN want full batches
@@ -200,25 +249,31 @@ def side_info_loop_per_worker(config: dict) -> None:
             "last_lr": lr_at(cfg, epoch, steps - 1, steps),
             "seconds": time.perf_counter() - began,
         }
+        metrics["images_per_s"] = images_per_s(steps * per_worker * world, metrics["seconds"])
 
         def export(directory: str, state: dict, epoch: int = epoch) -> None:
             export_side_info(directory, state, cfg.model, epoch=epoch)
 
         report(prepared, metrics, export, rank)
+        log_epoch_line(cfg, "side_info", metrics, {"nt_xent": metrics["nt_xent"]}, clock, rank)
 
 
 def transformation_loop_per_worker(config: dict) -> None:
     cfg: TransformationTrainConfig = config["cfg"]
+    set_log_level()  # RAYCOMPAT_VERBOSE=1 (a job's --verbose): our DEBUG lines too
     triples = Triples.load(config["triples"])
     torch.manual_seed(cfg.seed)
     prepared, rank, world = setup_worker(build_transformations(cfg), cfg, channels_last=False)
     device, per_worker = prepared.device, cfg.batch_size // world
     rows = np.arange(len(triples))
+    classifier = fixed_classifier(cfg, device)
 
     def tensor(array: np.ndarray | None, batch: np.ndarray) -> torch.Tensor | None:
         return None if array is None else torch.from_numpy(np.asarray(array[batch])).to(device)
 
-    for epoch in range(resume(prepared), cfg.epochs):
+    first = resume(prepared)
+    clock = EpochClock(first, cfg.epochs)
+    for epoch in range(first, cfg.epochs):
         began, sums = time.perf_counter(), {}
         mine = rank_share(rows, epoch, cfg.seed, rank, world)
         steps = len(mine) // per_worker  # drop_last: BatchNorm needs > 1 sample
@@ -232,12 +287,25 @@ def transformation_loop_per_worker(config: dict) -> None:
             batch = np.sort(mine[b * per_worker : (b + 1) * per_worker])  # sequential reads
             old, side = tensor(triples.old, batch), tensor(triples.side, batch)
             with prepared.autocast():
-                h_out, g_out = prepared.module(old, side)
-            terms = {"h_mse": transformation_loss(h_out.float(), tensor(triples.new, batch))["mse"]}
+                h_out, g_out, sigma = prepared.module(old, side)
+            target = tensor(triples.new, batch)
+            if sigma is None:
+                terms = {"h_mse": transformation_loss(h_out.float(), target)["mse"]}
+                loss = terms["h_mse"]
+            else:
+                labels = tensor(triples.labels, batch)
+                loss, terms = uncertain_h_terms(
+                    h_out.float(),
+                    sigma.float(),
+                    target,
+                    classifier,
+                    labels,
+                    cfg.discriminative_weight,
+                )
             if g_out is not None:
                 target = tensor(triples.side_new, batch)
                 terms["g_mse"] = transformation_loss(g_out.float(), target)["mse"]
-            loss = sum(terms.values())
+                loss = loss + terms["g_mse"]
             prepared.backward_step(loss)
             for name, value in terms.items():
                 sums[name] = sums.get(name, 0.0) + float(value.detach())
@@ -249,6 +317,7 @@ def transformation_loop_per_worker(config: dict) -> None:
             "seconds": time.perf_counter() - began,
             **{k: v / steps for k, v in sums.items()},
         }
+        metrics["images_per_s"] = images_per_s(steps * per_worker * world, metrics["seconds"])
 
         def export(directory: str, state: dict, epoch: int = epoch) -> None:
             h = {k[2:]: v for k, v in state.items() if k.startswith("h.")}
@@ -258,6 +327,8 @@ def transformation_loop_per_worker(config: dict) -> None:
                 export_transformation(directory, "g", g, g_dims(cfg), epoch=epoch)
 
         report(prepared, metrics, export, rank)
+        terms = {k: metrics[k] for k in sums}
+        log_epoch_line(cfg, "transformation", metrics, terms, clock, rank)
 
 
 # ---- drivers -------------------------------------------------------------------------------
@@ -289,6 +360,8 @@ def start_run(cfg, kind: str, loop, loop_config: dict) -> TorchTrainer:
             storage_filesystem=fs,
             failure_config=FailureConfig(max_failures=cfg.run.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.run.checkpoints_to_keep),
+            callbacks=[MetricsLog(fs, f"{run_path}/{METRICS_FILE}", kind)],
+            logging_config=train_logging_config(),  # Ray Train's INFO lines: --verbose only
         ),
     )
 

@@ -80,6 +80,8 @@ def check_transformation_config(cfg: TransformationTrainConfig) -> str:
             path,
         )
     check_batches(cfg.batch_size, cfg.scaling.num_workers, len(triples), f"triples {path}")
+    if cfg.classifier is not None:
+        check_classifier(cfg, triples, path)
     if cfg.epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {cfg.epochs}")
     if cfg.scaling.strategy == "fsdp":  # FSDP shards backbone blocks; h and g have none
@@ -87,3 +89,31 @@ def check_transformation_config(cfg: TransformationTrainConfig) -> str:
             "scaling.strategy=fsdp: h and g are small MLPs without a backbone to shard; use ddp"
         )
     return path
+
+
+def check_classifier(cfg: TransformationTrainConfig, triples: Triples, path: str) -> None:
+    """FastFill's discriminative term: the uncertainty loss, labels, a head of h's width."""
+    from raycompat.train.export import load_exported_model
+
+    if not cfg.h.uncertainty:
+        raise ValueError(
+            "classifier: the discriminative term is part of FastFill's uncertainty loss; "
+            "set h.uncertainty=true"
+        )
+    if triples.labels is None:
+        raise ValueError(
+            f"classifier: triples {path}/labels.npy is missing; compute the triples with "
+            "with_labels=True"
+        )
+    model, _ = load_exported_model(cfg.classifier)
+    if model.embed_dim != cfg.h.d_new:
+        raise ValueError(
+            f"classifier {cfg.classifier} takes features of width {model.embed_dim}, but h "
+            f"outputs h.d_new={cfg.h.d_new}"
+        )
+    labels = np.asarray(triples.labels)
+    if labels.min() < 0 or labels.max() >= model.num_classes:
+        raise ValueError(
+            f"triples {path}/labels.npy holds classes outside [0, {model.num_classes}) of "
+            f"classifier {cfg.classifier}"
+        )

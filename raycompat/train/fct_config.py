@@ -80,6 +80,9 @@ class TransformationSpec:
     d_new: int = bounded(ge=1)
     width: int = bounded(2048, ge=1)
     normalize_output: bool = False  # set when the new embeddings are L2-normalised
+    # FastFill's per-row uncertainty head, trained with the uncertainty-weighted loss
+    # (raycompat.transformation.uncertain_transformation_loss); for partial backfills
+    uncertainty: bool = False
 
 
 @dataclass
@@ -101,6 +104,10 @@ class TransformationTrainConfig:
     scaling: ScalingSpec = field(default_factory=lambda: ScalingSpec(precision="fp32"))
     run: RunSpec = field(default_factory=lambda: RunSpec(name="fct-transformation"))
     seed: int = bounded(0, ge=0)
+    # FastFill's discriminative term (h.uncertainty only): an exported new model whose
+    # classifier (forward_head, held fixed) scores h's output against the triples' labels.npy
+    classifier: str | None = None
+    discriminative_weight: float = bounded(1.0, ge=0.0)
 
 
 @dataclass
@@ -116,3 +123,29 @@ class FCTSpec:
     epochs: int = bounded(30, ge=1)
     batch_size: int = bounded(256, ge=1)
     optim: FCTOptimSpec = field(default_factory=lambda: FCTOptimSpec(warmup_epochs=2))
+
+
+@dataclass
+class PartialBackfillSpec:
+    """A FastFill partial backfill (Jaeckle et al., ICLR 2023; docs/backfill.md): an upgrade
+    entry's or policy's ``partial_backfill`` (``raycompat.upgrade.config``, which re-exports it)
+    and an FCT sweep's ``backfill`` section.
+
+    The new version is ``h(current)`` with a fraction ``budget`` of its rows re-extracted by the
+    new model, in ``order``: ``uncertainty`` (FastFill: the rows ``h`` is least sure of first)
+    or ``random`` (the baseline).
+
+    Attributes:
+        budget: the fraction of the gallery re-extracted, in [0, 1]
+            (:func:`raycompat.backfill.check_budget`).
+        target: the report gives the budget that reaches ``target`` x the new/new accuracy.
+        uncertainty_weight: the weight ``w`` of the discriminative term of FastFill's
+            uncertainty loss (the new model's classifier on ``h(phi_old)``;
+            :func:`raycompat.transformation.uncertain_transformation_loss`); 0: the
+            heteroscedastic MSE alone.
+    """
+
+    budget: float = bounded(ge=0.0, le=1.0)
+    order: Literal["uncertainty", "random"] = "uncertainty"
+    target: float = bounded(0.95, gt=0.0, le=1.0)
+    uncertainty_weight: float = bounded(1.0, ge=0.0)

@@ -32,17 +32,23 @@ def fit_transformation(
     work_dir: str | Path,
     seed: int = 0,
     normalize_old: bool = False,
+    uncertainty: bool = False,
+    discriminative_weight: float = 0.0,
 ) -> str:
     """Embed ``dataset[rows]`` with both exported models, train ``h`` (no side-information) on
     the triples, and return a local directory holding ``h.*`` (``work_dir/h``).
 
     ``normalize_old``: L2-normalise the old side first, when ``h`` will be applied to stored
-    rows that were normalised. A rerun with the same ``run`` resumes the transformation run.
+    rows that were normalised. ``uncertainty``: ``h`` also learns FastFill's per-row
+    uncertainty (for a partial backfill), with the discriminative term (the new model's
+    classifier on ``h``'s output) weighted by ``discriminative_weight`` when that is > 0. A
+    rerun with the same ``run`` resumes the transformation run.
     """
     from raycompat.train.fct import train_transformation
     from raycompat.train.fct_triples import compute_triples
 
-    triples = compute_triples(old_dir, None, new_dir, dataset, rows)
+    discriminative = uncertainty and discriminative_weight > 0
+    triples = compute_triples(old_dir, None, new_dir, dataset, rows, with_labels=discriminative)
     if normalize_old:
         triples.old = F.normalize(torch.from_numpy(np.asarray(triples.old)), dim=1).numpy()
     triples_dir = os.path.join(work_dir, "triples")
@@ -51,7 +57,11 @@ def fit_transformation(
         TransformationTrainConfig(
             triples=triples_dir,
             h=TransformationSpec(
-                d_old=triples.old.shape[1], d_side=0, d_new=triples.new.shape[1], width=spec.width
+                d_old=triples.old.shape[1],
+                d_side=0,
+                d_new=triples.new.shape[1],
+                width=spec.width,
+                uncertainty=uncertainty,
             ),
             optim=spec.optim,
             epochs=spec.epochs,
@@ -59,6 +69,8 @@ def fit_transformation(
             scaling=dataclasses.replace(scaling, precision="fp32"),
             run=run,
             seed=seed,
+            classifier=str(new_dir) if discriminative else None,
+            discriminative_weight=discriminative_weight,
         )
     )
     out = os.path.join(work_dir, "h")
@@ -73,3 +85,14 @@ def transform_features(h: torch.nn.Module, old_features: np.ndarray) -> np.ndarr
     """``h(phi_old)`` without side-information: a gallery after an FCT rewrite."""
     h.eval()
     return h(torch.from_numpy(np.ascontiguousarray(old_features))).float().numpy()
+
+
+@torch.no_grad()
+def transform_with_uncertainty(
+    h: torch.nn.Module, old_features: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(h(phi_old) (N, d_new), uncertainty (N,))`` for an ``h`` trained with its uncertainty
+    head (FastFill's log-variance: larger = less certain)."""
+    h.eval()
+    out, sigma = h.forward_with_uncertainty(torch.from_numpy(np.ascontiguousarray(old_features)))
+    return out.float().numpy(), sigma.float().numpy()

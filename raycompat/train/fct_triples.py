@@ -4,8 +4,9 @@ At upgrade time the old model, the side-information model (trained at old time) 
 model embed the *new* training set (FCT sec. 3.3); ``h`` is then fit on these arrays alone, so
 the images are read once. With a new side-information model, ``psi_new(x)`` is stored too as the
 target of ``g`` (FCT sec. 4.3). A triples directory holds float32 ``old.npy``, ``side.npy``,
-``new.npy`` and optionally ``side_new.npy``, row i of each describing the same image; workers
-memory-map them and read only their shard. Nothing here imports Ray.
+``new.npy`` and optionally ``side_new.npy`` (and int64 ``labels.npy``, the new model's class of
+each image, for FastFill's discriminative term), row i of each describing the same image;
+workers memory-map them and read only their shard. Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ CHECK_ROWS = 65536  # rows per chunk when validating memory-mapped arrays
 
 @dataclass
 class Triples:
-    """``old (N, d_old)``, ``side (N, d_side)``, ``new (N, d_new)``, ``side_new (N, d_g)|None``."""
+    """``old (N, d_old)``, ``side (N, d_side)``, ``new (N, d_new)``, ``side_new (N, d_g)|None``;
+    ``labels (N,)|None``: the new model's head output of each image's class (not in
+    :meth:`arrays`, which holds the float features)."""
 
     old: np.ndarray
     side: np.ndarray
     new: np.ndarray
     side_new: np.ndarray | None = None
+    labels: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.old)
@@ -46,6 +50,8 @@ class Triples:
         directory.mkdir(parents=True, exist_ok=True)
         for name, array in self.arrays().items():
             np.save(directory / f"{name}.npy", np.asarray(array, dtype=np.float32))
+        if self.labels is not None:
+            np.save(directory / "labels.npy", np.asarray(self.labels, dtype=np.int64))
 
     @classmethod
     def load(cls, directory: str | Path, mmap: bool = True) -> Triples:
@@ -61,7 +67,13 @@ class Triples:
                 return None
             return np.load(path, mmap_mode=mode, allow_pickle=False)
 
-        return cls(read("old"), read("side"), read("new"), read("side_new", required=False))
+        return cls(
+            read("old"),
+            read("side"),
+            read("new"),
+            read("side_new", required=False),
+            read("labels", required=False),
+        )
 
 
 def check_triples(triples: Triples, source: str, widths: dict[str, int], unit_norm: str = ""):
@@ -74,6 +86,11 @@ def check_triples(triples: Triples, source: str, widths: dict[str, int], unit_no
             output is normalised), or "".
     """
     arrays = triples.arrays()
+    if triples.labels is not None and triples.labels.shape != (len(triples.old),):
+        raise ValueError(
+            f"triples {source}/labels.npy has shape {triples.labels.shape}, expected "
+            f"({len(triples.old)},): one class per row of old.npy"
+        )
     for name, width in widths.items():
         if name not in arrays:
             raise ValueError(f"triples {source}: {name}.npy is missing (needed for width {width})")
@@ -116,6 +133,7 @@ def compute_triples(
     *,
     new_side_info_dir: str | Path | None = None,
     normalize_new: bool = False,
+    with_labels: bool = False,
     batch_size: int = 256,
     device: str | torch.device = "cpu",
 ) -> Triples:
@@ -126,14 +144,14 @@ def compute_triples(
         side_info_dir: an exported side-information model, or None for no side-info (width 0).
         new_side_info_dir: the new side-information model, whose output is ``g``'s target.
         normalize_new: L2-normalise ``phi_new`` (then train ``h`` with ``normalize_output``).
+        with_labels: also store each image's class as the new model's head output (its
+            ``label_map``): the targets of FastFill's discriminative term.
     """
     rows = np.arange(len(dataset)) if rows is None else np.asarray(rows, dtype=np.int64)
     if not len(rows):
         raise ValueError("compute_triples: no rows to embed")
-    models = {
-        "old": load_exported_model(old_model_dir)[0],
-        "new": load_exported_model(new_model_dir)[0],
-    }
+    new_model, new_info = load_exported_model(new_model_dir)
+    models = {"old": load_exported_model(old_model_dir)[0], "new": new_model}
     if side_info_dir is not None:
         models["side"] = load_side_info(side_info_dir)
     if new_side_info_dir is not None:
@@ -151,4 +169,18 @@ def compute_triples(
         out["new"] = F.normalize(torch.from_numpy(out["new"]), dim=1).numpy()
     side = out.get("side", np.zeros((len(rows), 0), dtype=np.float32))
     log.info("computed %d triples: %s", len(rows), {k: v.shape for k, v in out.items()})
-    return Triples(out["old"], side, out["new"], out.get("side_new"))
+    labels = _head_labels(new_info, dataset, rows, new_model_dir) if with_labels else None
+    return Triples(out["old"], side, out["new"], out.get("side_new"), labels)
+
+
+def _head_labels(info: dict, dataset, rows: np.ndarray, source) -> np.ndarray:
+    """The new model's head output for the class of each of ``rows`` (its ``label_map``)."""
+    label_map = {int(c): int(o) for c, o in info.get("label_map", {}).items()}
+    classes = np.asarray(dataset.labels)[rows]
+    unknown = sorted(set(np.unique(classes).tolist()) - set(label_map))
+    if unknown:
+        raise ValueError(
+            f"compute_triples: classes {unknown[:10]} are not in the label_map of {source}; "
+            "the discriminative term needs the new model to know every class it is fit on"
+        )
+    return np.asarray([label_map[int(c)] for c in classes], dtype=np.int64)

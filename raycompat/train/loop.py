@@ -34,6 +34,7 @@ from raycompat.engine import StepGuard
 from raycompat.evaluation import EvalSet, score, selection_score
 from raycompat.methods import OldModel, create_method
 from raycompat.parallel import create_strategy
+from raycompat.ray_console import set_log_level
 from raycompat.train import schedule
 from raycompat.train.config import TrainConfig
 from raycompat.train.data import (
@@ -45,6 +46,7 @@ from raycompat.train.data import (
     targets_for,
     test_source,
 )
+from raycompat.train.epoch_log import EpochClock, images_per_s, log_epoch
 from raycompat.train.export import (
     build_model,
     export_model,
@@ -131,6 +133,7 @@ def train_loop_per_worker(config: dict) -> None:
     cfg: TrainConfig = config["cfg"]
     plans: list[StepPlan] = config["plans"]
     index: int = config["index"]
+    set_log_level()  # RAYCOMPAT_VERBOSE=1 (a job's --verbose): our DEBUG lines too
     plan = plans[index]
     parent_plan = plans[plan.parent] if plan.parent is not None else None
     ctx = ray.train.get_context()
@@ -186,6 +189,7 @@ def train_loop_per_worker(config: dict) -> None:
         optimizer = None
     guard = StepGuard(cfg.optim.clip_grad_norm, global_step, where=plan.name)
     epochs = range(start, plan.epochs) if plan.epochs else ([0] if checkpoint is None else [])
+    clock = EpochClock(start, plan.epochs)
     for epoch in epochs:
         began, sums, steps, seen_rows = time.perf_counter(), {}, 0, []
         if plan.epochs:
@@ -212,6 +216,7 @@ def train_loop_per_worker(config: dict) -> None:
                         sums[name] = sums.get(name, 0.0) + value
                     steps += 1
                     seen_rows.append(rows)
+        trained_s = time.perf_counter() - began
         val = extract(prepared, dataset, splits.val, cfg.eval.batch_size, rank, world)
         test = extract(prepared, test_dataset, test_rows, cfg.eval.batch_size, rank, world)
         # Last line of defence (a step the guard cannot see, such as DeepSpeed's): never report
@@ -222,6 +227,8 @@ def train_loop_per_worker(config: dict) -> None:
             "global_step": guard.global_step,
             "steps": steps,
             "seconds": time.perf_counter() - began,
+            # over all workers, from this rank's share (every rank runs as many steps)
+            "images_per_s": images_per_s(world * sum(map(len, seen_rows)), trained_s),
             **{k: v / max(steps, 1) for k, v in sums.items()},
         }
         if len(splits.val):
@@ -231,6 +238,10 @@ def train_loop_per_worker(config: dict) -> None:
         if not cfg.scenario.model_selection:
             metrics["selection_score"] = float(epoch)
         report(cfg, plan, prepared, metrics, val, test, rank, seen_rows)
+        if rank == 0 and plan.epochs:  # the console's one line per epoch (metrics.jsonl: all)
+            loss_terms = {k: metrics[k] for k in sums if k != "grad_norm"}
+            run_step = f"{cfg.run.name}/{plan.name}"
+            log_epoch(log, run_step, epoch, plan.epochs, loss_terms, metrics["images_per_s"], clock)
     if parent_dir is not None:
         shutil.rmtree(parent_dir, ignore_errors=True)
 
@@ -266,11 +277,5 @@ def report(cfg, plan, prepared, metrics, val, test, rank, seen_rows) -> None:
         save_features(directory, "val", val)
         save_features(directory, "test", test)
         Path(directory, "metrics.json").write_text(json.dumps(metrics, default=float))
-    log.info(
-        "%s epoch %d: %s",
-        plan.name,
-        metrics["epoch"],
-        " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, float)),
-    )
     ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
     shutil.rmtree(directory, ignore_errors=True)

@@ -44,7 +44,21 @@ def read_json(fs: pafs.FileSystem, path: str):
 
 def write_json(fs: pafs.FileSystem, path: str, value) -> None:
     """Write ``value`` to ``path`` whole: S3 objects appear atomically; locally a rename does."""
-    data = json.dumps(value, indent=2, default=float).encode()
+    write_bytes(fs, path, json.dumps(value, indent=2, default=float).encode())
+
+
+def append_line(fs: pafs.FileSystem, path: str, line: str) -> None:
+    """Add ``line`` to the text file at ``path`` (created if absent). S3 objects cannot be
+    appended to, so the file is read and written whole (fine for a line per epoch)."""
+    before = b""
+    if exists(fs, path):
+        with fs.open_input_stream(path) as stream:
+            before = stream.read()
+    write_bytes(fs, path, before + line.encode() + b"\n")
+
+
+def write_bytes(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole (see :func:`write_json`)."""
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
         tmp = f"{path}.tmp-{os.getpid()}"

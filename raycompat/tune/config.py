@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from raycompat.train.fct_config import FCTSpec
+from raycompat.train.fct_config import FCTSpec, PartialBackfillSpec
 
 
 @dataclass
@@ -41,12 +41,24 @@ class SweepConfig:
     search: Literal["grid", "random", "optuna"] = "grid"
     num_samples: int = 1  # repeats of the grid, or samples for random/optuna
     objective: Literal[
-        "AC", "AA", "ACA", "self_test", "ecc_self_test", "update_gain", "cross_test"
+        "AC",
+        "AA",
+        "ACA",
+        "self_test",
+        "ecc_self_test",
+        "update_gain",
+        "cross_test",
+        "backfill_auc",
+        "backfill_top1_at_budget",
     ] = "ACA"
     asha: ASHASpec | None = None
     # FCT sweeps (base method fct): each trial also learns h and is scored on h(old) features;
     # its keys are searchable as "transformation.width", "transformation.optim.lr", ...
     transformation: FCTSpec | None = None
+    # FCT sweeps for a partial backfill (FastFill): h also learns its uncertainty, and each
+    # trial is scored on the validation backfill curve (objectives backfill_*); its keys are
+    # searchable as "backfill.uncertainty_weight", "backfill.budget", ...
+    backfill: PartialBackfillSpec | None = None
     max_concurrent_trials: int | None = None  # None: what the cluster's CPUs/GPUs allow
     max_failures: int = 0  # per trial; a failed trial never stops the sweep
     name: str = "sweep"

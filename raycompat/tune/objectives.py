@@ -4,7 +4,11 @@ Each objective has a final value (from the run's validation matrix) and a per-ep
 ASHA compares between trials at the same training iteration: the CoReS selection score
 (self-test + 1 when the epoch satisfies ECC against the previous model) for compatibility
 objectives, the validation self-test for accuracy objectives, the validation cross-test for
-``cross_test``.
+``cross_test`` and the partial-backfill objectives (whose ``h`` is learned after training).
+
+The partial-backfill objectives (FCT sweeps with a ``backfill`` section) read the trial's
+validation backfill curve, which :func:`raycompat.tune.fct.transformed_val_matrix` puts in the
+summary (:func:`raycompat.tune.fct.backfill_metrics`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ PROXY = {
     "self_test": "val_self_test",
     "update_gain": "selection_score",
     "cross_test": "val_cross_test",
+    "backfill_auc": "val_cross_test",
+    "backfill_top1_at_budget": "val_cross_test",
 }
 
 
@@ -82,6 +88,35 @@ def update_gain_objective(summary: dict, matrix: CompatibilityMatrix) -> float:
         return update_gain(float(c[-1, -2]), float(c[-2, -2]), float(c[-1, -1]))
     except ValueError:
         return float("nan")
+
+
+def _backfill_metric(name: str, doc: str) -> Callable[[dict, CompatibilityMatrix], float]:
+    def value(summary: dict, matrix: CompatibilityMatrix) -> float:
+        if name not in summary:
+            raise ValueError(
+                f"objective {name} needs the validation backfill curve: an FCT sweep with a "
+                "'backfill:' section"
+            )
+        return float(summary[name])
+
+    value.__doc__ = doc
+    return value
+
+
+OBJECTIVES.register("backfill_auc")(
+    _backfill_metric(
+        "backfill_auc",
+        "FastFill's summary of the budget/accuracy trade-off: the area under the validation "
+        "top-1 curve over [0, 1] re-extracted, most uncertain rows first.",
+    )
+)
+OBJECTIVES.register("backfill_top1_at_budget")(
+    _backfill_metric(
+        "backfill_top1_at_budget",
+        "Validation top-1 after re-extracting the fraction backfill.budget of the gallery, "
+        "most uncertain rows first.",
+    )
+)
 
 
 def objective(name: str) -> Callable[[dict, CompatibilityMatrix], float]:

@@ -17,13 +17,20 @@ from raycompat.credentials import scrub, write_private
 from raycompat.train.config import TrainConfig
 from raycompat.train.fct_config import FCTSpec
 from raycompat.tune.config import SweepConfig
-from raycompat.tune.fct import split_params, transformation_of
+from raycompat.tune.fct import backfill_of, split_params, transformation_of
 from raycompat.tune.space import trial_overrides
 
 logger = logging.getLogger(__name__)
 
 METRICS = ("objective", "AC", "AA", "ACA", "self_test", "cross_test", "old_self_test")
 FCT_METRICS = ("stored_cross_test",)  # FCT sweeps: M(T, T-1) before h
+BACKFILL_METRICS = (  # FCT sweeps with a backfill section (raycompat.tune.fct.backfill_metrics)
+    "backfill_auc",
+    "backfill_auc_mean_ap",
+    "backfill_top1_at_budget",
+    "backfill_budget_for_target",
+    "backfill_random_auc",
+)
 
 
 def trial_table(results, sweep: SweepConfig) -> pd.DataFrame:
@@ -38,6 +45,8 @@ def trial_table(results, sweep: SweepConfig) -> pd.DataFrame:
         row.update({m: metrics.get(m) if final else None for m in METRICS})
         if sweep.transformation is not None:
             row.update({m: metrics.get(m) if final else None for m in FCT_METRICS})
+        if sweep.backfill is not None:
+            row.update({m: metrics.get(m) if final else None for m in BACKFILL_METRICS})
         row["error"] = scrub(error_line(result.error)) if result.error else None
         row["run_path"] = metrics.get("run_path") if final else None
         rows.append(row)
@@ -87,15 +96,24 @@ def write_best_config(sweep: SweepConfig, params: dict, path: Path) -> TrainConf
         f"# Best trial of sweep {sweep.name!r} by {sweep.objective} ({chosen}).\n",
     )
     fct = transformation_of(sweep, params)
-    write_best_upgrade(cfg, fct, chosen, sweep, path.with_name("best_upgrade.yaml"))
+    write_best_upgrade(
+        cfg, fct, chosen, sweep, path.with_name("best_upgrade.yaml"), backfill_of(sweep, params)
+    )
     return cfg
 
 
 def write_best_upgrade(
-    cfg: TrainConfig, fct: FCTSpec | None, chosen: str, sweep: SweepConfig, path: Path
+    cfg: TrainConfig,
+    fct: FCTSpec | None,
+    chosen: str,
+    sweep: SweepConfig,
+    path: Path,
+    backfill=None,
 ) -> None:
     """The best trial as a ready ``jobs/upgrade.py`` config (its scenario as a history, FCT
-    upgrades with the trial's transformation)."""
+    upgrades with the trial's transformation and, from a backfill sweep, its partial
+    backfill)."""
+    from raycompat.methods import METHODS
     from raycompat.upgrade.config import history_from_training
 
     try:
@@ -103,6 +121,9 @@ def write_best_upgrade(
     except ValueError as err:  # e.g. model replacements: no history equivalent
         logger.warning("no best_upgrade.yaml for sweep %s: %s", sweep.name, err)
         return
+    for entry in upgrade.upgrades[1:]:
+        if backfill is not None and METHODS.get(entry.method).needs_transformation:
+            entry.partial_backfill = dataclasses.replace(backfill)
     save_config(
         upgrade,
         path,

@@ -38,6 +38,7 @@ from raycompat.train.config import RunSpec, ScalingSpec, TrainConfig
 from raycompat.train.driver import matrix_summary, run_training
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.fct import (
+    backfill_of,
     check_transformation,
     split_params,
     transformation_of,
@@ -138,20 +139,24 @@ def make_trainable(sweep: SweepConfig):
         if fct is not None:
             run = dataclasses.replace(cfg.run, name=f"{cfg.run.name}-h")
             with scratch_dir(sweep) as work:
-                matrix, final["stored_cross_test"] = transformed_val_matrix(
-                    cfg, result, fct, run, work
+                matrix, final = transformed_val_matrix(
+                    cfg, result, fct, run, work, backfill_of(sweep, params)
                 )
         # The run's location as a user names it (trial_config put it under runs_path): an
         # absolute folder, or the full s3:// URI.
         run_path = f"{cfg.run.storage_path}/{cfg.run.name}"
-        tune.report({**final, **final_metrics(sweep, matrix), "run_path": run_path})
+        tune.report({**final, **final_metrics(sweep, matrix, final), "run_path": run_path})
 
     return train_driver
 
 
-def final_metrics(sweep: SweepConfig, matrix: CompatibilityMatrix) -> dict:
-    """What a finished trial reports: the objective and the validation matrix's metrics."""
-    summary = matrix_summary(matrix)
+def final_metrics(
+    sweep: SweepConfig, matrix: CompatibilityMatrix, extra: dict | None = None
+) -> dict:
+    """What a finished trial reports: the objective and the validation matrix's metrics;
+    ``extra`` (an FCT trial's ``stored_cross_test`` and ``backfill_*`` metrics) is what the
+    objectives that are not read off the matrix read."""
+    summary = {**matrix_summary(matrix), **(extra or {})}
     final = {k: summary[k] for k in ("AC", "AA", "ACA") if k in summary}
     final["self_test"] = objective("self_test")(summary, matrix)
     if len(matrix) > 1:

@@ -28,7 +28,8 @@ from raycompat.train.config import (
     ScenarioSpec,
     TrainConfig,
 )
-from raycompat.train.fct_config import FCTSpec
+from raycompat.train.data import check_eval_split, check_unseen
+from raycompat.train.fct_config import FCTSpec, PartialBackfillSpec  # Ray-free, for sweeps
 
 
 @dataclass
@@ -44,6 +45,9 @@ class UpgradeSpec:
             extraction, an FCT transformation or a backfill); default ``v<position>``.
         baselines: methods trained beside this one on the same data for the report only (never
             published), e.g. ``[ift]`` to show what incompatible fine-tuning does.
+        partial_backfill: FCT methods only: publish ``h(current)`` with a fraction of the rows
+            re-extracted (:class:`PartialBackfillSpec`) instead of ``h(current)`` alone; ``h``
+            then learns its uncertainty too.
     """
 
     model_version: str
@@ -54,6 +58,7 @@ class UpgradeSpec:
     gallery_version: str = ""
     baselines: list[str] = field(default_factory=list)
     fct: FCTSpec = field(default_factory=FCTSpec)
+    partial_backfill: PartialBackfillSpec | None = None
 
 
 @dataclass
@@ -61,10 +66,23 @@ class PolicySpec:
     """What to do when an upgrade is neither backward-compatible nor forward-transformable.
 
     ``refuse`` (default) publishes nothing; ``backfill`` re-extracts the whole gallery with the
-    new model into a new version (the expensive path compatibility exists to avoid).
+    new model into a new version (the expensive path compatibility exists to avoid);
+    ``partial_backfill`` (FCT upgrades only; others are refused) writes ``h(current)`` with the
+    fraction ``partial_backfill.budget`` of its rows re-extracted, most uncertain first.
     """
 
-    on_incompatible: Literal["refuse", "backfill"] = "refuse"
+    on_incompatible: Literal["refuse", "backfill", "partial_backfill"] = "refuse"
+    partial_backfill: PartialBackfillSpec = field(
+        default_factory=lambda: PartialBackfillSpec(budget=0.3)
+    )
+
+
+def partial_backfill_of(spec: UpgradeSpec, policy: PolicySpec) -> PartialBackfillSpec | None:
+    """The partial backfill an FCT entry may take: its own, else the policy's when the policy
+    allows one; None when neither."""
+    if spec.partial_backfill is not None:
+        return spec.partial_backfill
+    return policy.partial_backfill if policy.on_incompatible == "partial_backfill" else None
 
 
 def _mnist_training() -> TrainConfig:
@@ -72,7 +90,10 @@ def _mnist_training() -> TrainConfig:
     return TrainConfig(
         model=ModelSpec(backbone="lenetpp", head="dsimplex", num_classes=10),
         data=DataSpec(name="mnist5k"),
-        eval=EvalSpec(protocol="identification", test_fraction=0.2, val_fraction=0.1),
+        # open-set: digits 7-9 are never trained on; every model is scored on them
+        eval=EvalSpec(
+            protocol="identification", split="open_set", test_classes=[7, 8, 9], val_fraction=0.1
+        ),
         optim=OptimSpec(name="adam", lr=0.002, weight_decay=0.0, schedule="constant"),
         scaling=ScalingSpec(num_workers=1, cpus_per_worker=1.0),
         run=RunSpec(name="", storage_path="outputs/upgrade/runs", checkpoints_to_keep=1),
@@ -83,15 +104,20 @@ def _mnist_training() -> TrainConfig:
 
 def _mnist_history() -> list[UpgradeSpec]:
     return [
-        UpgradeSpec(model_version="m1", classes=4, method="independent"),
+        UpgradeSpec(model_version="m1", classes=3, method="independent"),
         UpgradeSpec(
             model_version="m2",
-            classes=7,
+            classes=5,
             method="dsimplex_hoc",
             method_options={"lam": 0.1, "rho": 5.0},
             baselines=["ift"],
         ),
-        UpgradeSpec(model_version="m3", classes=10, method="fct"),
+        UpgradeSpec(
+            model_version="m3",
+            classes=7,
+            method="fct",
+            partial_backfill=PartialBackfillSpec(budget=0.3, order="uncertainty"),
+        ),
     ]
 
 
@@ -135,6 +161,7 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
     check_name("run", cfg.name)
     if not cfg.upgrades:
         raise ConfigError("upgrades: the history is empty; give at least one model version")
+    check_eval_split(cfg.training)
     k = cfg.training.model.num_classes
     seen_models, seen_versions = set(), set()
     for i, spec in enumerate(cfg.upgrades):
@@ -150,6 +177,7 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
         seen_versions.add(version)
         if not 1 <= spec.classes <= k:
             raise ConfigError(f"{key}.classes={spec.classes} must be in 1..{k} (model K)")
+        check_unseen(cfg.training, list(range(spec.classes)), f"{key}.classes={spec.classes}")
         named = [("method", spec.method)]
         named += [(f"baselines[{j}]", name) for j, name in enumerate(spec.baselines)]
         for field_name, method in named:
@@ -158,6 +186,25 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
             except UnknownNameError as error:  # its message lists the valid names
                 raise ConfigError(f"{key}.{field_name}: {error}") from None
         check_method_options(spec.method, spec.method_options)
+        if spec.partial_backfill is not None:
+            if not METHODS.get(spec.method).needs_transformation:
+                raise ConfigError(
+                    f"{key}.partial_backfill: method {spec.method!r} learns no transformation; "
+                    "a partial backfill rewrites h(gallery), so it needs an FCT method (fct)"
+                )
+            check_partial_backfill(spec.partial_backfill, f"{key}.partial_backfill")
+    check_partial_backfill(cfg.policy.partial_backfill, "policy.partial_backfill")
+
+
+def check_partial_backfill(spec: PartialBackfillSpec, key: str) -> None:
+    """Budget and weights of a config built in Python (loaded ones are range-checked already)."""
+    import math
+
+    from raycompat.backfill import check_budget
+
+    check_budget(spec.budget, f"{key}.budget")
+    if not math.isfinite(spec.uncertainty_weight):
+        raise ConfigError(f"{key}.uncertainty_weight must be finite, got {spec.uncertainty_weight}")
 
 
 def gallery_version_of(cfg: UpgradeConfig, position: int) -> str:
@@ -203,3 +250,25 @@ def history_from_training(cfg: TrainConfig, name: str, fct: FCTSpec | None = Non
         training=training,
         upgrades=upgrades,
     )
+
+
+def decision_digest(cfg: UpgradeConfig, spec: UpgradeSpec, against: str | None) -> str:
+    """What an entry is judged under: the entry, the shared training config, the policy and
+    the gallery model it is compared with (credentials redacted, paths of runs excluded). A
+    refused or failed entry is skipped on rerun while this is unchanged."""
+    import hashlib
+    import json
+
+    from raycompat.config import to_dict
+    from raycompat.credentials import redact
+
+    training = to_dict(cfg.training)
+    training.pop("run", None)  # where runs are kept does not change what is trained
+    content = {
+        "entry": to_dict(spec),
+        "training": redact(training),
+        "policy": to_dict(cfg.policy),
+        "gallery_images": redact(to_dict(cfg.gallery_images)),
+        "against": against,
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()

@@ -60,7 +60,7 @@ def eval_data(cfg: TrainConfig) -> EvalData:
         cfg.eval.distance,
         cfg.eval.strict_ecc,
         cfg.eval.batch_size,
-        labels_are_classes=cfg.eval.dataset is None,
+        labels_are_classes=cfg.eval.dataset is None and cfg.eval.split == "closed_set",
     )
 
 

@@ -5,12 +5,12 @@ features, in order) and runs one entry at a time:
 
 - already granted in the catalog (an earlier run published it): nothing is redone; its features
   are re-read from the stored model so it keeps its row in the matrix;
+- refused or failed before under the same config (a record in ``<gallery>/_decisions/``, see
+  :mod:`raycompat.store.decisions`): skipped, and the log says why, unless ``retry``;
 - the store has no version yet: the initial model is trained and the gallery extracted with it;
 - otherwise the candidate is trained against the model the gallery is stored in, scored, and
-  the decision (:mod:`raycompat.upgrade.policy`) is carried out.
-
-Every write is gated: a version is committed only after ``verify`` has checked the staged rows
-against the model that will query them, and a model is registered only with its grant.
+  the decision (:mod:`raycompat.upgrade.policy`) is carried out by
+  :class:`~raycompat.upgrade.actions.Publisher`.
 """
 
 from __future__ import annotations
@@ -20,43 +20,51 @@ import os
 import time
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from raycompat.methods import METHODS
-from raycompat.pipelines import extract_version, load_transformation, transform_version
+from raycompat.pipelines import load_transformation
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.errors import VerificationError
+from raycompat.store.catalog import Catalog, QueryGrant
+from raycompat.store.decisions import DecisionRecord, Decisions
 from raycompat.train.export import load_exported_model
-from raycompat.train.fct_fit import transform_features
+from raycompat.train.fct_fit import transform_features, transform_with_uncertainty
 from raycompat.upgrade import steps
-from raycompat.upgrade.config import UpgradeConfig, gallery_version_of
+from raycompat.upgrade.actions import Publisher
+from raycompat.upgrade.backfill_eval import backfill_evaluation
+from raycompat.upgrade.config import (
+    UpgradeConfig,
+    decision_digest,
+    gallery_version_of,
+    partial_backfill_of,
+)
 from raycompat.upgrade.evaluate import (
     EvalData,
     evidence,
     evidence_on_classes,
     model_features,
 )
-from raycompat.upgrade.policy import Decision, decide
+from raycompat.upgrade.policy import decide
 from raycompat.upgrade.report import Outcome
 
 log = logging.getLogger(__name__)
 
-RELATION = {
-    "initial": "extracted",
-    "compatible": "compatible",
-    "transform": "transformed",
-    "backfill": "extracted",
-}
 
 
 class Upgrader:
     def __init__(
-        self, cfg: UpgradeConfig, store: GalleryStore, catalog: Catalog, data: EvalData
+        self,
+        cfg: UpgradeConfig,
+        store: GalleryStore,
+        catalog: Catalog,
+        data: EvalData,
+        retry: bool = False,
     ) -> None:
         self.cfg, self.store, self.catalog, self.data = cfg, store, catalog, data
         self.gallery = cfg.store.gallery
+        self.publisher = Publisher(cfg, store, catalog, data)
+        self.decisions = Decisions(store)
+        self.retry = retry  # judge refused or failed entries again under an unchanged config
+        self.digest = ""  # of the entry being run (names its training runs)
         self.work = os.path.abspath(os.path.join(cfg.work_dir, cfg.name))
         self.order: list[str] = []
         self.features: dict[str, np.ndarray] = {}
@@ -89,7 +97,7 @@ class Upgrader:
         return {n: (f, labels) for n, f in self.features.items() if f.shape[1] == 2}
 
     def _train(self, spec, method: str, parent, suffix: str = "") -> tuple[str, np.ndarray]:
-        name = f"{self.cfg.name}-{spec.model_version}{suffix}"
+        name = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}{suffix}"
         train_cfg = steps.train_config(self.cfg, spec, method, name, parent)
         directory = steps.train_candidate(
             train_cfg, os.path.join(self.work, "candidates", spec.model_version + suffix)
@@ -106,9 +114,66 @@ class Upgrader:
         versions = self.store.versions(self.gallery)
         mine = [v for v in versions if v.model_version == spec.model_version]
         others = [v for v in versions if v.model_version != spec.model_version]
-        if not others:
-            return self._initial(position, spec, mine[0] if mine else None)
-        return self._upgrade(position, spec, others[-1], mine[0] if mine else None)
+        current = others[-1] if others else None
+        self.digest = decision_digest(self.cfg, spec, current and current.model_version)
+        prior = self.decisions.get(self.gallery, spec.model_version)
+        if prior is not None and prior.digest == self.digest and not self.retry:
+            return self._skipped(spec, prior)
+        if prior is not None:
+            why = "--retry" if prior.digest == self.digest else "its config changed"
+            log.info("%s: %s before; judged again (%s)", spec.model_version, prior.outcome, why)
+        try:
+            if current is None:
+                outcome = self._initial(position, spec, mine[0] if mine else None)
+            else:
+                outcome = self._upgrade(position, spec, current, mine[0] if mine else None)
+        except Exception as error:
+            self._record(spec, "failed", f"{type(error).__name__}: {error}", current)
+            raise
+        if outcome.action == "refuse":
+            self._record(spec, "refused", outcome.reason, current, outcome.evidence)
+        elif prior is not None:
+            self.decisions.clear(self.gallery, spec.model_version)
+        return outcome
+
+    def _record(self, spec, outcome: str, reason: str, current, evidence=None) -> None:
+        record = DecisionRecord(
+            self.gallery,
+            spec.model_version,
+            outcome,
+            reason.splitlines()[0] if reason else outcome,
+            self.digest,
+            current and current.model_version,
+            evidence or {},
+        )
+        self.decisions.put(record)
+
+    def _skipped(self, spec, prior: DecisionRecord) -> Outcome:
+        """An entry refused or failed under this same config: not trained or judged again."""
+        log.info(
+            "%s: %s on %s under this config (%s); skipped. Pass --retry to judge it again.",
+            spec.model_version,
+            prior.outcome,
+            prior.created,
+            prior.reason,
+        )
+        candidate = os.path.join(self.work, "candidates", spec.model_version)
+        try:  # its row of the matrix, when the candidate is still in the work dir
+            self._add(spec.model_version, steps.test_features(candidate))
+        except (OSError, ValueError):
+            log.info("%s: no candidate in %s, not in the matrix", spec.model_version, candidate)
+        action = "refuse" if prior.outcome == "refused" else "failed"
+        return Outcome(
+            spec.model_version,
+            spec.method,
+            spec.classes,
+            action,
+            f"{prior.reason} (decided {prior.created}; skipped: same config, --retry to rerun)",
+            prior.against,
+            None,
+            prior.evidence,
+            resumed=True,
+        )
 
     def _resumed(self, spec, grant: QueryGrant) -> Outcome:
         log.info(
@@ -119,10 +184,13 @@ class Upgrader:
         )
         self._add(spec.model_version, self.stored_features(spec.model_version))
         record = self.catalog.model(spec.model_version)
-        # "extracted" is the initial model's grant (no parent) or a backfill's (a parent).
+        # "extracted" is the initial model's grant (no parent) or a backfill's (a parent);
+        # "transformed" an FCT rewrite, partial when its evidence says so.
         action = {"compatible": "compatible", "transformed": "transform"}.get(
             grant.relation, "initial" if record.parent is None else "backfill"
         )
+        if action == "transform" and "partial_backfill" in grant.evidence:
+            action = "partial_backfill"
         return Outcome(
             spec.model_version,
             spec.method,
@@ -146,8 +214,8 @@ class Upgrader:
         reason = f"initial model: the gallery is extracted with it (self-test {self_test:.4f})"
         t = time.perf_counter()
         if mine is None:  # else an earlier run published it and stopped before registering
-            self._extract(spec, directory, features, version)
-        self._publish(
+            self.publisher.extract(spec, directory, features, version)
+        self.publisher.publish(
             spec,
             None,
             directory,
@@ -203,21 +271,32 @@ class Upgrader:
         if spec.baselines:
             seconds["baselines"] = time.perf_counter() - t
 
-        fct = None
+        fct, backfill = None, {}
         if METHODS.get(spec.method).needs_transformation:
             t = time.perf_counter()
-            steps.train_fct(self.cfg, spec, parent, directory, current.normalized, self.work)
+            partial = partial_backfill_of(spec, self.cfg.policy)  # h learns its uncertainty
+            run = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}-fct"
+            steps.train_fct(
+                self.cfg, spec, parent, directory, current.normalized, self.work, partial, run
+            )
             h = load_transformation(directory)
+            if partial is None:
+                transformed = transform_features(h, gallery)
+            else:  # what each budget would buy, on the test images (FastFill's curves)
+                transformed, uncertainty = transform_with_uncertainty(h, gallery)
+                backfill = backfill_evaluation(
+                    features,
+                    transformed,
+                    uncertainty,
+                    self.data.eval_set.labels,
+                    partial,
+                    distance=self.data.distance,
+                )
             fct = evidence(
-                self.data,
-                features,
-                transform_features(h, gallery),
-                old_self,
-                parent.model_version,
-                transformed=True,
+                self.data, features, transformed, old_self, parent.model_version, transformed=True
             )
             seconds["fct"] = time.perf_counter() - t
-        decision = decide(direct, fct, self.cfg.policy)
+        decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill)
         log.info("%s: %s (%s)", spec.model_version, decision.action, decision.reason)
         proof = {"direct": direct.as_dict(), **({"transformed": fct.as_dict()} if fct else {})}
         seen = evidence_on_classes(
@@ -227,7 +306,7 @@ class Upgrader:
             proof["seen_classes"] = {**seen.as_dict(), "classes": parent.classes}
 
         t = time.perf_counter()
-        decision, version = self._act(
+        decision, version = self.publisher.act(
             position,
             spec,
             decision,
@@ -251,152 +330,5 @@ class Upgrader:
             proof,
             baselines,
             seconds,
-        )
-
-    # ---- actions -----------------------------------------------------------------------------
-
-    def _act(
-        self,
-        position,
-        spec,
-        decision: Decision,
-        directory,
-        features,
-        current,
-        mine,
-        old_self,
-        proof,
-        parent,
-    ) -> tuple[Decision, str | None]:
-        if decision.action == "refuse":
-            return decision, None
-        version = current.version
-        try:
-            if decision.action == "transform":
-                version = gallery_version_of(self.cfg, position)
-                if mine is None:
-                    self._transform(spec, directory, features, current, version, old_self)
-            elif decision.action == "backfill":
-                version = gallery_version_of(self.cfg, position)
-                if mine is None:
-                    self._extract(spec, directory, features, version)
-        except VerificationError as err:
-            log.error("%s: %s", spec.model_version, err)
-            return Decision(
-                "refuse",
-                f"{decision.reason}; but the written version failed its "
-                f"check before publishing: {err}",
-            ), None
-        self._publish(
-            spec,
-            parent,
-            directory,
-            features.shape[1],
-            version,
-            RELATION[decision.action],
-            {"reason": decision.reason, **proof},
-        )
-        return decision, version
-
-    def _publish(self, spec, parent, directory, width, version, relation, evidence) -> None:
-        """Model files, record and grant (each create-if-absent: a rerun is a no-op)."""
-        record = ModelRecord(
-            spec.model_version,
-            "",
-            width,
-            spec.method,
-            parent,
-            run=f"{self.cfg.name}-{spec.model_version}",
-        )
-        grant = QueryGrant(self.gallery, version, spec.model_version, relation, evidence)
-        steps.publish_model(self.catalog, record, directory, grant)
-
-    def _staged_test_rows(self, staging) -> np.ndarray | None:
-        """The staged vectors of the test images, in test order; None (logged) when the gallery
-        does not hold them, which leaves the staged data to the commit's own checks."""
-        staged = steps.rows_of(staging.filesystem, staging.files(), self.data.rows, staging.uri)
-        if staged is None:
-            log.warning("%s does not hold the test images: checked by commit only", staging.uri)
-        return staged
-
-    def _extract(self, spec, directory: str, features: np.ndarray, version: str) -> None:
-        """Embed the gallery images into ``version``; published only if the staged vectors of
-        the test images are the model's features (cosine >= 0.999)."""
-        width = features.shape[1]
-        expected = F.normalize(torch.from_numpy(features), dim=1).numpy()
-
-        def verify(staging) -> None:
-            staged = self._staged_test_rows(staging)
-            if staged is None:
-                return
-            cosine = np.sum(F.normalize(torch.from_numpy(staged), dim=1).numpy() * expected, 1)
-            if cosine.min() < 0.999:
-                staging.abort()
-                raise VerificationError(
-                    f"{staging.uri}: row {self.data.rows[cosine.argmin()]} is not the model's "
-                    f"embedding of that image (cosine {cosine.min():.4f})"
-                )
-
-        target = VersionInfo(
-            version,
-            spec.model_version,
-            width,
-            self.cfg.normalized,
-            f"{version} = extract({spec.model_version})",
-        )
-        extract_version(
-            self.store,
-            self.gallery,
-            target,
-            directory,
-            self.cfg.gallery_images,
-            self.cfg.pipeline,
-            staging_name=f"upgrade-{spec.model_version}",
-            verify=verify,
-        )
-
-    def _transform(
-        self,
-        spec,
-        directory: str,
-        features: np.ndarray,
-        current: VersionInfo,
-        version: str,
-        old_self: float,
-    ) -> None:
-        """``version = h(current)``; published only if the new model's queries against the
-        staged rows of the test images beat the old self-test (FCT's criterion)."""
-
-        def verify(staging) -> None:
-            staged = self._staged_test_rows(staging)
-            if staged is None:
-                return
-            cross = self.data.score(features, staged)
-            log.info(
-                "%s: M(new, staged) = %.4f vs old self-test %.4f", staging.uri, cross, old_self
-            )
-            if not cross > old_self:
-                staging.abort()
-                raise VerificationError(
-                    f"{staging.uri}: the new model's queries against the transformed rows score "
-                    f"{cross:.4f}, not above the old self-test {old_self:.4f}"
-                )
-
-        target = VersionInfo(
-            version,
-            spec.model_version,
-            features.shape[1],
-            False,
-            f"{version} = h_{spec.model_version}({current.version})",
-        )
-        transform_version(
-            self.store,
-            self.gallery,
-            current.version,
-            target,
-            directory,
-            None,
-            self.cfg.pipeline,
-            f"upgrade-{spec.model_version}",
-            verify,
+            backfill=backfill,
         )

@@ -3,8 +3,10 @@
 ``write_report(directory, report)`` renders a :class:`Report` that the job filled in:
 the history's compatibility matrix (rows query models, columns gallery models; cells that fail
 ECC, M(t, k) <= M(k, k), are marked), AC/AA/ACA, one self/cross table per upgrade with its
-baselines beside it (as the papers' tables), the decision and why, what was published, and the
-timings of every stage.
+baselines beside it (as the papers' tables), for FCT upgrades whose ``h`` learned its
+uncertainty the partial-backfill curves (FastFill: accuracy against the fraction of the gallery
+re-extracted, three orders), the decision and why, what was published, and the timings of
+every stage.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class Outcome:
     baselines: dict = field(default_factory=dict)  # method -> direct evidence
     seconds: dict = field(default_factory=dict)  # stage -> wall seconds
     resumed: bool = False  # already published by an earlier run: nothing done this time
+    # FCT with an uncertain h: the backfill curves on the test images
+    # (raycompat.upgrade.backfill_eval.backfill_evaluation); empty otherwise
+    backfill: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -50,11 +55,13 @@ class Report:
     outcomes: list[Outcome]
     versions: list[dict]  # the gallery's versions after the run (raycompat versions)
     seconds: float = 0.0
+    split: str = ""  # which images the tables use (closed- or open-set), one sentence
 
     def summary(self) -> dict:
         out = {
             "name": self.name,
             "protocol": self.protocol,
+            "split": self.split,
             "matrix": self.matrix.as_array().tolist(),
             "names": self.matrix.names,
             "decisions": {o.model_version: o.action for o in self.outcomes},
@@ -139,6 +146,38 @@ def plot_features_2d(features: np.ndarray, labels: np.ndarray, path: Path, title
     plt.close(fig)
 
 
+BACKFILL_ORDERS = {  # order -> (name, line style), drawn in reverse so FastFill's is on top
+    "uncertainty": ("uncertainty (FastFill)", {"color": "tab:blue", "linewidth": 2}),
+    "random": ("random", {"color": "tab:gray", "linestyle": ":"}),
+    "oracle": ("oracle (true error)", {"color": "tab:green", "linestyle": "--"}),
+}
+
+
+def plot_backfill(backfill: dict, path: Path, title: str) -> None:
+    """Top-1 and mAP against the fraction backfilled, one line per order (FastFill Fig. 3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fractions = np.asarray(backfill["fractions"]) * 100
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    for ax, metric, label in zip(axes, ("top1", "mean_ap"), ("top-1 (%)", "mAP (%)"), strict=True):
+        for order, (name, style) in reversed(BACKFILL_ORDERS.items()):
+            values = np.asarray(backfill["curves"][order][metric]) * 100
+            ax.plot(fractions, values, marker="o", markersize=3, label=name, **style)
+        budget = backfill["budget"] * 100
+        ax.axvline(budget, color="black", linewidth=0.8, label=f"budget {budget:.0f}%")
+        ax.set_xlabel("gallery backfilled (%)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{x * 100:.2f}"
 
@@ -155,6 +194,8 @@ def markdown(report: Report, files: dict[str, str]) -> str:
     matrix, array = report.matrix, report.matrix.as_array()
     ok = compatible_cells(array)
     lines = [f"# Upgrade report: {report.name}", ""]
+    if report.split:
+        lines += [f"Test images: {report.split}. Every table below uses them.", ""]
     lines += [
         f"Protocol: {report.protocol} (top-1 %, rows: query model, columns: gallery model; "
         "✗ marks cells that fail ECC, M(t, k) <= M(k, k)). Wall time "
@@ -168,7 +209,8 @@ def markdown(report: Report, files: dict[str, str]) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for o in report.outcomes:
-        note = " (published by an earlier run)" if o.resumed else ""
+        earlier = "decided" if o.action in ("refuse", "failed") else "published"
+        note = f" ({earlier} by an earlier run)" if o.resumed else ""
         lines.append(
             f"| {o.model_version} | {o.method} | {o.classes} | **{o.action}**{note} | "
             f"{o.gallery_version or '-'} | {o.reason} |"
@@ -225,6 +267,7 @@ def markdown(report: Report, files: dict[str, str]) -> str:
         for method, e in o.baselines.items():
             lines.append(_evidence_row(f"baseline: {method}", e))
         lines.append("")
+    lines += _backfill_sections(report, files)
     lines += [
         "## Gallery versions",
         "",
@@ -258,6 +301,47 @@ def markdown(report: Report, files: dict[str, str]) -> str:
 STAGES = ("train", "baselines", "evaluate", "fct", "publish")
 
 
+def _backfill_sections(report: Report, files: dict[str, str]) -> list[str]:
+    """One "Partial backfill" table and plot per FCT upgrade whose h learned its uncertainty."""
+    outcomes = [o for o in report.outcomes if o.backfill]
+    if not outcomes:
+        return []
+    lines = [
+        "## Partial backfill",
+        "",
+        f"On the test images ({report.split or 'the test split'}): the new model's queries "
+        "against its gallery of the same images (identification, the query excluded by "
+        "index) holding h(old) with a fraction re-extracted by the new model, in three orders: "
+        "FastFill's (the rows h is least sure of first), random (the mean over a few "
+        "seeds) and the oracle (the largest true error first, which needs the new features "
+        "it would save). AUC: area under the curve over [0, 1]; at 0% it is M(new, h(old)), "
+        "at 100% M(new, new).",
+        "",
+    ]
+    for o in outcomes:
+        b = o.backfill
+        seeds = ", ".join(map(str, b["random_seeds"]))
+        lines += [
+            f"### {o.model_version} ({o.method}): budget {b['budget']:.0%}, {b['order']} order",
+            "",
+            f"Random order: the mean over seeds {seeds}.",
+            "",
+            f"| order | AUC top-1 | AUC mAP | top-1 at {b['budget']:.0%} | "
+            f"budget for {b['target']:.0%} of new/new top-1 |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for order, (name, _) in BACKFILL_ORDERS.items():
+            row = b["summary"][order]
+            need = row["budget_for_target"]
+            lines.append(
+                f"| {name} | {_pct(row['auc_top1'])} | {_pct(row['auc_mean_ap'])} | "
+                f"{_pct(row['top1_at_budget'])} | {'-' if need is None else f'{need:.0%}'} |"
+            )
+        key = f"backfill_{o.model_version}"
+        lines += ["", f"![partial backfill of {o.model_version}]({files[key]})", ""]
+    return lines
+
+
 def write_report(
     directory: str | Path,
     report: Report,
@@ -281,6 +365,14 @@ def write_report(
     write_private(out / files["config"], dump_config(config))
     write_private(out / files["matrix_json"], report.matrix.to_json())
     plot_matrix(report.matrix, out / files["matrix"], f"{report.name}: {report.protocol}")
+    for o in report.outcomes:
+        if o.backfill:
+            files[f"backfill_{o.model_version}"] = f"backfill_{o.model_version}.png"
+            plot_backfill(
+                o.backfill,
+                out / files[f"backfill_{o.model_version}"],
+                f"{o.model_version}: partial backfill on the test images",
+            )
     for name, (feats, labels) in (features_2d or {}).items():
         files[f"features_{name}"] = f"features_{name}.png"
         plot_features_2d(feats, labels, out / files[f"features_{name}"], f"{name}: test features")

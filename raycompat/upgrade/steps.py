@@ -28,7 +28,7 @@ from raycompat.store.errors import StoreError
 from raycompat.store.parquet import open_parquet
 from raycompat.train.config import OldModelSpec, RunSpec, ScenarioSpec, TrainConfig
 from raycompat.train.export import MODEL_FILE, SPEC_FILE, load_features, read_spec
-from raycompat.upgrade.config import UpgradeConfig, UpgradeSpec
+from raycompat.upgrade.config import PartialBackfillSpec, UpgradeConfig, UpgradeSpec
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +184,15 @@ def train_fct(
     candidate: str,
     source_normalized: bool,
     work_dir: str,
+    backfill: PartialBackfillSpec | None = None,
+    run_name: str | None = None,
 ) -> str:
     """Learn ``h: phi_parent -> phi_candidate`` on the candidate's training images (FCT
     sec. 3.3) and copy ``h.*`` into ``candidate``. The old side of the triples is normalised
-    like the stored gallery, since ``h`` is applied to stored rows."""
+    like the stored gallery, since ``h`` is applied to stored rows. ``backfill``: a partial
+    backfill may follow, so ``h`` learns its uncertainty too (FastFill), with
+    ``backfill.uncertainty_weight`` on the discriminative term. ``run_name``: the
+    transformation run (default ``<name>-<model>-fct``)."""
     from raycompat.train.data import make_splits, open_dataset
     from raycompat.train.fct_fit import fit_transformation
 
@@ -201,10 +206,12 @@ def train_fct(
         splits.train[dataset.labels[splits.train] < spec.classes],
         spec.fct,
         scaling=base.scaling,
-        run=run_spec(cfg, f"{cfg.name}-{spec.model_version}-fct"),
+        run=run_spec(cfg, run_name or f"{cfg.name}-{spec.model_version}-fct"),
         work_dir=os.path.join(work_dir, "fct", spec.model_version),
         seed=base.seed,
         normalize_old=source_normalized,
+        uncertainty=backfill is not None,
+        discriminative_weight=backfill.uncertainty_weight if backfill is not None else 0.0,
     )
     for name in os.listdir(h_dir):
         if name.startswith("h."):
