@@ -531,3 +531,37 @@ def test_ivfpq_index_builds_and_rebuild_replaces(store, one_faiss_thread):
     assert second != first
     _, found = load_version_index(store, "g", "v1", use_gpu=False).search(x[:5], 1)
     assert found[:, 0].tolist() == [0, 7, 14, 21, 28]
+
+
+def test_a_part_is_fsynced_before_its_record_is_written_and_after_its_rename(tmp_path, monkeypatch):
+    """A crash after the version's (fsynced) record is linked must not find a part whose bytes
+    were still in the page cache: the data is fsynced before the part record that vouches for
+    it, and the folder after the rename."""
+    import os
+
+    from raycompat.store import embedding_table
+
+    store = GalleryStore(str(tmp_path / "s"))
+    staging = store.begin("g", VersionInfo("v1", "m", 4, False, "v1 = extract(m)"))
+    events = []
+    real_fsync, real_replace = os.fsync, staging._backend.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(path, data):
+        events.append(("record", path))
+        real_replace(path, data)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(staging._backend, "replace", replace)
+    staging.write_table(embedding_table(np.arange(3), np.ones((3, 4), np.float32)), "p.parquet")
+    kinds = [(kind, os.path.basename(path)) for kind, path in events]
+    records = [i for i, (kind, name) in enumerate(kinds) if kind == "record"]
+    record = next(i for i in records if "p.parquet" in kinds[i][1])
+    data = [i for i, (kind, name) in enumerate(kinds) if kind == "fsync" and ".parquet" in name]
+    assert data and data[0] < record  # the data file, before its record
+    folder = str(tmp_path / "s" / "g")
+    assert any(kind == "fsync" and path.startswith(folder) and not path.endswith(".parquet")
+               for kind, path in events[record:])  # the folder, after the rename

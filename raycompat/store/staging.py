@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import posixpath
 import uuid
 from typing import Literal
 
@@ -119,12 +121,26 @@ class Staging:
                 written=now_utc(),
                 input_ids=input_ids,
             )
+            self._durable(tmp)  # the data before the record that vouches for it
             self._backend.replace(part_record_path(self.path, name), record.to_json())
             self.filesystem.move(tmp, path)
+            self._durable(posixpath.dirname(path))  # the rename itself
         except BaseException:
             self.drop_tmp(tmp)
             raise
         return path
+
+    def _durable(self, path: str) -> None:
+        """fsync a local file or folder, so that a crash cannot leave the version's fsynced
+        record pointing at a part whose bytes were still in the page cache. On S3 a completed
+        upload is durable; nothing to do."""
+        if self._backend.scheme != "file":
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def write_meta(self, name: str, data: bytes) -> None:
         """Atomically write the small metadata file ``<staging>/<name>`` (``name`` starts with
