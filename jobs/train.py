@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None) -> dict:
     register_secrets(cfg)
 
     from raycompat.ray_console import init_ray
+    from raycompat.train.data import check_weight_files
     from raycompat.train.driver import run_training
+
+    check_weight_files(cfg)  # before Ray starts: a missing weights file is one line
 
     init_ray(args.address, args.verbose)  # quiet console unless --verbose
     summary = run_training(cfg).summary()

@@ -56,6 +56,22 @@ def open_uri(uri: str, mode: str = "rb", storage_options: dict | None = None) ->
         ) from err
 
 
+def check_uri(uri: str, key: str) -> None:
+    """Fail before any cluster time when ``uri`` (the value of config ``key``) cannot be opened:
+    one ``ConfigError`` naming the key, the path and what to do (no download, no retries)."""
+    from raycompat.config import ConfigError
+
+    try:
+        open_uri(uri).close()
+    except (FileNotFoundError, IsADirectoryError) as err:
+        raise ConfigError(
+            f"{key}: {err}; give the path of a local or s3:// weights file (nothing is "
+            "downloaded at run time)"
+        ) from None
+    except PermissionError as err:
+        raise ConfigError(f"{key}: {err}") from None
+
+
 def _unpickle_reason(err: Exception) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return next((line for line in lines if "nsupported" in line), lines[0] if lines else "")

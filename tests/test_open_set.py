@@ -206,3 +206,13 @@ def test_the_digest_ignores_where_runs_are_kept_but_not_what_is_trained():
     assert decision_digest(cfg, cfg.upgrades[1], "m0") != base
     lr = load_config(UpgradeConfig, None, ["training.optim.lr=0.01"])
     assert decision_digest(lr, lr.upgrades[1], "m1") != base
+
+
+def test_a_missing_weights_file_is_refused_before_ray_naming_the_key(tmp_path):
+    missing = tmp_path / "dinov3.safetensors"
+    cfg = load_config(UpgradeConfig, None, [f"training.model.weights={missing}"])
+    expected = f"training.model.weights: no file at '{missing}'"
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        check_upgrade_config(cfg)
+    missing.write_bytes(b"weights")  # present: opening it is all that is checked here
+    check_upgrade_config(cfg)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -76,6 +77,24 @@ def check_unseen(cfg: TrainConfig, trained: list[int], what: str) -> None:
             f"{what} trains on class(es) {overlap}, which eval.test_classes holds out for the "
             "open-set test; train on other classes or change eval.test_classes"
         )
+
+
+def check_weight_files(cfg: TrainConfig, prefix: str = "") -> None:
+    """Every weights file the config names opens, before Ray starts (a missing one is one line
+    naming the key, ``prefix`` + key, not a worker traceback after retries)."""
+    from raycompat.weights import check_uri
+
+    named = [("model.weights", cfg.model.weights)]
+    named += [
+        (f"scenario.replacements[{i}].model.weights", r.model.weights)
+        for i, r in enumerate(cfg.scenario.replacements)
+    ]
+    old = cfg.scenario.old_model
+    if old is not None and old.checkpoint and not Path(old.checkpoint).is_dir():
+        named.append(("scenario.old_model.checkpoint", old.checkpoint))
+    for key, uri in named:
+        if uri:
+            check_uri(uri, prefix + key)
 
 
 def describe_split(cfg: TrainConfig) -> str:

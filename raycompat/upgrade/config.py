@@ -28,7 +28,7 @@ from raycompat.train.config import (
     ScenarioSpec,
     TrainConfig,
 )
-from raycompat.train.data import check_eval_split, check_unseen
+from raycompat.train.data import check_eval_split, check_unseen, check_weight_files
 from raycompat.train.fct_config import FCTSpec, PartialBackfillSpec  # Ray-free, for sweeps
 
 
@@ -162,6 +162,7 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
     if not cfg.upgrades:
         raise ConfigError("upgrades: the history is empty; give at least one model version")
     check_eval_split(cfg.training)
+    check_weight_files(cfg.training, prefix="training.")
     k = cfg.training.model.num_classes
     seen_models, seen_versions = set(), set()
     for i, spec in enumerate(cfg.upgrades):
