@@ -226,6 +226,7 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
             "gallery_images.options={per_class: 40}",
             "training.data.options={per_class: 40}",
             "training.epochs=1",
+            "training.eval={split: closed_set, test_classes: []}",
             f"training.run.storage_path=s3://{bucket}/runs",
             f"training.run.endpoint_url={s3_server}",
             "upgrades=[{model_version: m1, classes: 4, method: independent},"
