@@ -103,7 +103,8 @@ def flip_every_row(image: torch.Tensor) -> torch.Tensor:
 
 
 def readers(tmp_path) -> dict:
-    """One dataset per reader that overrides ``load_batch`` (a transform on two of them)."""
+    """One dataset per reader that overrides ``load_batch``, synthetic for the default (stacked
+    ``load_image``); a transform on two of them."""
     rng = np.random.default_rng(1)
     images = photos(12, (26, 30))
     for i, image in enumerate(images):

@@ -109,39 +109,3 @@ class SyntheticIdentities(ImageDataset):
         noise = 0.5 * d * rng.standard_normal(signal.shape)
         image = contrast * signal + brightness + noise
         return torch.sigmoid(torch.from_numpy(image.astype(np.float32)))
-
-    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
-        """:meth:`load_image` of every row, bit for bit: the same per-row draws (each row has its
-        own seeded generator), class codes drawn once per class, the shift done by indexing."""
-        d, size, n = self.difficulty, self.image_size, len(indices)
-        codes = {int(c): self.class_code(int(c)) for c in np.unique(self.labels[indices])}
-        max_shift = int(round(d * size / 8))
-        signal = np.empty((n, self.channels, size, size))
-        shifts = np.empty((n, 2), dtype=np.int64)
-        contrast, brightness = np.empty((n, 1, 1, 1)), np.empty((n, 1, 1, 1))
-        noise = np.empty((n, self.channels, size, size))
-        for j, index in enumerate(indices.tolist()):
-            rng = np.random.default_rng([self.seed, 2, index])
-            code = codes[int(self.labels[index])] + 0.9 * d * rng.standard_normal(self.rank)
-            # one vector-matrix product per row, as load_image: a (n, rank) matrix product may
-            # sum in another order and round differently
-            signal[j] = (code @ self.basis / math.sqrt(self.rank)).reshape(signal.shape[1:])
-            shifts[j] = rng.integers(-max_shift, max_shift + 1, size=2)
-            contrast[j] = math.exp(0.3 * d * rng.standard_normal())
-            brightness[j] = 0.5 * d * rng.standard_normal()
-            noise[j] = rng.standard_normal(signal.shape[1:])
-        # np.roll per row: out[y, x] = in[(y - shift_y) % S, (x - shift_x) % S]
-        grid = np.arange(size)
-        rows = (grid[None, :] - shifts[:, :1]) % size
-        cols = (grid[None, :] - shifts[:, 1:]) % size
-        batch = np.arange(n)[:, None, None, None]
-        channel = np.arange(self.channels)[None, :, None, None]
-        signal = signal[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]
-        image = torch.from_numpy(
-            (contrast * signal + brightness + 0.5 * d * noise).astype(np.float32)
-        )
-        # torch's vectorised sigmoid rounds its SIMD body and its scalar tail differently, so one
-        # call per image keeps each element where load_image's call puts it
-        for row in image:
-            torch.sigmoid(row, out=row)
-        return image
