@@ -46,6 +46,8 @@ CORE_MODULES = [
     "raycompat.transformation",
     "raycompat.weights",
 ]
+# Ray-layer modules that must stay cheap: the upgrade and Tune configs read them before Ray starts
+CHEAP_RAY_LAYER = ["raycompat.fct", "raycompat.fct.config", "raycompat.fct.export"]
 # A Ray-layer module, imported last: proves the finder really refuses Ray (no vacuous pass).
 CONTROL = "raycompat.train.driver"
 
@@ -103,7 +105,7 @@ def core_import():
             sys.executable,
             "-c",
             _IMPORT_WITHOUT_RAY,
-            json.dumps([CORE_PACKAGES, CORE_MODULES, CONTROL]),
+            json.dumps([CORE_PACKAGES, CORE_MODULES + CHEAP_RAY_LAYER, CONTROL]),
         ],
         cwd=ROOT,
         capture_output=True,

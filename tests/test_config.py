@@ -310,7 +310,7 @@ FCT_RANGES = [
 def test_fct_training_ranges_name_the_key(cls, override, message):
     import re
 
-    from raycompat.train import fct_config
+    from raycompat.fct import config as fct_config
 
     base = ["triples=t", "h={d_old: 8, d_side: 0, d_new: 8}"]
     overrides = [*base, override] if cls == "TransformationTrainConfig" else [override]

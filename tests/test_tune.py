@@ -12,9 +12,9 @@ import pytest
 from conftest import bucket_objects
 
 from raycompat.config import ConfigError, load_config
+from raycompat.fct.config import FCTSpec
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.train.config import TrainConfig
-from raycompat.train.fct_config import FCTSpec
 from raycompat.train.scenarios import plan_steps
 from raycompat.tune.config import ParamSpec, SweepConfig
 from raycompat.tune.fct import check_transformation, split_params, transformation_of
@@ -352,10 +352,10 @@ def naive_top1(query: np.ndarray, gallery: np.ndarray, labels: np.ndarray) -> fl
 def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, tmp_path):
     """Two widths: each trial learns h after training and its cross-test is M(new, h(old)),
     recomputed here from the trial's stored features and h with a naive top-1."""
+    from raycompat.fct.export import load_transformation
+    from raycompat.fct.fit import transform_features
     from raycompat.train.data import make_splits, open_dataset
     from raycompat.train.export import load_features
-    from raycompat.train.fct_export import load_transformation
-    from raycompat.train.fct_fit import transform_features
     from raycompat.upgrade.config import UpgradeConfig
 
     base = [

@@ -7,7 +7,7 @@ The model is :class:`~raycompat.transformation.FCTTransformation` built with
 under :class:`~raycompat.engine.StepGuard`, with FCT appendix D's recipe and defaults: Adam,
 linear warm-up then cosine (evaluated per step), BatchNorm running statistics frozen from half
 the epochs on, full mini-batches only. No Ray: this is the in-process counterpart of
-``raycompat.train.fct`` for arrays that fit in memory.
+``raycompat.fct.train`` for arrays that fit in memory.
 """
 
 from __future__ import annotations

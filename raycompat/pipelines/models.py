@@ -1,6 +1,6 @@
 """The FCT transformations a pipeline applies, in the training run's export format.
 
-``raycompat.train.fct_export`` writes ``h`` as ``<dir>/h.safetensors`` + ``<dir>/h.json`` and
+``raycompat.fct.export`` writes ``h`` as ``<dir>/h.safetensors`` + ``<dir>/h.json`` and
 ``g`` as ``<dir>/g.*`` (the JSON holds ``d_old``, ``d_side``, ``d_new``, ``width``,
 ``normalize_output``). The pipelines take the directory of ``h`` and that of ``g`` (usually the
 same one), read the JSON alone to check widths against the store *before* any Ray work, and
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raycompat.train.fct_export import (  # noqa: F401  (re-exported for the pipelines)
+from raycompat.fct.export import (  # noqa: F401  (re-exported for the pipelines)
     export_transformation,
     load_transformation,
     read_transformation_spec,

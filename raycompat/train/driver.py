@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 import ray.train
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train.torch import TorchTrainer
 
 from raycompat.config import ConfigError, dump_config
@@ -49,7 +49,7 @@ from raycompat.train.data import (
 )
 from raycompat.train.epoch_log import METRICS_FILE, MetricsLog
 from raycompat.train.export import build_model, load_features
-from raycompat.train.loop import train_loop_per_worker
+from raycompat.train.loop import scaling_config, train_loop_per_worker
 from raycompat.train.scenarios import StepPlan, describe, plan_steps
 from raycompat.weights import load_state_dict, load_state_dict_into
 
@@ -141,12 +141,7 @@ def make_trainer(
             "parent": parent,
             "marker": (fs, f"{run_path}/_injected_failure_{plan.name}"),
         },
-        scaling_config=ScalingConfig(
-            num_workers=cfg.scaling.num_workers,
-            use_gpu=cfg.scaling.use_gpu,
-            resources_per_worker={"CPU": cfg.scaling.cpus_per_worker},
-            placement_strategy=cfg.scaling.placement_strategy,
-        ),
+        scaling_config=scaling_config(cfg.scaling),
         run_config=RunConfig(
             name=plan.name,
             storage_path=run_path,

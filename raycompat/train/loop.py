@@ -108,6 +108,16 @@ def selection_metrics(cfg, plan, labels, val_rows, val, parent_plan, parent_dir)
     return metrics
 
 
+def scaling_config(scaling) -> ray.train.ScalingConfig:
+    """Ray Train's ScalingConfig from a run's ``scaling`` section (training and FCT runs)."""
+    return ray.train.ScalingConfig(
+        num_workers=scaling.num_workers,
+        use_gpu=scaling.use_gpu,
+        resources_per_worker={"CPU": scaling.cpus_per_worker},
+        placement_strategy=scaling.placement_strategy,
+    )
+
+
 def maybe_fail(cfg: TrainConfig, index: int, epoch: int, batch: int, rank: int, marker) -> bool:
     """The ``run.inject_failure`` test hook (:class:`~raycompat.train.config.FailurePoint`):
     kind ``error`` raises once; returns True where kind ``nan`` wants this batch's loss NaN."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from raycompat.train.fct_config import FCTSpec, PartialBackfillSpec
+from raycompat.fct.config import FCTSpec, PartialBackfillSpec
 
 
 @dataclass

@@ -24,10 +24,10 @@ import numpy as np
 
 from raycompat.config import ConfigError, apply_overrides
 from raycompat.evaluation import score
+from raycompat.fct.config import FCTSpec, PartialBackfillSpec
 from raycompat.methods import METHODS
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.train.config import RunSpec, TrainConfig
-from raycompat.train.fct_config import FCTSpec, PartialBackfillSpec
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.space import trial_overrides
 
@@ -135,15 +135,15 @@ def transformed_val_matrix(
     ``M(T, T-1)`` replaced by ``M(T, h(T-1))``, and the trial's extra metrics: the stored
     ``M(T, T-1)`` as ``stored_cross_test`` and, with ``backfill``, the validation backfill
     curve's :func:`backfill_metrics` (``h`` then learns its uncertainty)."""
-    from raycompat.train.data import make_splits, open_dataset
-    from raycompat.train.driver import val_evaluation
-    from raycompat.train.export import load_features
-    from raycompat.train.fct_export import load_transformation
-    from raycompat.train.fct_fit import (
+    from raycompat.fct.export import load_transformation
+    from raycompat.fct.fit import (
         fit_transformation,
         transform_features,
         transform_with_uncertainty,
     )
+    from raycompat.train.data import make_splits, open_dataset
+    from raycompat.train.driver import val_evaluation
+    from raycompat.train.export import load_features
     from raycompat.train.scenarios import plan_steps
     from raycompat.upgrade.backfill_eval import backfill_evaluation
 

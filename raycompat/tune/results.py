@@ -14,8 +14,8 @@ import pyarrow.fs as pafs
 
 from raycompat.config import load_config, save_config
 from raycompat.credentials import scrub, write_private
+from raycompat.fct.config import FCTSpec
 from raycompat.train.config import TrainConfig
-from raycompat.train.fct_config import FCTSpec
 from raycompat.tune.config import SweepConfig
 from raycompat.tune.fct import backfill_of, split_params, transformation_of
 from raycompat.tune.space import trial_overrides

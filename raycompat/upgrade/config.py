@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from raycompat.config import ConfigError, bounded, check_ranges
+from raycompat.fct.config import FCTSpec, PartialBackfillSpec  # Ray-free, for sweeps
 from raycompat.pipelines.config import StoreSpec
 from raycompat.pipelines.runner import RunOptions
 from raycompat.pipelines.sources import SourceSpec
@@ -29,7 +30,6 @@ from raycompat.train.config import (
     TrainConfig,
 )
 from raycompat.train.data import check_eval_split, check_unseen, check_weight_files
-from raycompat.train.fct_config import FCTSpec, PartialBackfillSpec  # Ray-free, for sweeps
 
 
 @dataclass

@@ -21,13 +21,13 @@ import time
 
 import numpy as np
 
+from raycompat.fct.fit import transform_features, transform_with_uncertainty
 from raycompat.methods import METHODS
 from raycompat.pipelines import load_transformation
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.catalog import Catalog, QueryGrant
 from raycompat.store.decisions import DecisionRecord, Decisions
 from raycompat.train.export import load_exported_model
-from raycompat.train.fct_fit import transform_features, transform_with_uncertainty
 from raycompat.upgrade import steps
 from raycompat.upgrade.actions import Publisher
 from raycompat.upgrade.backfill_eval import backfill_evaluation
@@ -47,7 +47,6 @@ from raycompat.upgrade.policy import decide
 from raycompat.upgrade.report import Outcome
 
 log = logging.getLogger(__name__)
-
 
 
 class Upgrader:

@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from raycompat.config import _build
+from raycompat.fct.config import SideInfoSpec
 from raycompat.side_info import create_side_info
-from raycompat.train.fct_config import SideInfoSpec
 from raycompat.transformation import FCTTransformation
 from raycompat.weights import load_state_dict, load_state_dict_into
 

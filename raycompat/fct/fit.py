@@ -16,8 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from raycompat.fct.config import FCTSpec, TransformationSpec, TransformationTrainConfig
 from raycompat.train.config import RunSpec, ScalingSpec
-from raycompat.train.fct_config import FCTSpec, TransformationSpec, TransformationTrainConfig
 
 
 def fit_transformation(
@@ -44,8 +44,8 @@ def fit_transformation(
     classifier on ``h``'s output) weighted by ``discriminative_weight`` when that is > 0. A
     rerun with the same ``run`` resumes the transformation run.
     """
-    from raycompat.train.fct import train_transformation
-    from raycompat.train.fct_triples import compute_triples
+    from raycompat.fct.train import train_transformation
+    from raycompat.fct.triples import compute_triples
 
     discriminative = uncertainty and discriminative_weight > 0
     triples = compute_triples(old_dir, None, new_dir, dataset, rows, with_labels=discriminative)

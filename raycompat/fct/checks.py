@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from raycompat.data import create_dataset
+from raycompat.fct.config import ImageSource, SideInfoTrainConfig, TransformationTrainConfig
+from raycompat.fct.triples import Triples, check_triples
 from raycompat.side_info import create_side_info
-from raycompat.train.fct_config import ImageSource, SideInfoTrainConfig, TransformationTrainConfig
-from raycompat.train.fct_triples import Triples, check_triples
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from raycompat.fct.export import load_side_info
 from raycompat.train.export import load_exported_model
-from raycompat.train.fct_export import load_side_info
 
 log = logging.getLogger(__name__)
 CHECK_ROWS = 65536  # rows per chunk when validating memory-mapped arrays

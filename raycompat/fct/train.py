@@ -3,7 +3,7 @@ at upgrade time.
 
 - :func:`train_side_info`: SimCLR on unlabelled images (two ``simclr_views`` per image,
   NT-Xent), the side-information model ``psi`` of FCT sec. 3.4.
-- :func:`compute_triples` (:mod:`raycompat.train.fct_triples`): ``(phi_old, psi, phi_new)`` of
+- :func:`compute_triples` (:mod:`raycompat.fct.triples`): ``(phi_old, psi, phi_new)`` of
   the new training set, in process.
 - :func:`train_transformation`: ``h(phi_old, psi) -> phi_new`` by MSE (FCT sec. 3.3), and
   optionally ``g(phi_old, psi_old) -> psi_new`` (sec. 4.3), with appendix D's schedule: linear
@@ -17,7 +17,7 @@ Both are Ray Train V2 ``TorchTrainer`` runs stored under ``<run.storage_path>/<r
 everything is checked before a worker starts, each worker trains on a different seeded shard of
 the rows (DistributedSampler-style), wrapped by a :mod:`raycompat.parallel` strategy, and every
 epoch reports a checkpoint holding the strategy state plus the exported pieces
-(``side_info.*`` or ``h.*``/``g.*``, see :mod:`raycompat.train.fct_export`). Rerunning the same
+(``side_info.*`` or ``h.*``/``g.*``, see :mod:`raycompat.fct.export`). Rerunning the same
 config resumes from the latest checkpoint; failed workers restart from it.
 """
 
@@ -35,12 +35,25 @@ import numpy as np
 import ray.train
 import ray.train.torch
 import torch
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train.torch import TorchTrainer
 from torch import nn
 
 from raycompat.config import dump_config
 from raycompat.data import create_dataset
+from raycompat.fct.checks import (
+    check_side_info_config,
+    check_transformation_config,
+    image_rows,
+)
+from raycompat.fct.config import SideInfoTrainConfig, TransformationTrainConfig
+from raycompat.fct.export import (
+    export_side_info,
+    export_transformation,
+    load_side_info,
+    load_transformation,
+)
+from raycompat.fct.triples import Triples, compute_triples
 from raycompat.parallel import Prepared, create_strategy
 from raycompat.ray_console import set_log_level, train_logging_config
 from raycompat.side_info import create_side_info, nt_xent_loss, simclr_views
@@ -54,20 +67,7 @@ from raycompat.train.epoch_log import (
     log_epoch,
 )
 from raycompat.train.export import load_exported_model
-from raycompat.train.fct_checks import (
-    check_side_info_config,
-    check_transformation_config,
-    image_rows,
-)
-from raycompat.train.fct_config import SideInfoTrainConfig, TransformationTrainConfig
-from raycompat.train.fct_export import (
-    export_side_info,
-    export_transformation,
-    load_side_info,
-    load_transformation,
-)
-from raycompat.train.fct_triples import Triples, compute_triples
-from raycompat.train.loop import TRAIN_STATE, maybe_fail
+from raycompat.train.loop import TRAIN_STATE, maybe_fail, scaling_config
 from raycompat.train.schedule import OPTIMIZERS
 from raycompat.transformation import (
     fct_transformation,
@@ -348,12 +348,7 @@ def start_run(cfg, kind: str, loop, loop_config: dict) -> TorchTrainer:
             "marker": (fs, f"{run_path}/_injected_failure_{kind}"),
             **loop_config,
         },
-        scaling_config=ScalingConfig(
-            num_workers=cfg.scaling.num_workers,
-            use_gpu=cfg.scaling.use_gpu,
-            resources_per_worker={"CPU": cfg.scaling.cpus_per_worker},
-            placement_strategy=cfg.scaling.placement_strategy,
-        ),
+        scaling_config=scaling_config(cfg.scaling),
         run_config=RunConfig(
             name=kind,
             storage_path=run_path,

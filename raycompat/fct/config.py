@@ -113,7 +113,7 @@ class TransformationTrainConfig:
 @dataclass
 class FCTSpec:
     """How an upgrade or a sweep trial learns ``h(phi_old) -> phi_new`` between two trained
-    models (FCT sec. 3.3, appendix D; :func:`raycompat.train.fct_fit.fit_transformation`).
+    models (FCT sec. 3.3, appendix D; :func:`raycompat.fct.fit.fit_transformation`).
 
     ``width`` is h's hidden width (2048 in the paper; smaller for toy widths). Stored galleries
     hold no side-information column, so h maps ``phi_old`` alone (FCT's no-side-info variant).
