@@ -20,7 +20,7 @@ from raycompat.upgrade.config import PolicySpec, UpgradeConfig, check_upgrade_co
 from raycompat.upgrade.evaluate import EvalData, evidence, history_matrix
 from raycompat.upgrade.policy import decide
 from raycompat.upgrade.report import Outcome, Report, compatible_cells, write_report
-from raycompat.upgrade.steps import rows_of
+from raycompat.upgrade.steps import gallery_before, rows_of
 
 CONFIGS = __import__("pathlib").Path(__file__).parent.parent / "configs"
 
@@ -403,3 +403,20 @@ def test_a_published_model_is_reported_with_its_own_action_on_rerun(
     outcome = upgrader._resumed(cfg.upgrades[1], grant)
     assert (outcome.action, outcome.resumed, outcome.reason) == (action, True, "why")
     assert outcome.gallery_version == "v1" and outcome.against == parent
+
+
+def test_a_rerun_judges_each_entry_against_the_gallery_at_its_position():
+    from types import SimpleNamespace as V
+
+    upgrades = load_config(UpgradeConfig, None, []).upgrades  # m1, m2, m3
+    names = [u.model_version for u in upgrades]
+    assert names[:3] == ["m1", "m2", "m3"]
+    # after a first run: m1 started the gallery, m2 was refused, m3 transformed it
+    versions = [V(version="v1", model_version="m1"), V(version="v3", model_version="m3")]
+    assert gallery_before(versions, upgrades, 0) is None
+    assert gallery_before(versions, upgrades, 1).version == "v1"  # not m3's v3
+    assert gallery_before(versions, upgrades, 2).version == "v1"
+    # a version of a model outside the history (an adopted table) counts as earlier
+    adopted = [V(version="v1", model_version="prod"), *versions[:1]]
+    assert gallery_before(adopted[:1], upgrades, 0).version == "v1"
+    assert gallery_before(adopted, upgrades, 1).model_version == "m1"

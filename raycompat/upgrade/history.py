@@ -112,8 +112,7 @@ class Upgrader:
             return self._resumed(spec, grant)
         versions = self.store.versions(self.gallery)
         mine = [v for v in versions if v.model_version == spec.model_version]
-        others = [v for v in versions if v.model_version != spec.model_version]
-        current = others[-1] if others else None
+        current = steps.gallery_before(versions, self.cfg.upgrades, position)
         self.digest = decision_digest(self.cfg, spec, current and current.model_version)
         prior = self.decisions.get(self.gallery, spec.model_version)
         if prior is not None and prior.digest == self.digest and not self.retry:

@@ -173,6 +173,17 @@ def existing_grant(catalog: Catalog, gallery: str, model_version: str) -> QueryG
         return None
 
 
+def gallery_before(versions: list, upgrades: list[UpgradeSpec], position: int):
+    """The version the entry at ``position`` is judged against: the latest one published by a
+    model that is not this entry or a later one in the history. On a rerun the later entries'
+    versions exist already, and judging an entry against them would compare it with a gallery
+    it never saw (and change its decision digest). Versions of models outside the history (an
+    adopted production table) count as earlier. None: the entry starts the gallery."""
+    later = {u.model_version for u in upgrades[position:]}
+    earlier = [v for v in versions if v.model_version not in later]
+    return earlier[-1] if earlier else None
+
+
 def run_spec(cfg: UpgradeConfig, name: str) -> RunSpec:
     return dataclasses.replace(cfg.training.run, name=name)
 
@@ -193,8 +204,8 @@ def train_fct(
     backfill may follow, so ``h`` learns its uncertainty too (FastFill), with
     ``backfill.uncertainty_weight`` on the discriminative term. ``run_name``: the
     transformation run (default ``<name>-<model>-fct``)."""
+    from raycompat.fct.fit import fit_transformation
     from raycompat.train.data import make_splits, open_dataset
-    from raycompat.train.fct_fit import fit_transformation
 
     base = cfg.training
     dataset = open_dataset(base.data)
