@@ -238,3 +238,55 @@ def test_cli_search_takes_nprobe(gallery, capsys):
     with pytest.raises(SystemExit):
         cli([*base, "--nprobe", "0"])
     assert "must be >= 1" in capsys.readouterr().err
+
+
+def test_the_driver_dispatches_sampling_and_training_and_the_sample_is_removed(gallery):
+    from raycompat.store.sharded_index import LocalTasks
+
+    class Recording(LocalTasks):
+        """In-process tasks that record which task functions ran and what they returned."""
+
+        def __init__(self):
+            self.ran = {}
+
+        def map(self, fn, calls, **kwargs):
+            out = super().map(fn, calls, **kwargs)
+            self.ran[fn.__name__] = out
+            return out
+
+    store, _, x = gallery
+    runner = Recording()
+    build_version_index(store, "g", "v1", runner=runner, **OPTIONS)
+    # the sample is read and k-means is run by tasks; the driver gets back only paths and a record
+    assert {"write_sample", "train_template", "build_shard"} <= set(runner.ran)
+    assert all(isinstance(p, str) and p.endswith(".npy") for p in runner.ran["write_sample"])
+    [record] = runner.ran["train_template"]
+    assert set(record) == {"bytes", "sha256", "nlist", "train_rows"}
+    assert record["train_rows"] == min(ROWS, 64 * ivf_nlist(ROWS))
+    assert not (build_folder(store) / "_sample").exists()
+    template = json.loads((build_folder(store) / "_template.json").read_text())
+    assert template == record
+
+
+@pytest.mark.parametrize(
+    "use_gpu, available, gpus",
+    [(False, 1, 0), ("auto", 0, 0), ("auto", 2, 1), (True, 1, 1)],
+)
+def test_the_k_means_task_asks_for_a_gpu_only_when_the_runner_has_one(use_gpu, available, gpus):
+    from raycompat.store.sharded_index import _training_gpus
+
+    class Runner:
+        def gpus_available(self):
+            return available
+
+    assert _training_gpus(Runner(), use_gpu) == gpus
+
+
+def test_a_gpu_demanded_of_a_runner_without_one_is_refused_before_any_task(gallery, ray_local):
+    store, _, _ = gallery
+    runner = ray_tasks()
+    assert runner.gpus_available() == 0  # the test cluster has CPUs only
+    with pytest.raises(RuntimeError, match="use_gpu=True but the index runner has no GPU"):
+        build_version_index(store, "g", "v1", runner=runner, **{**OPTIONS, "use_gpu": True})
+    with pytest.raises(ValueError, match="use_gpu must be True, False or 'auto'"):
+        build_version_index(store, "g", "v1", runner=runner, **{**OPTIONS, "use_gpu": "yes"})

@@ -41,6 +41,10 @@ class RayTasks:
             )
         self.workers, self.threads, self.progress_every_s = workers, cpus_per_task, progress_every_s
 
+    def gpus_available(self) -> int:
+        """GPUs in the Ray cluster: the k-means task asks for one when there is any."""
+        return int(ray.cluster_resources().get("GPU", 0))
+
     def map(
         self,
         fn: Callable[..., T],
@@ -49,14 +53,16 @@ class RayTasks:
         name: str,
         rows: Sequence[int] | None = None,
         skipped: int = 0,
+        gpus: int = 0,
     ) -> list[T]:
         """``[fn(*call) for call in calls]``, run as Ray tasks; with ``rows`` (rows of each
-        call) progress is logged, ``skipped`` rows counting as done by an earlier run.
+        call) progress is logged, ``skipped`` rows counting as done by an earlier run; each
+        task reserves ``gpus`` GPUs (the index's k-means task asks for one).
 
         Raises:
             PipelineError: a task failed; the message is the task's own error line.
         """
-        task = ray.remote(num_cpus=self.threads)(fn)
+        task = ray.remote(num_cpus=self.threads, num_gpus=gpus)(fn)
         progress = None
         if rows is not None:
             progress = Progress(name, skipped + sum(rows), skipped, self.progress_every_s)

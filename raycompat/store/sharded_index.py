@@ -10,12 +10,14 @@ one inverted list of full vectors per centroid, labelled with their row numbers 
 1. **Plan** (driver, O(parts)): the part files' footers give their rows; consecutive parts are
    grouped into shards of about ``rows_per_shard`` rows (default: 256 MiB of vectors,
    ``SHARD_BYTES / (4 d + 8)``). Shards never split a part file.
-2. **Train** (driver): a seeded sample of rows is read by one task per shard and the quantizer
-   is trained on it with faiss' k-means, on the GPU when faiss sees one
-   (``faiss.get_num_gpus() > 0``), else on the CPU. ``nlist = raycompat.search.ivf_nlist(N)``:
-   the next power of two of ``4 sqrt(N)``, at most 65536 and at most ``N / 39`` (faiss wants at
-   least 39 training points per centroid), at least 1. The sample is ``64 nlist`` rows
-   (``train_size`` overrides), at most N. The trained, empty index is saved as the template.
+2. **Train** (tasks): a seeded sample of rows is read by one task per shard into the build
+   folder (``_sample/``), and one task trains the quantizer on it with faiss' k-means, on the
+   GPU when faiss sees one where the task runs (``faiss.get_num_gpus() > 0``), else on the CPU;
+   the sample files are removed once the template is saved.
+   ``nlist = raycompat.search.ivf_nlist(N)``: the next power of two of ``4 sqrt(N)``, at most
+   65536 and at most ``N / 39`` (faiss wants at least 39 training points per centroid), at
+   least 1. The sample is ``64 nlist`` rows (``train_size`` overrides), at most N. The
+   trained, empty index is saved as the template.
 3. **Add** (tasks, one per shard, progress logged): each task adds its rows to a copy of the
    template and writes one shard file plus its record (rows, first row, template sha256, bytes,
    sha256).
@@ -25,9 +27,9 @@ one inverted list of full vectors per centroid, labelled with their row numbers 
    (``ids.parquet``, and ``ids.arrow`` for memory-mapped lookups, :mod:`mapped_ids`).
 5. **Publish** (driver): the pointer names the build and records every file's size and sha256.
 
-The driver holds the plan, the training sample and O(shards) records; never the other vectors
-nor any id. The build folder's name is a digest of the version and the parameters, so a rerun
-(or ``open_version_index(rebuild=True)`` after a corrupt load) continues the same build: the
+The driver holds the plan and O(shards) records; never a vector nor an id. The build folder's
+name is a digest of the version and the parameters, so a rerun (or
+``open_version_index(rebuild=True)`` after a corrupt load) continues the same build: the
 template and every shard whose file matches its record are kept, missing or corrupt shards are
 redone, and the merge is redone. Merged files replace the old ones by rename, so a reader that
 has them memory-mapped is not disturbed. Shards are kept (twice the disk) so that such a rerun
@@ -67,10 +69,9 @@ import pyarrow.fs as pafs
 
 from raycompat.distances import Distance, get_distance
 from raycompat.search import (
-    INDEX_KINDS,
     SHARDED_IVF,
     SearchIndex,
-    _resolve_gpu,
+    gpu_available,
     ivf_nlist,
     ivf_nprobe,
 )
@@ -81,6 +82,7 @@ from raycompat.store.mapped_ids import MappedIds
 from raycompat.store.parquet import open_parquet
 from raycompat.store.shard_tasks import (
     MERGED_FILES,
+    SAMPLE_DIR,
     SHARDS_DIR,
     TEMPLATE,
     Shard,
@@ -89,11 +91,10 @@ from raycompat.store.shard_tasks import (
     file_record,
     local_copy,
     merge_shards,
-    put,
-    sample_shard,
     store_sha256,
+    train_template,
     verify_shard,
-    workdir,
+    write_sample,
 )
 
 logger = logging.getLogger(__name__)
@@ -120,9 +121,11 @@ class LocalTasks:
         name: str,
         rows: Sequence[int] | None = None,
         skipped: int = 0,
+        gpus: int = 0,
     ) -> list[T]:
         """``[fn(*call) for call in calls]``; with ``rows`` (rows of each call), progress is
-        logged per call, ``skipped`` rows counting as done by an earlier run."""
+        logged per call, ``skipped`` rows counting as done by an earlier run. ``gpus``: what a
+        call needs; here the process's own GPUs serve it."""
         out, done, total = [], skipped, skipped + sum(rows or ())
         for k, call in enumerate(calls):
             out.append(fn(*call))
@@ -130,6 +133,10 @@ class LocalTasks:
                 done += rows[k]
                 logger.info("%s: %d / %d rows (%d from an earlier run)", name, done, total, skipped)
         return out
+
+    def gpus_available(self) -> int:
+        """GPUs faiss sees in this process (0 or 1 counts as "none" or "some")."""
+        return int(gpu_available())
 
 
 def plan_shards(
@@ -205,6 +212,16 @@ def _remove_scratch(store: GalleryStore, ctx: ShardContext) -> None:
             store.filesystem.delete_dir(entry.path)
 
 
+def _training_gpus(runner, use_gpu: bool | str) -> int:
+    """GPUs the k-means task asks for: 1 when the runner has one and ``use_gpu`` allows it."""
+    if use_gpu not in (True, False, "auto"):
+        raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
+    available = runner.gpus_available() if use_gpu else 0
+    if use_gpu is True and not available:
+        raise RuntimeError("use_gpu=True but the index runner has no GPU (faiss or Ray sees none)")
+    return 1 if available else 0
+
+
 def _template(
     store: GalleryStore,
     ctx: ShardContext,
@@ -230,28 +247,17 @@ def _template(
         mine = rows[(rows >= shard.first_row) & (rows < shard.first_row + shard.rows)]
         if len(mine):
             calls.append((ctx, shard, mine))
-    train = np.concatenate(runner.map(sample_shard, calls, name="index training sample"))
-    dist = get_distance(ctx.distance)
-    index = INDEX_KINDS.create(
-        SHARDED_IVF,
-        dim=ctx.info.width,
-        metric=dist.faiss_metric,
-        train=train,
-        seed=seed,
-        nlist=nlist,
+    gpus = _training_gpus(runner, use_gpu)
+    samples = runner.map(write_sample, calls, name="index training sample")
+    [record] = runner.map(
+        train_template,
+        [(ctx, samples, nlist, nprobe, seed, use_gpu if gpus else False)],
+        name="index training",
+        gpus=gpus,
     )
-    index.nprobe = nprobe
-    if _resolve_gpu(use_gpu):  # GPU k-means: assignment on the GPU, centroids kept on the CPU
-        index.clustering_index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(ctx.info.width))
-    index.train(train)
-    index.clustering_index = None
-    with workdir(store, ctx) as work:
-        local = os.path.join(work, TEMPLATE)
-        faiss.write_index(index, local)
-        record = {**file_record(local), "nlist": nlist, "train_rows": int(len(train))}
-        put(store, local, path)
     store.backend.replace(record_path, json.dumps(record).encode())
-    logger.info("trained %d lists on %d sampled rows", nlist, len(train))
+    store.filesystem.delete_dir(ctx.path(store, SAMPLE_DIR))
+    logger.info("trained %d lists on %d sampled rows", nlist, record["train_rows"])
     return record["sha256"]
 
 
