@@ -120,11 +120,15 @@ def gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
+def check_use_gpu(use_gpu: bool | str) -> None:
+    if use_gpu not in (True, False, "auto"):
+        raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
+
+
 def _resolve_gpu(use_gpu: bool | str) -> bool:
+    check_use_gpu(use_gpu)
     if use_gpu == "auto":
         return gpu_available()
-    if use_gpu not in (True, False):
-        raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
     if use_gpu and not gpu_available():
         raise RuntimeError("use_gpu=True but faiss has no GPU support or no GPU is visible")
     return bool(use_gpu)

@@ -266,6 +266,14 @@ def test_the_driver_dispatches_sampling_and_training_and_the_sample_is_removed(g
     assert not (build_folder(store) / "_sample").exists()
     template = json.loads((build_folder(store) / "_template.json").read_text())
     assert template == record
+    # a run killed after recording the template but before the clean-up left its sample
+    left = build_folder(store) / "_sample" / "shard-00000.npy"
+    left.parent.mkdir()
+    np.save(left, x[:3])
+    rerun = Recording()
+    build_version_index(store, "g", "v1", runner=rerun, **OPTIONS)
+    assert "train_template" not in rerun.ran  # the recorded template is kept
+    assert not left.parent.exists()
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,7 @@ from raycompat.distances import Distance, get_distance
 from raycompat.search import (
     SHARDED_IVF,
     SearchIndex,
+    check_use_gpu,
     gpu_available,
     ivf_nlist,
     ivf_nprobe,
@@ -212,10 +213,16 @@ def _remove_scratch(store: GalleryStore, ctx: ShardContext) -> None:
             store.filesystem.delete_dir(entry.path)
 
 
+def _remove_sample(store: GalleryStore, ctx: ShardContext) -> None:
+    """The training sample's files, once the template they trained is recorded."""
+    folder = ctx.path(store, SAMPLE_DIR)
+    if store.filesystem.get_file_info(folder).type != pafs.FileType.NotFound:
+        store.filesystem.delete_dir(folder)
+
+
 def _training_gpus(runner, use_gpu: bool | str) -> int:
     """GPUs the k-means task asks for: 1 when the runner has one and ``use_gpu`` allows it."""
-    if use_gpu not in (True, False, "auto"):
-        raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
+    check_use_gpu(use_gpu)
     available = runner.gpus_available() if use_gpu else 0
     if use_gpu is True and not available:
         raise RuntimeError("use_gpu=True but the index runner has no GPU (faiss or Ray sees none)")
@@ -240,6 +247,7 @@ def _template(
     record = _read_json(store, record_path)
     if record and store.filesystem.get_file_info(path).size == record.get("bytes"):
         if store_sha256(store, path) == record.get("sha256"):
+            _remove_sample(store, ctx)  # a run killed between the record and the clean-up
             return record["sha256"]
     rows = sample_rows(ctx.info.rows, train_rows, seed)
     calls = []
@@ -256,7 +264,7 @@ def _template(
         gpus=gpus,
     )
     store.backend.replace(record_path, json.dumps(record).encode())
-    store.filesystem.delete_dir(ctx.path(store, SAMPLE_DIR))
+    _remove_sample(store, ctx)
     logger.info("trained %d lists on %d sampled rows", nlist, record["train_rows"])
     return record["sha256"]
 
