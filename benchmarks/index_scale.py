@@ -43,7 +43,8 @@ CENTRES, NOISE, K = 1000, 1.0, 10
 
 BUILD = """
 import json, logging, sys, time
-root, workers, rows_per_shard = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root, version = sys.argv[1], sys.argv[4]
+workers, rows_per_shard = int(sys.argv[2]), int(sys.argv[3])
 def hwm_mb():
     with open("/proc/self/status") as handle:
         return int(next(x for x in handle if x.startswith("VmHWM:")).split()[1]) / 1024
@@ -60,7 +61,7 @@ logging.getLogger("raycompat").setLevel(logging.INFO)
 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
 baseline = hwm_mb()
 start = time.perf_counter()
-build_version_index(GalleryStore(root), "bench", "v1", kind="sharded_ivf", use_gpu=False,
+build_version_index(GalleryStore(root), "bench", version, kind="sharded_ivf", use_gpu=False,
                     runner=RayTasks(workers=workers), rows_per_shard=rows_per_shard)
 seconds = time.perf_counter() - start
 def at(text, last=False):
@@ -77,7 +78,7 @@ print(json.dumps({"build_seconds": seconds, "driver_peak_rss_mb": hwm_mb(),
 SEARCH = """
 import json, sys, time
 import numpy as np
-root, queries_path, truth_path = sys.argv[1:4]
+root, queries_path, truth_path, version = sys.argv[1:5]
 from raycompat.store import GalleryStore
 from raycompat.store.index import load_version_index
 def hwm_mb():
@@ -85,7 +86,7 @@ def hwm_mb():
         return int(next(x for x in handle if x.startswith("VmHWM:")).split()[1]) / 1024
 queries, truth = np.load(queries_path), np.load(truth_path)
 start = time.perf_counter()
-index = load_version_index(GalleryStore(root), "bench", "v1", use_gpu=False)
+index = load_version_index(GalleryStore(root), "bench", version, use_gpu=False)
 load_s = time.perf_counter() - start
 default = int(index.index.index.nprobe)
 index.search(queries[:8], 10)  # touch the code paths once
@@ -130,12 +131,12 @@ def publish(root: str, rows: int, width: int, part_rows: int, centres: np.ndarra
     staging.commit(expected_rows=rows)
 
 
-def exact_ids(root: str, queries: np.ndarray, k: int) -> np.ndarray:
+def exact_ids(root: str, queries: np.ndarray, k: int, version: str = "v1") -> np.ndarray:
     """Exact top-k ids by streaming the version (float32 dot products, running top-k)."""
     best_s = np.full((len(queries), k), -np.inf, np.float32)
     best_i = np.full((len(queries), k), -1, np.int64)
     store = GalleryStore(root)
-    for batch in store.iter_batches("bench", "v1", batch_size=262144):
+    for batch in store.iter_batches("bench", version, batch_size=262144):
         x = batch.column("embedding").flatten().to_numpy().reshape(batch.num_rows, -1)
         ids = batch.column("id").to_numpy()
         scores = np.concatenate([best_s, queries @ x.T], axis=1)
@@ -174,8 +175,8 @@ def main(argv: list[str] | None = None) -> dict:
             np.save(Path(tmp, "q.npy"), queries)
             np.save(Path(tmp, "truth.npy"), exact_ids(root, queries, K))
             prepared = time.perf_counter() - start
-            build = run(BUILD, root, str(args.workers), str(args.rows_per_shard))
-            search = run(SEARCH, root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy")))
+            build = run(BUILD, root, str(args.workers), str(args.rows_per_shard), "v1")
+            search = run(SEARCH, root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy")), "v1")
             index_dir = Path(root, "bench", "_index", "v1")
             disk = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
             runs.append(

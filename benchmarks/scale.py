@@ -22,8 +22,8 @@ this process's own memory grows with N, about 75 B/row). Then, each in a fresh P
   the add phase's rows/s as the workers grow.
 - ``search`` (smallest N only): ``index_scale``'s search script pointed at v2: the index loaded
   memory-mapped, ``--queries`` queries (h of points drawn from the same centres), recall@10
-  at the default ``nprobe`` (and a quarter and four times it) against exact neighbours from the
-  store's own exact index (``kind="flat"``, built and deleted before the sharded builds).
+  at the default ``nprobe`` (and a quarter and four times it) against exact neighbours from
+  streaming v2 (``index_scale.exact_ids``).
 
 Driver peak RSS is the measured process's VmHWM (what the driver ever held; ``ru_maxrss``
 would carry the parent's peak across fork + exec), with its RSS after imports and ``ray.init``
@@ -49,11 +49,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
-from index_scale import BUILD, CENTRES, SEARCH, K, mixture, publish, run, unit  # noqa: E402
+from index_scale import BUILD, CENTRES, SEARCH, K, exact_ids, mixture, publish, run, unit  # noqa: E402
 
 from raycompat.pipelines.models import load_transformation, save_transformation  # noqa: E402
-from raycompat.store import GalleryStore  # noqa: E402
-from raycompat.store.index import build_version_index, load_version_index  # noqa: E402
 from raycompat.transformation import fct_transformation  # noqa: E402
 
 STAGES = ("transform", "index", "search")
@@ -91,28 +89,10 @@ print(json.dumps({"seconds": seconds, "parts_seconds": marks["parts"] - start,
 """
 
 
-def at_version(script: str, version: str) -> str:
-    """``index_scale``'s script text (it names ``bench/v1``), pointed at ``bench/<version>``."""
-    name = '"bench", "v1"'
-    if script.count(name) != 1:
-        raise ValueError(f"expected one {name} in index_scale's script, found {script.count(name)}")
-    return script.replace(name, f'"bench", "{version}"')
-
-
-def exact_ids(root: str, queries: np.ndarray) -> np.ndarray:
-    """Exact top-``K`` ids over v2 from the store's flat index (``index_scale.exact_ids`` reads
-    v1 only); the index is deleted afterwards, so the sharded builds start from nothing."""
-    store = GalleryStore(root)
-    build_version_index(store, "bench", "v2", kind="flat", use_gpu=False)
-    _, ids = load_version_index(store, "bench", "v2", use_gpu=False).search(queries, K)
-    shutil.rmtree(Path(root, "bench", "_index"))
-    return ids
-
-
 def build(root: str, rows: int, workers: int, rows_per_shard: int) -> dict:
     """One sharded build of v2 from scratch in a fresh process, as ``index_scale`` builds v1."""
     shutil.rmtree(Path(root, "bench", "_index"), ignore_errors=True)
-    out = run(at_version(BUILD, "v2"), root, str(workers), str(rows_per_shard))
+    out = run(BUILD, root, str(workers), str(rows_per_shard), "v2")
     return {
         "workers": workers,
         "seconds": out["build_seconds"],
@@ -158,7 +138,7 @@ def measure(rows: int, smallest: bool, args: argparse.Namespace, centres: np.nda
                 old = mixture(np.random.default_rng(2), centres, args.queries)
                 queries = load_transformation(h_dir, "h")(torch.from_numpy(old)).numpy()
             np.save(Path(tmp, "q.npy"), queries)
-            np.save(Path(tmp, "truth.npy"), exact_ids(root, queries))
+            np.save(Path(tmp, "truth.npy"), exact_ids(root, queries, K, "v2"))
             exact_s = time.perf_counter() - start
         if "index" in args.stages:
             others = [w for w in args.index_workers if w != args.workers] if smallest else []
@@ -173,9 +153,7 @@ def measure(rows: int, smallest: bool, args: argparse.Namespace, centres: np.nda
                     b["workers"]: b["add_rows_per_s"] for b in builds
                 }
         if "search" in args.stages and smallest:
-            out = run(
-                at_version(SEARCH, "v2"), root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy"))
-            )
+            out = run(SEARCH, root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy")), "v2")
             default = out["nprobe_default"]
             entry["search"] = {
                 **out,
