@@ -160,3 +160,37 @@ def ray_local(s3_server):
         yield ray
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def one_faiss_thread():
+    """faiss on one OpenMP thread for the test (deterministic sums; no oversubscription of the
+    2-core CI machine); the previous count is restored afterwards."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before)
+
+
+@pytest.fixture(params=["local", "s3"])
+def where(request, tmp_path):
+    """``(root, storage_options)`` of an empty store, on local disk or the moto S3 server."""
+    if request.param == "local":
+        return str(tmp_path / "store"), {}
+    bucket, options = request.getfixturevalue("s3_bucket")
+    return f"s3://{bucket}/store", options
+
+
+def store_with_v1(tmp_path):
+    """A store holding gallery ``mnist`` with one tiny published version ``v1`` of model m1."""
+    import numpy as np
+
+    from raycompat.store import GalleryStore, VersionInfo, embedding_table
+
+    store = GalleryStore(str(tmp_path / "store"))
+    staging = store.begin("mnist", VersionInfo("v1", "m1", 9, False, "v1 = extract(m1)"))
+    staging.write_table(embedding_table(np.arange(4), np.ones((4, 9), np.float32)), "p.parquet")
+    staging.commit()
+    return store

@@ -11,13 +11,13 @@ import sys
 import threading
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from raycompat.registry import UnknownNameError
 from raycompat.store import (
+    ChangedFileError,
     CorruptFileError,
     DuplicateIdError,
     GalleryStore,
@@ -72,10 +72,15 @@ def test_round_trip_two_parts_with_side_info_and_labels(store):
     for part, rows in enumerate((slice(0, 6), slice(6, 10))):
         table = embedding_table(ids[rows], x[rows], side[rows], labels[rows])
         staging.write_table(table, f"part-{part}.parquet")
-    assert [p.rsplit("/", 1)[1] for p in staging.files()] == ["part-0.parquet", "part-1.parquet"]
+    assert [r.part for r in staging.parts()] == ["part-0.parquet", "part-1.parquet"]
+    files = [r.file for r in staging.parts()]  # writer-unique names ending in the part's
+    assert [f.split(".", 1)[1] for f in files] == ["part-0.parquet", "part-1.parquet"]
     published = staging.commit(expected_rows=10, expected_ids=pa.array(ids[::-1]))
     assert published.rows == 10 and published.created
-    assert published.files == ["_data/v1/job-1/part-0.parquet", "_data/v1/job-1/part-1.parquet"]
+    assert published.files == [f"_data/v1/job-1/{f}" for f in files]
+    sizes = [os.path.getsize(p) for p in staging.files()]
+    assert [e["bytes"] for e in published.file_info] == sizes
+    assert all(len(e["sha256"]) == 64 for e in published.file_info)
 
     table = store.read("faces", "v1")
     assert table.column("id").to_pylist() == ids.tolist()
@@ -215,14 +220,15 @@ def test_validate_table_with_width_only():
         validate_table(embedding_table(["x"], np.ones((1, 2))), 3, "mem")
 
 
-def test_foreign_part_without_a_record_is_refused(store):
+def test_foreign_file_in_the_prefix_is_never_published(store):
+    """The version is the writer's own list of parts: a file nobody recorded is not read."""
     staging = store.begin("g", info())
     staging.write_table(embedding_table([1], unit_rows(1)), "part-0.parquet")
     with open(f"{staging.path}/part-1.parquet", "wb") as handle:
         handle.write(b"PAR1 this is not parquet")
-    with pytest.raises(VerificationError, match=r"part-1\.parquet: no part record"):
-        staging.commit()
-    assert store.versions("g") == []
+    published = staging.commit()
+    assert [f.rsplit("/", 1)[1].split(".", 1)[1] for f in published.files] == ["part-0.parquet"]
+    assert store.read("g", "v1").column("id").to_pylist() == [1]
 
 
 def test_part_corrupted_after_writing_is_refused(store):
@@ -251,7 +257,17 @@ def test_bit_flip_in_published_file_is_caught_by_page_checksums(store):
 def test_truncated_published_file(store):
     publish(store, "g", "v1", range(20), unit_rows(20))
     path = store.path("g", store.version("g", "v1").files[0])
-    os.truncate(path, os.path.getsize(path) // 2)
+    size = os.path.getsize(path)
+    os.truncate(path, size // 2)
+    with pytest.raises(
+        ChangedFileError, match=rf"part-00000\.parquet: {size // 2} bytes, but the version record "
+        rf"says {size}"
+    ):
+        store.read("g", "v1")
+    record = store.path("g", "_versions", "v1.json")  # a record from before file_info existed
+    raw = json.loads(open(record).read())
+    raw.pop("file_info")
+    open(record, "w").write(json.dumps(raw))
     with pytest.raises(CorruptFileError, match=r"part-00000\.parquet: not a readable Parquet"):
         store.read("g", "v1")
 
@@ -296,6 +312,10 @@ def test_tampered_or_broken_records(store):
     publish(store, "g", "v1", [1, 2], unit_rows(2))
     record = store.path("g", "_versions", "v1.json")
     raw = json.loads(open(record).read())
+    open(record, "w").write(json.dumps({**raw, "files": ["_data/v1/nope.parquet"]}))
+    with pytest.raises(CorruptFileError, match=r"v1\.json: version record key 'file_info' does"):
+        store.read("g", "v1")
+    raw.pop("file_info")
     open(record, "w").write(json.dumps({**raw, "rows": 3}))
     with pytest.raises(ManifestError, match=r"v1\.json: record says 3 rows, its files hold 2"):
         store.read("g", "v1")
@@ -386,8 +406,7 @@ def test_crash_inside_a_part_write_leaves_no_file(store, monkeypatch):
     import raycompat.store.parquet as parquet_module
 
     def half_write(table, where, **kw):
-        with open(where, "wb") as handle:
-            handle.write(b"PAR1 half a file")
+        where.write(b"PAR1 half a file")
         raise OSError("disk full")
 
     staging = store.begin("g", info())
@@ -479,12 +498,6 @@ def test_conflict_detected_by_the_atomic_create_itself(store):
 
 
 # ---------------------------------------------------------------------------- faiss index
-@pytest.fixture
-def one_faiss_thread():
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
 
 
 def test_flat_index_matches_brute_force(store, one_faiss_thread):
@@ -544,18 +557,18 @@ def test_a_part_is_fsynced_before_its_record_is_written_and_after_its_rename(tmp
     store = GalleryStore(str(tmp_path / "s"))
     staging = store.begin("g", VersionInfo("v1", "m", 4, False, "v1 = extract(m)"))
     events = []
-    real_fsync, real_replace = os.fsync, staging._backend.replace
+    real_fsync, real_create = os.fsync, staging._backend.create_exclusive
 
     def fsync(fd):
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
 
-    def replace(path, data):
+    def create(path, data):
         events.append(("record", path))
-        real_replace(path, data)
+        return real_create(path, data)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(staging._backend, "replace", replace)
+    monkeypatch.setattr(staging._backend, "create_exclusive", create)
     staging.write_table(embedding_table(np.arange(3), np.ones((3, 4), np.float32)), "p.parquet")
     kinds = [(kind, os.path.basename(path)) for kind, path in events]
     records = [i for i, (kind, name) in enumerate(kinds) if kind == "record"]

@@ -16,9 +16,9 @@ Two passes over the source version's chunks, both resumable:
 - B: a :class:`~raycompat.pipelines.runner.ChunkWorker` per chunk reads the rows, applies ``h``,
   loads and embeds the selected rows' images (the extraction pipeline's reader and ``embed``,
   decoded a batch ahead), and writes one part per chunk, with its counts of extracted rows in
-  ``_extracted/<part>.json``; the version is committed from the part records in O(parts), like
-  the transform, after checking from those counts (O(parts)) that it holds exactly ``k``
-  extracted rows.
+  its part record (``extra["counts"]``); the version is committed from the part records in
+  O(parts), like the transform, after checking from those counts (O(parts)) that it holds
+  exactly ``k`` extracted rows.
 
 Raising the budget later: from a version that is itself a partial backfill (it has
 ``provenance``), extracted rows are copied and count first against the budget, transformed rows
@@ -29,7 +29,6 @@ selected; ``transformation`` may be None. See ``docs/pipelines.md``, "Partial ba
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import posixpath
 import time
@@ -70,13 +69,12 @@ from raycompat.pipelines.sources import SourceSpec, open_source
 from raycompat.pipelines.transform import check_transformation
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
-from raycompat.store.part_record import IdFingerprint
+from raycompat.store.part_record import IdFingerprint, PartRecord, part_record_path
 from raycompat.store.schema import ID_TYPES, PROVENANCE_FIELD, UNCERTAINTY_FIELD, embedding_schema
 from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
 
 logger = logging.getLogger(__name__)
 BACKFILL_COLUMNS = ("provenance", "uncertainty")
-COUNTS_DIR = "_extracted"  # per part: {"extracted": rows, "copied": of them, from the source}
 
 
 class BackfillChunks(ChunkWorker):
@@ -113,8 +111,7 @@ class BackfillChunks(ChunkWorker):
                 writer.write(self.rows(batch, chosen, extract, key, images))
                 counts["extracted"] += int(chosen.sum())
                 counts["copied"] += int((chosen & ~extract).sum())
-        # before the part is published: a published part always has its counts
-        self.staging.write_meta(counts_name(chunk.part), json.dumps(counts).encode())
+        writer.extra["counts"] = counts  # in the part record: a published part has its counts
 
     def prepared(self, chunk: Chunk, keys: pa.Table | None):
         """Per source batch: ``(batch, chosen, extract, key, images of the rows to extract)``;
@@ -209,23 +206,20 @@ def partial_backfill_lineage(
     return f"{version} = partial_backfill({', '.join(args)})"
 
 
-def counts_name(part: str) -> str:
-    return f"{COUNTS_DIR}/{part}.json"
-
-
 def extracted_in_version(store: GalleryStore, gallery: str, info: VersionInfo) -> int | None:
-    """Rows a partial backfill version holds extracted, from the counts its writer left beside
-    its parts (O(parts) reads, no row); None if a part has none (not written by this pipeline)."""
+    """Rows a partial backfill version holds extracted, from the counts in its parts' records
+    (O(parts) reads, no row); None if a part has none (not written by this pipeline)."""
     if info.external is not None:
         return None
 
     def read(path: str) -> int | None:
-        counts = posixpath.join(posixpath.dirname(path), COUNTS_DIR, posixpath.basename(path))
+        record = part_record_path(posixpath.dirname(path), posixpath.basename(path))
         try:
-            with store.filesystem.open_input_stream(f"{counts}.json") as handle:
-                return int(json.loads(handle.read())["extracted"])
+            with store.filesystem.open_input_stream(record) as handle:
+                counts = PartRecord.from_json(handle.read(), record).extra.get("counts")
         except FileNotFoundError:
             return None
+        return None if counts is None else int(counts["extracted"])
 
     with ThreadPoolExecutor(RECORD_READERS) as pool:
         counts = list(pool.map(read, [path for path, _ in store.version_files(gallery, info)]))
@@ -241,22 +235,19 @@ def _budget_too_low(budget: float, k: int, source: VersionInfo, extracted: int) 
 
 
 def staged_counts(staging: Staging, chunks: list[Chunk]) -> dict[str, int]:
-    """``{"extracted", "copied"}`` rows summed over the parts' counts (O(parts) reads)."""
-
-    def read(chunk: Chunk) -> dict:
-        path = posixpath.join(staging.path, counts_name(chunk.part))
-        try:
-            with staging.filesystem.open_input_stream(path) as handle:
-                return json.loads(handle.read())
-        except FileNotFoundError:
+    """``{"extracted", "copied"}`` rows summed over the counts in the staged parts' records."""
+    counts = {"extracted": 0, "copied": 0}
+    records = {record.part: record for record in staging.parts()}
+    for chunk in chunks:
+        record = records.get(chunk.part)
+        if record is None or "counts" not in record.extra:
             raise StoreError(
-                f"{staging.uri_of(path)} is missing: {chunk.part} was not written by this "
-                f"pipeline; abort this staging area"
-            ) from None
-
-    with ThreadPoolExecutor(RECORD_READERS) as pool:
-        counts = list(pool.map(read, chunks))
-    return {key: sum(c[key] for c in counts) for key in ("extracted", "copied")}
+                f"{staging.uri}: part {chunk.part} has no counts in its record: it was not "
+                f"written by this pipeline; abort this staging area"
+            )
+        for key in counts:
+            counts[key] += record.extra["counts"][key]
+    return counts
 
 
 def _check_inputs(

@@ -1,7 +1,8 @@
 """Work units (chunks) and their output part files: planned from footers, written atomically.
 
 A :class:`Chunk` is a run of whole row groups of one input file (or a row range of an image
-dataset) that becomes exactly one output part file with a deterministic name. The part is
+dataset) that becomes exactly one output part with a deterministic part name (its file gets a
+name unique to the writer, ``part_record.part_file_name``). The part is
 streamed batch by batch into ``_tmp/`` under the staging prefix and moved into place when
 complete (the store's own protocol, ``Staging.publish_part``), so a part name never holds a
 partial file, and memory stays at one batch whatever ``rows_per_file`` is.
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 
 from raycompat.store import Staging, validate_table, version_metadata
 from raycompat.store.parquet import dictionary_columns
-from raycompat.store.part_record import IdFingerprint, IdStats
+from raycompat.store.part_record import IdFingerprint, IdStats, PartRecord
 
 
 @dataclass
@@ -76,8 +77,9 @@ class PartWriter:
 
     Every table is checked with ``validate_table`` against the version (schema, widths,
     NaN/inf, norms, ids unique within the table); errors name the part and row. The file is
-    written under a per-attempt temporary name and published by ``Staging.publish_part``, which
-    checks the lease and writes the part record (rows, bytes, id fingerprint) first.
+    written under a per-attempt temporary name, hashed as it is written, and published by
+    ``Staging.publish_part``, which checks the lease and creates the part record (rows, bytes,
+    sha256, id fingerprint) first, under the file's writer-unique name.
     """
 
     def __init__(self, staging: Staging, name: str, schema: pa.Schema) -> None:
@@ -88,11 +90,11 @@ class PartWriter:
         self.schema = schema.with_metadata(meta)
         self.rows, self.ids = 0, IdStats()
         self.input_ids: IdFingerprint | None = None  # set by workers that map rows 1:1
-        self._tmp = staging.tmp_path(name)
+        self.extra: dict = {}  # per-part counts a pipeline keeps in the part record
+        self._tmp, self._sink = staging.open_part(name)
         self._writer = pq.ParquetWriter(
-            self._tmp,
+            self._sink,
             self.schema,
-            filesystem=staging.filesystem,
             write_page_checksum=True,
             use_dictionary=dictionary_columns(self.schema),
         )
@@ -109,15 +111,18 @@ class PartWriter:
         which lets commit check the part without reading it)."""
         self.input_ids = (self.input_ids or IdFingerprint()).update(ids)
 
-    def close(self) -> int:
-        """Finish the file and publish it as the part (lease checked); returns its row count."""
+    def close(self) -> PartRecord:
+        """Finish the file and publish it as the part (lease checked); returns its record."""
         self._writer.close()
-        self.staging.publish_part(self._tmp, self.name, self.ids, self.rows, self.input_ids)
-        return self.rows
+        self._sink.close()
+        return self.staging.publish_part(
+            self._tmp, self.name, self.ids, self.rows, self._sink, self.input_ids, self.extra
+        )
 
     def abort(self) -> None:
         """Drop the temporary file (called on any error; the part name stays absent)."""
         try:
             self._writer.close()
+            self._sink.close()
         finally:
             self.staging.drop_tmp(self._tmp)

@@ -1,11 +1,11 @@
 """Resumability: a per-chunk commit log kept in the staging prefix itself.
 
-The log is the set of complete part files. Each chunk has a deterministic part name and parts
-appear atomically (``PartWriter``) after their part record, so "part exists, its record holds
-the chunk's row count and the file has the recorded byte size" means "chunk done"; a part
-without a matching record (a foreign or replaced file) is redone. A rerun with the same
-staging name skips done chunks and redoes the rest; nothing is ever appended to, so a kill at
-any moment loses at most the chunks in flight.
+The log is the set of part records. Each chunk has a deterministic part name; its files have
+writer-unique names and appear atomically (``PartWriter``) after their record, so "a record of
+the part holds the chunk's row count and its file is present with the recorded byte size" means
+"chunk done". A rerun with the same staging name (a new lease generation) adopts those parts
+onto its own list, by their records, instead of writing over them, and redoes the rest; nothing
+is ever appended to or replaced, so a kill at any moment loses at most the chunks in flight.
 
 Deterministic names are only safe if the rerun plans the *same* chunks, so the first run writes
 ``_plan.json`` (ignored by the store's listings: it starts with ``_``) holding the job's
@@ -65,25 +65,28 @@ def record_plan(staging: Staging, identity: dict, chunks: list[Chunk]) -> None:
 
 
 def pending_chunks(staging: Staging, chunks: list[Chunk]) -> list[Chunk]:
-    """The chunks whose part file is absent or incomplete; complete ones are skipped."""
-    existing = {posixpath.basename(p) for p in staging.files()}
+    """The chunks without a complete part. ``GalleryStore.begin`` adopted the complete parts of
+    earlier writers onto this writer's list (by their records); those are skipped, and a part
+    whose row count is not its chunk's is taken off the list and redone."""
+    adopted = {record.part: record for record in staging.parts()}
+    unplanned = sorted(set(adopted) - {c.part for c in chunks})
+    if unplanned:
+        raise PlanMismatchError(f"{staging.uri}: parts not in the plan: {unplanned[:5]}")
     todo = []
     for chunk in chunks:
-        if chunk.part in existing:
-            if staging.part_done(chunk.part, chunk.rows):
-                continue
+        record = adopted.get(chunk.part)
+        if record is not None and record.rows == chunk.rows:
+            continue
+        if record is not None:
             logger.warning(
-                "%s/%s does not match its part record (%d rows expected): redoing it",
+                "%s/%s holds %d rows, the chunk %d: redoing it",
                 staging.uri,
-                chunk.part,
+                record.file,
+                record.rows,
                 chunk.rows,
             )
+            staging.drop_part(chunk.part)
         todo.append(chunk)
-    unplanned = existing - {c.part for c in chunks}
-    if unplanned:
-        raise PlanMismatchError(
-            f"{staging.uri}: part files not in the plan: {sorted(unplanned)[:5]}"
-        )
     logger.info(
         "%s: %d of %d chunks done, %d to do",
         staging.uri,

@@ -2,7 +2,8 @@
 
     chunks (one row each) -> map_batches(Worker, compute=ActorPoolStrategy, batch_size=1)
                           -> one output part file per chunk, written by the actor
-                          -> driver: progress from the (tiny) result rows -> Staging.commit
+                          -> driver: progress and the part records from the (tiny) result
+                             rows -> Staging.commit of exactly those parts
 
 Why the actors write the parts themselves rather than ``read_parquet -> map_batches ->
 write_parquet``: resuming needs each output file to be a deterministic function of its input
@@ -31,7 +32,7 @@ from raycompat.pipelines.resume import pending_chunks, record_plan
 from raycompat.pipelines.unique import check_unique_distributed
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.lease import LeaseRef
-from raycompat.store.part_record import IdFingerprint
+from raycompat.store.part_record import IdFingerprint, PartRecord
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class ChunkWorker:
         raise NotImplementedError
 
     def __call__(self, batch: dict) -> dict:
-        results = {"part": [], "rows": []}
+        results = {"part": [], "rows": [], "record": []}
         for item in batch["chunk"]:
             chunk = Chunk(**json.loads(item))
             writer = PartWriter(self.staging, chunk.part, self.schema)
@@ -130,9 +131,10 @@ class ChunkWorker:
                 raise StoreError(
                     f"{writer.source}: wrote {writer.rows} rows, the chunk has {chunk.rows}"
                 )
-            writer.close()
+            record = writer.close()
             results["part"].append(chunk.part)
             results["rows"].append(chunk.rows)
+            results["record"].append(record.to_json().decode())
         return results
 
 
@@ -142,8 +144,11 @@ def run_chunks(
     worker_kwargs: dict,
     run: RunOptions,
     progress: Progress,
+    staging: Staging | None = None,
 ) -> None:
-    """Process ``chunks`` in an actor pool; raise :class:`PipelineError` if any chunk fails."""
+    """Process ``chunks`` in an actor pool; raise :class:`PipelineError` if any chunk fails.
+    The part records the actors return are added to ``staging``'s list of parts (the driver's
+    own list, which its commit publishes)."""
     if not chunks:
         return
     items = [{"chunk": json.dumps(asdict(c))} for c in chunks]
@@ -163,6 +168,8 @@ def run_chunks(
     )
     try:
         for row in dataset.iter_rows():
+            if staging is not None:
+                staging.add_part(PartRecord.from_json(row["record"], staging.uri))
             progress.update(int(row["rows"]))
     except Exception as error:  # Ray wraps the actor's error; keep its message, drop the noise
         raise PipelineError(f"{progress.name} failed: {_root_message(error)}") from error
@@ -208,7 +215,7 @@ def run_staged(
             lease=staging.lease_ref,
             **worker_kwargs,
         )
-        run_chunks(todo, worker, kwargs, run, progress)
+        run_chunks(todo, worker, kwargs, run, progress, staging)
         if verify is not None:  # the caller's quality gate: raising here publishes nothing
             verify(staging)
         if distributed_unique:

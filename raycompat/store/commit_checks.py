@@ -4,6 +4,9 @@
   (schema, values, the id fingerprint against the part record) and check ids unique across the
   version. O(rows) time, and the ids of the whole version on the driver: right for versions
   built by hand (``write_table``) and for extraction, whose ids nothing else vouches for.
+Both check only the writer's own list of parts (``Staging.parts``) and first that each of them
+is present with its recorded byte size (:func:`check_present`).
+
 - ``check="records"`` (:func:`sum_records`): read only the listing (byte sizes) and the part
   records. Each part must be the file its record describes (same byte size), hold exactly the
   ids of its input chunk (``input_ids == ids``: the writer mapped its rows 1:1), and the parts'
@@ -15,14 +18,13 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from raycompat.store.errors import SchemaError, StoreError, VerificationError
 from raycompat.store.parquet import iter_file_batches, open_parquet
-from raycompat.store.part_record import IdFingerprint, PartRecord, part_record_path
+from raycompat.store.part_record import IdFingerprint, PartRecord
+from raycompat.store.paths import join
 from raycompat.store.validate import check_unique_ids, validate_schema, validate_values
 
 RECORD_READERS = 16  # concurrent part-record reads (one small GET each on S3)
@@ -35,24 +37,30 @@ def _foreign(source: str, detail: str) -> VerificationError:
     )
 
 
-def checked_record(staging, path: str, size: int) -> PartRecord:
-    """The part's record; its byte size must be ``size`` (the file's, from the listing)."""
-    name = path[len(staging.path) + 1 :]
-    source = staging.uri_of(path)
-    record = staging.part_record(name)
-    if record is None:
-        raise _foreign(source, f"no part record ({part_record_path(staging.uri, name)})")
-    if size != record.bytes:
-        raise _foreign(source, f"{size} bytes but its part record says {record.bytes}")
-    return record
+def check_present(staging, parts: list[PartRecord], present: dict[str, int]) -> None:
+    """Every part on the writer's list is in the prefix with its recorded byte size; else
+    nothing is published (a missing part would make a smaller version)."""
+    for record in parts:
+        path = join(staging.path, record.file)
+        size = present.get(path)
+        if size is None:
+            raise VerificationError(
+                f"{staging.uri_of(path)}: part {record.part} (written by lease generation "
+                f"{record.generation}) is missing: the staging area was changed behind this "
+                f"writer (gc, or a removal by hand); nothing published, rerun the job"
+            )
+        if size != record.bytes:
+            raise _foreign(
+                staging.uri_of(path), f"{size} bytes but its part record says {record.bytes}"
+            )
 
 
-def scan_rows(staging, listing: dict[str, int]) -> tuple[int, IdFingerprint, list]:
-    """Read and check every row; returns ``(rows, fingerprint, [(source, ids)])``."""
+def scan_rows(staging, parts: list[PartRecord]) -> tuple[int, IdFingerprint, list]:
+    """Read and check every row of ``parts``; returns ``(rows, fingerprint, [(source, ids)])``."""
     ids, rows, first, fingerprint = [], 0, None, IdFingerprint()
-    for path, size in listing.items():
+    for record in parts:
+        path = join(staging.path, record.file)
         source = staging.uri_of(path)
-        record = checked_record(staging, path, size)
         with open_parquet(staging.filesystem, path, source) as parquet:
             if parquet.metadata.num_rows != record.rows:
                 raise _foreign(
@@ -78,14 +86,11 @@ def scan_rows(staging, listing: dict[str, int]) -> tuple[int, IdFingerprint, lis
     return rows, fingerprint, ids
 
 
-def sum_records(staging, listing: dict[str, int]) -> tuple[int, IdFingerprint]:
+def sum_records(staging, parts: list[PartRecord]) -> tuple[int, IdFingerprint]:
     """Check the part records only; returns ``(rows, fingerprint)`` of the version."""
-    paths = list(listing)
-    with ThreadPoolExecutor(RECORD_READERS) as pool:
-        records = list(pool.map(lambda p: checked_record(staging, p, listing[p]), paths))
     rows, fingerprint = 0, IdFingerprint()
-    for path, record in zip(paths, records, strict=True):
-        source = staging.uri_of(path)
+    for record in parts:
+        source = staging.uri_of(join(staging.path, record.file))
         if record.input_ids is None:
             raise VerificationError(
                 f"{source}: its part record has no input fingerprint (the part is not a 1:1 "

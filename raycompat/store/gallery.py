@@ -32,6 +32,7 @@ from raycompat.store.external import root_path as external_root
 from raycompat.store.filesystems import Backend, open_backend
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
+from raycompat.store.marker import ensure_marker
 from raycompat.store.parquet import iter_file_batches, open_parquet, read_file
 from raycompat.store.paths import SAFE_NAME, check_name, check_relative_path, join
 from raycompat.store.schema import check_unique_ids, validate_schema, validate_values
@@ -85,6 +86,11 @@ class GalleryStore:
 
     def uri(self, *parts: str) -> str:
         return self._backend.uri(self.path(*parts))
+
+    def mark(self) -> bool:
+        """Mark the root as a raycompat store (``marker.py``) unless it is marked; True when
+        this call wrote the marker. Every writer calls it before its first write."""
+        return ensure_marker(self._backend)
 
     def galleries(self) -> list[str]:
         """Names of the galleries with at least one published version, sorted."""
@@ -209,8 +215,9 @@ class GalleryStore:
     ) -> Staging:
         """Start publishing ``info.version`` and take the staging area's lease.
 
-        The same ``staging_name`` resumes the same prefix; temporary files that a killed
-        writer left there are removed.
+        The same ``staging_name`` resumes the same prefix: the complete parts earlier writers
+        left there are adopted onto this writer's list by their records (never rewritten), and
+        their temporary files are removed.
 
         Args:
             lease_timeout_s: a lease whose heartbeat is older than this may be taken over
@@ -226,12 +233,14 @@ class GalleryStore:
         staging = Staging(self._backend, gallery_path, info, staging_name or uuid.uuid4().hex)
         if staging._published():
             raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
+        self.mark()
         timeout = self.lease_timeout_s if lease_timeout_s is None else lease_timeout_s
         staging.lease = Lease.acquire(self._backend, staging.lease_dir, timeout, owner)
         if staging._published():  # published between the check and the lease: write nothing
             staging.lease.stop()
             raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
         staging.remove_tmp()
+        staging.resume()  # earlier writers' complete parts, adopted by their records
         return staging
 
     def version_files(self, gallery: str, info: VersionInfo) -> Iterator[tuple[str, str]]:
@@ -248,11 +257,13 @@ class GalleryStore:
 
     def open_file(self, info: VersionInfo, path: str, source: str):
         """Open a file of ``info`` (a path from :meth:`version_files`) as a context manager
-        giving a ``pq.ParquetFile``: the one place version files are opened. A file of an
-        adopted version is first checked against its pin (``ChangedFileError`` when it changed
-        or vanished) and read in store columns (``external.py``)."""
+        giving a ``pq.ParquetFile``: the one place version files are opened. A file the store
+        wrote must have the byte size its version record gives it (``ChangedFileError``); a
+        file of an adopted version is first checked against its pin (``ChangedFileError``
+        when it changed or vanished) and read in store columns (``external.py``)."""
         if info.external is None:
-            return open_parquet(self.filesystem, path, source)
+            rel = path[len(self._backend.root) + 1 :].split("/", 1)[-1]
+            return open_parquet(self.filesystem, path, source, info.file_sizes().get(rel))
         return open_adopted(self._backend, info, path, source)
 
     @staticmethod

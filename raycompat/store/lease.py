@@ -10,7 +10,13 @@ A lease is a sequence of *generation* files under ``<staging>/_lease/``::
   writers that race, exactly one creates it; the other gets :class:`LeaseHeldError` at once,
   naming the holder and its last heartbeat.
 - **Heartbeat**: the holder rewrites *its own* generation file every ``timeout_s / 4`` seconds
-  from a daemon thread. Nobody else ever writes that file.
+  from a daemon thread. Nobody else ever writes that file. A heartbeat never re-creates or
+  revives a lease: it writes only over the file it wrote last (``Backend.replace_if``: an
+  ``If-Match`` PUT on S3, a stat comparison locally), and only while its previous beat is
+  younger than the timeout. A heartbeat that finds its file gone (gc removed the staging area)
+  or replaced, or that wakes from a stall past the timeout, marks the writer *lost*: every later
+  check, part write and commit then fails with :class:`LeaseLostError` naming who holds the
+  staging area now.
 - **Take over**: a lease whose heartbeat is older than its ``timeout_s``, that was released, or
   whose holder is a dead process on this host, is taken by creating generation ``n + 1`` with
   create-if-absent. Two writers racing for a takeover contend on that one name, so again
@@ -19,11 +25,13 @@ A lease is a sequence of *generation* files under ``<staging>/_lease/``::
   the writer checks that the newest generation is still its own, unreleased, and fresh.
   Workers on other nodes check through a :class:`LeaseRef` (picklable, no heartbeat thread).
 
-What this does not do: storage has no fencing tokens, so a writer that passes the check and
-then stalls for longer than ``timeout_s`` before its (sub-second) move could still land a part
-after a takeover. That is why the timeout is minutes, not seconds, and why commit also checks
-every part against the part record its writer wrote. Heartbeats compare wall clocks of
-different hosts: they are assumed to agree (NTP) to well within ``timeout_s``.
+What this does not do: storage cannot refuse a write by a lease generation, so a writer that
+passes its check and then stalls past ``timeout_s`` before its next write can still make that
+one write. Part files and records are named uniquely per writer and never overwritten
+(``staging.py``), so such a write adds a file nobody else reads; and a stale commit can at worst
+publish a version made wholly of its own verified parts (docs/store.md, "What a stalled writer
+can do"). Heartbeats compare wall clocks of different hosts: they are assumed to agree (NTP) to
+well within ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -37,11 +45,12 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow.fs as pafs
 
 from raycompat.store.errors import StoreError
-from raycompat.store.filesystems import Backend
+from raycompat.store.filesystems import Backend, ChangedError
 from raycompat.store.paths import join
 
 logger = logging.getLogger(__name__)
@@ -179,10 +188,9 @@ class LeaseRef:
         record = read_newest(backend, self.lease_dir)
         uri = backend.uri(self.lease_dir)
         if record is None or record.generation != self.generation or record.token != self.token:
-            holder = record.describe() if record else "nobody"
             raise LeaseLostError(
-                f"{uri}: lease generation {self.generation} was taken over (now held by "
-                f"{holder}); refusing to {what}"
+                f"{uri}: lease generation {self.generation} is lost: {self.successor(record)}; "
+                f"refusing to {what}"
             )
         if record.released or record.age_s() > record.timeout_s:
             raise LeaseLostError(
@@ -191,13 +199,25 @@ class LeaseRef:
                 f"refusing to {what}"
             )
 
+    def successor(self, record: LeaseRecord | None) -> str:
+        """Who holds the staging area instead of this generation, in words."""
+        if record is None:
+            return "the staging area's lease records are gone (removed by gc or by hand)"
+        if record.generation == self.generation:
+            return f"its lease record was replaced by another writer's ({record.describe()})"
+        return f"taken over by {record.describe()}"
+
 
 class Lease:
     """A held lease: heartbeats from a daemon thread until :meth:`stop` or :meth:`release`."""
 
-    def __init__(self, backend: Backend, lease_dir: str, record: LeaseRecord) -> None:
+    def __init__(
+        self, backend: Backend, lease_dir: str, record: LeaseRecord, stamp: Any = None
+    ) -> None:
         self._backend, self.lease_dir, self.record = backend, lease_dir, record
         self.ref = LeaseRef(lease_dir, record.generation, record.token)
+        self._stamp = stamp  # what ``replace_if`` compares: this writer's last write of the file
+        self._lost: str | None = None  # why this writer lost the lease, once it has
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -228,7 +248,7 @@ class Lease:
         generation = current.generation + 1 if current else 1
         record = LeaseRecord(generation, uuid.uuid4().hex, owner or LeaseOwner(), _now(), timeout_s)
         try:
-            backend.create_exclusive(_gen_path(lease_dir, generation), record.to_json())
+            stamp = backend.create_exclusive(_gen_path(lease_dir, generation), record.to_json())
         except FileExistsError:
             winner = read_newest(backend, lease_dir)
             raise LeaseHeldError(
@@ -238,7 +258,7 @@ class Lease:
             ) from None
         if current is not None:
             logger.warning("%s: took over the lease from %s", uri, current.describe())
-        lease = cls(backend, lease_dir, record)
+        lease = cls(backend, lease_dir, record, stamp)
         lease._start()
         return lease
 
@@ -253,20 +273,63 @@ class Lease:
         while not self._stop.wait(period):
             try:
                 self.heartbeat()
+            except LeaseLostError as error:
+                logger.warning("%s", error)
+                return
             except Exception as error:  # storage hiccup: check() refuses once it is stale
                 logger.warning("%s: lease heartbeat failed: %s", self.lease_dir, error)
 
+    @property
+    def lost(self) -> str | None:
+        """Why this writer lost its lease (None while it holds it)."""
+        return self._lost
+
     def heartbeat(self) -> None:
-        """Refresh this generation's heartbeat (only its holder ever writes the file)."""
+        """Refresh this generation's heartbeat (only its holder ever writes the file).
+
+        Never re-creates or revives the lease: raises :class:`LeaseLostError` (and marks the
+        writer lost) when the previous beat is older than the timeout (this process was
+        stalled) or when the file is no longer the one this writer last wrote.
+        """
         with self._lock:
             if self._stop.is_set():
                 return
-            beat = replace(self.record, heartbeat=_now())
-            self._backend.replace(_gen_path(self.lease_dir, beat.generation), beat.to_json())
-            self.record = beat
+            if self._lost is None and self.record.age_s() > self.record.timeout_s:
+                self._lose(
+                    f"its last heartbeat was {self.record.age_s():.0f} s ago, past the "
+                    f"{self.record.timeout_s:g} s timeout (this writer was stalled), so another "
+                    f"writer or gc may have taken its staging area"
+                )
+            if self._lost is None:
+                beat = replace(self.record, heartbeat=_now())
+                path = _gen_path(self.lease_dir, beat.generation)
+                try:
+                    self._stamp = self._backend.replace_if(path, beat.to_json(), self._stamp)
+                    self.record = beat
+                except ChangedError:
+                    newest_record = read_newest(self._backend, self.lease_dir)
+                    self._lose(self.ref.successor(newest_record))
+            if self._lost is not None:
+                self._stop.set()
+                raise self._lost_error("heartbeat")
+
+    def _lose(self, why: str) -> None:
+        self._lost = why
+
+    def _lost_error(self, what: str) -> LeaseLostError:
+        try:
+            now = self.ref.successor(read_newest(self._backend, self.lease_dir))
+        except Exception as error:  # the message must not fail on a storage hiccup
+            now = f"its current holder is unknown ({error})"
+        return LeaseLostError(
+            f"{self._backend.uri(self.lease_dir)}: lease generation {self.record.generation} "
+            f"is lost: {self._lost}; now: {now}; refusing to {what}"
+        )
 
     def check(self, what: str) -> None:
         """Raise :class:`LeaseLostError` unless the lease is still ours and fresh."""
+        if self._lost is not None:
+            raise self._lost_error(what)
         self.ref.check(self._backend, what)
 
     def stop(self) -> None:
@@ -278,11 +341,16 @@ class Lease:
             self._thread.join()
 
     def release(self) -> None:
-        """Stop heartbeating and mark the lease released, so a rerun can take it at once."""
+        """Stop heartbeating and mark the lease released, so a rerun can take it at once.
+        A lost lease is left alone (its file is no longer this writer's to write)."""
         self.stop()
+        if self._lost is not None:
+            return
         released = replace(self.record, released=True)
         try:
             path = _gen_path(self.lease_dir, released.generation)
-            self._backend.replace(path, released.to_json())
+            self._stamp = self._backend.replace_if(path, released.to_json(), self._stamp)
+        except ChangedError:
+            logger.warning("%s: lease not released: its file changed hands", self.lease_dir)
         except Exception as error:  # the lease then simply expires after timeout_s
             logger.warning("%s: could not release the lease: %s", self.lease_dir, error)

@@ -66,6 +66,10 @@ class VersionInfo:
         external: set only for a version adopted in place (``adopt.py``): the folder or S3
             prefix its ``files`` are relative to, the column names, and each file's pin (size,
             ETag or mtime); see ``external.py``. None for versions whose files the store wrote.
+        file_info: for a version the store wrote, one ``{"path", "bytes", "sha256"}`` per file
+            of ``files`` (same order), from the part records; readers refuse a file whose size
+            differs. None in records written before it existed, and for adopted versions
+            (their pins play that part).
     """
 
     version: str
@@ -80,6 +84,7 @@ class VersionInfo:
     ids: dict | None = None
     dtype: str = "float32"
     external: dict | None = None
+    file_info: list[dict] | None = None
 
     def __post_init__(self) -> None:
         check_name("version", self.version)
@@ -106,8 +111,9 @@ class VersionInfo:
 
     def to_json(self) -> bytes:
         raw = asdict(self)
-        if raw["external"] is None:  # records of written versions keep their old form
-            del raw["external"]
+        for optional in ("external", "file_info"):  # absent rather than null, as before
+            if raw[optional] is None:
+                del raw[optional]
         return json.dumps({"format": RECORD_FORMAT, **raw}, indent=1).encode()
 
     @classmethod
@@ -139,7 +145,27 @@ class VersionInfo:
             check_relative_path(path, source)
         if info.external is not None:
             ExternalFiles.from_record(info, source)
+        if info.file_info is not None:
+            _check_file_info(info, source)
         return info
+
+    def file_sizes(self) -> dict[str, int]:
+        """``relative path -> byte size`` of the version's files (empty when not recorded)."""
+        return {entry["path"]: entry["bytes"] for entry in self.file_info or []}
+
+
+def _check_file_info(info: VersionInfo, source: str) -> None:
+    """``file_info`` names exactly ``files``, in order, each with an int size >= 0."""
+    paths = [entry.get("path") if isinstance(entry, dict) else None for entry in info.file_info]
+    if paths != info.files:
+        raise CorruptFileError(f"{source}: version record key 'file_info' does not match 'files'")
+    for entry in info.file_info:
+        size = entry.get("bytes")
+        if type(size) is not int or size < 0:
+            raise CorruptFileError(
+                f"{source}: version record key 'file_info' gives {entry['path']} a byte size "
+                f"of {size!r}"
+            )
 
 
 def _check_ids(ids: dict, source: str) -> None:

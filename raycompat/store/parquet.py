@@ -15,14 +15,24 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raycompat.store.errors import CorruptFileError, ManifestError
+from raycompat.store.errors import ChangedFileError, CorruptFileError, ManifestError
 
 ROW_GROUP_BYTES = 64 << 20
 
 
 @contextmanager
-def open_parquet(fs: pafs.FileSystem, path: str, source: str) -> Iterator[pq.ParquetFile]:
-    """Open ``path`` and parse its footer; ``source`` (its URI) is named in errors."""
+def open_parquet(
+    fs: pafs.FileSystem, path: str, source: str, size: int | None = None
+) -> Iterator[pq.ParquetFile]:
+    """Open ``path`` and parse its footer; ``source`` (its URI) is named in errors. With
+    ``size`` (the byte size a version record gives the file), a file of another size is a
+    :class:`ChangedFileError` (the stat is the one the open needs anyway)."""
+    info = fs.get_file_info(path) if size is not None else None
+    if info is not None and info.type == pafs.FileType.File and info.size != size:
+        raise ChangedFileError(
+            f"{source}: {info.size} bytes, but the version record says {size}: the file was "
+            f"replaced after the version was published"
+        )
     try:
         handle = fs.open_input_file(path)
     except FileNotFoundError:

@@ -1,17 +1,24 @@
 """Part records: what the writer of a part file says it wrote, checked before publishing.
 
-The worker that writes ``<staging>/<name>.parquet`` also writes ``<staging>/_parts/<name>.json``
-*before* moving the part into place (a kill between the two leaves a record without its part,
+A part is one chunk of work (``part``, e.g. ``part-00003-0001.parquet``); the file that holds it
+has a name unique to the writer attempt that made it (``file``, e.g.
+``g2-1f0c9a7e.part-00003-0001.parquet``: lease generation 2, a random suffix), so no writer ever
+replaces another's file. The writer creates ``<staging>/_parts/<file>.json`` (create-if-absent)
+*before* moving the file into place (a kill between the two leaves a record without its file,
 which a rerun redoes)::
 
-    {"part": "part-00003-0001.parquet", "rows": 1000000, "bytes": 262400123,
+    {"part": "part-00003-0001.parquet", "file": "g2-1f0c9a7e.part-00003-0001.parquet",
+     "rows": 1000000, "bytes": 262400123, "sha256": "5e1f...",
      "ids": {"count": 1000000, "sum": "9f2c...", "xor": "03a1..."},
      "min_id": 17, "max_id": 998877, "null_ids": 0, "nonfinite": 0,
      "lease": {"generation": 2, "token": "..."}, "written": "2026-11-23T10:00:00+00:00",
      "input_ids": {"count": 1000000, "sum": "9f2c...", "xor": "03a1..."}}
 
 ``input_ids`` is the fingerprint of the ids the writer *read* (its input chunk) when the part is
-a 1:1 map of input rows (a transform); None otherwise.
+a 1:1 map of input rows (a transform); None otherwise. ``sha256`` is the digest of the file's
+bytes, computed as they were written; ``extra`` holds a pipeline's per-part counts (e.g. the
+partial backfill's extracted/copied rows). Records written before ``file`` existed name the file
+by ``part``.
 
 ``ids`` is an order-independent multiset fingerprint: the count, the sum (mod 2^64) and the xor
 of a 64-bit hash of every id (pandas' ``hash_array``: SipHash with a fixed key for strings, a
@@ -26,7 +33,10 @@ has no record at all (written by a process that does not hold the staging area's
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import uuid
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -104,6 +114,17 @@ class PartRecord:
     lease: dict = field(default_factory=dict)
     written: str = ""
     input_ids: IdFingerprint | None = None
+    file: str = ""
+    sha256: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.file = self.file or self.part
+
+    @property
+    def generation(self) -> int:
+        """The lease generation of the writer that made the part (0 if unrecorded)."""
+        return int(self.lease.get("generation", 0))
 
     def to_json(self) -> bytes:
         raw = {"format": PART_FORMAT, **asdict(self), "ids": self.ids.to_dict()}
@@ -146,5 +167,53 @@ class IdStats:
         self.max_id = hi if self.max_id is None else max(self.max_id, hi)
 
 
-def part_record_path(staging_path: str, part: str) -> str:
-    return join(staging_path, PARTS_DIR, f"{part}.json")
+def part_record_path(staging_path: str, file: str) -> str:
+    """Where the record of the part file ``file`` (its writer-unique name) lives."""
+    return join(staging_path, PARTS_DIR, f"{file}.json")
+
+
+def part_file_name(part: str, generation: int) -> str:
+    """A name for a new file of ``part`` that no other writer (or attempt) can produce:
+    ``part-00003-0001.parquet`` -> ``g2-1f0c9a7e.part-00003-0001.parquet`` (lease generation,
+    random suffix; the part name stays whole at the end, so messages still read naturally)."""
+    return f"g{generation}-{uuid.uuid4().hex[:8]}.{part}"
+
+
+_FILE_PREFIX = re.compile(r"g\d+-[0-9a-f]{8}")
+
+
+def part_of_file(path: str) -> str:
+    """The part name a file holds: ``.../g2-1f0c9a7e.part-00003-0001.parquet`` ->
+    ``part-00003-0001.parquet`` (the inverse of :func:`part_file_name`; a name without the
+    writer prefix, as written before it existed, is returned as it is)."""
+    name = path.rsplit("/", 1)[-1]
+    head, sep, rest = name.partition(".")
+    return rest if sep and _FILE_PREFIX.fullmatch(head) else name
+
+
+class HashingSink:
+    """A writable file object over a pyarrow output stream that counts and hashes the bytes
+    passing through, so a part's size and sha256 are known without reading it back."""
+
+    def __init__(self, stream) -> None:
+        self._stream, self._digest, self.bytes, self.closed = stream, hashlib.sha256(), 0, False
+
+    def write(self, data) -> int:
+        self._digest.update(data)
+        self.bytes += len(data)
+        return self._stream.write(data)
+
+    def tell(self) -> int:
+        return self.bytes
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.close()
+            self.closed = True
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()

@@ -7,9 +7,19 @@ verified. The prefix is ``<gallery>/_data/<version>/<staging_name>/``; a rerun w
 version (no copy: S3 has no rename, and a copy of a large version would not be atomic either).
 
 One writer at a time: ``GalleryStore.begin`` takes the prefix's lease (``lease.py``), and every
-part is written under a per-attempt temporary name, then published (its part record written,
+part is written under a per-attempt temporary name, then published (its part record created,
 then the file moved into place) only after checking that the lease is still this writer's and
-the version is unpublished. Commit checks every part against its record (``part_record.py``).
+the version is unpublished.
+
+Writer isolation: a part's file gets a name unique to the writer attempt
+(``part_record.part_file_name``) and its record is created with create-if-absent, so no writer
+ever replaces a file another wrote. Each writer keeps its own list of the parts it publishes:
+those it wrote (``publish_part``; a pipeline's driver adds its workers' records with
+``add_part``) and those it adopted from earlier writers' complete parts on resume
+(``complete_parts`` + ``add_part``). ``commit`` publishes exactly that list, after checking
+every listed file is present with its recorded size (a missing one is an error, never a smaller
+version) and against its record (``commit_checks.py``). Files in the prefix that are not on the
+list (a stalled writer's, a replaced attempt's) are never read.
 """
 
 from __future__ import annotations
@@ -19,19 +29,34 @@ import logging
 import os
 import posixpath
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raycompat.store.commit_checks import check_expected, scan_rows, sum_records
+from raycompat.store.commit_checks import (
+    RECORD_READERS,
+    check_expected,
+    check_present,
+    scan_rows,
+    sum_records,
+)
 from raycompat.store.errors import PublishConflictError, StoreError
 from raycompat.store.filesystems import Backend
 from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef
 from raycompat.store.manifest import VersionInfo, now_utc, record_path, staging_path
 from raycompat.store.parquet import dictionary_columns, group_rows
-from raycompat.store.part_record import IdFingerprint, IdStats, PartRecord, part_record_path
+from raycompat.store.part_record import (
+    PARTS_DIR,
+    HashingSink,
+    IdFingerprint,
+    IdStats,
+    PartRecord,
+    part_file_name,
+    part_record_path,
+)
 from raycompat.store.paths import check_name, join
 from raycompat.store.schema import (
     cast_embeddings,
@@ -60,13 +85,16 @@ class Staging:
         lease: Lease | LeaseRef | None = None,
     ):
         self._backend, self._gallery_path = backend, gallery_path
-        self.info = dataclasses.replace(info, rows=0, files=[], created="", ids=None)
+        self.info = dataclasses.replace(
+            info, rows=0, files=[], created="", ids=None, file_info=None
+        )
         self.filesystem: pafs.FileSystem = backend.filesystem
         self.path = staging_path(gallery_path, info.version, staging_name)
         self.uri = backend.uri(self.path)
         self.lease_dir = join(self.path, LEASE_DIR)
         self.lease = lease
         self._record = record_path(gallery_path, info.version)
+        self._parts: dict[str, PartRecord] = {}  # part name -> its file's record (this writer's)
 
     @property
     def lease_ref(self) -> LeaseRef:
@@ -82,7 +110,15 @@ class Staging:
             raise PublishConflictError(
                 f"{self._backend.uri(self._record)} already exists; refusing to {what}"
             )
-        self.lease_ref.check(self._backend, what)
+        self._check_lease(what)
+
+    def _check_lease(self, what: str) -> None:
+        """The held lease's own check on the driver (it knows when it was lost), the shared
+        record's on workers."""
+        if isinstance(self.lease, Lease):
+            self.lease.check(what)
+        else:
+            self.lease_ref.check(self._backend, what)
 
     def tmp_path(self, name: str) -> str:
         """A fresh per-attempt temporary path for part ``name`` (under ``_tmp/``, ignored)."""
@@ -97,38 +133,74 @@ class Staging:
         name: str,
         stats: IdStats,
         rows: int,
+        sink: HashingSink,
         input_ids: IdFingerprint | None = None,
-    ) -> str:
-        """Move the finished file ``tmp`` into place as part ``name``; return its path.
+        extra: dict | None = None,
+    ) -> PartRecord:
+        """Move the finished file ``tmp`` into place as a new file of part ``name``; return
+        its record (also added to this writer's list of parts).
 
-        Checks the lease and that the version is unpublished, then writes the part record
-        (rows, byte size, id fingerprint, and ``input_ids``, the fingerprint of the input rows
-        when the part maps them 1:1) and moves the file: a rename locally, a server-side copy
-        on S3. On any failure the temporary file is deleted.
+        Checks the lease and that the version is unpublished, then creates the part record
+        (rows, byte size and sha256 from ``sink``, id fingerprint, ``input_ids``, the
+        fingerprint of the input rows when the part maps them 1:1, and ``extra``) under the
+        file's writer-unique name, and moves the file there: a rename locally, a server-side
+        copy on S3. On any failure the temporary file is deleted.
         """
-        path = join(self.path, check_name("part file", name))
+        check_name("part file", name)
         try:
             self.check_writable(f"publish part {name}")
+            ref = self.lease_ref
             record = PartRecord(
                 part=name,
+                file=part_file_name(name, ref.generation),
                 rows=rows,
-                bytes=self.filesystem.get_file_info(tmp).size,
+                bytes=sink.bytes,
+                sha256=sink.sha256,
                 ids=stats.fingerprint,
                 min_id=stats.min_id,
                 max_id=stats.max_id,
                 null_ids=stats.null_ids,
-                lease={"generation": self.lease_ref.generation, "token": self.lease_ref.token},
+                lease={"generation": ref.generation, "token": ref.token},
                 written=now_utc(),
                 input_ids=input_ids,
+                extra=dict(extra or {}),
             )
+            path = join(self.path, record.file)
             self._durable(tmp)  # the data before the record that vouches for it
-            self._backend.replace(part_record_path(self.path, name), record.to_json())
+            record_file = part_record_path(self.path, record.file)
+            self._backend.create_exclusive(record_file, record.to_json())
             self.filesystem.move(tmp, path)
             self._durable(posixpath.dirname(path))  # the rename itself
         except BaseException:
             self.drop_tmp(tmp)
             raise
-        return path
+        self._parts[name] = record
+        return record
+
+    def open_part(self, name: str) -> tuple[str, HashingSink]:
+        """A fresh temporary path for part ``name`` and a hashing sink writing to it."""
+        tmp = self.tmp_path(name)
+        return tmp, HashingSink(self.filesystem.open_output_stream(tmp))
+
+    def add_part(self, record: PartRecord) -> None:
+        """Put a part on this writer's list: one a worker published for it, or an earlier
+        writer's complete part adopted on resume. Replaces an earlier entry of the same part."""
+        self._parts[check_name("part file", record.part)] = record
+
+    def drop_part(self, name: str) -> None:
+        """Take part ``name`` off this writer's list (its file stays; it will not be published)."""
+        self._parts.pop(name, None)
+
+    def resume(self) -> int:
+        """Adopt the complete parts found in the prefix (``complete_parts``) onto this writer's
+        list; returns how many. ``GalleryStore.begin`` calls it."""
+        for record in self.complete_parts().values():
+            self.add_part(record)
+        return len(self._parts)
+
+    def parts(self) -> list[PartRecord]:
+        """This writer's parts, by part name: exactly what ``commit`` publishes."""
+        return [self._parts[name] for name in sorted(self._parts)]
 
     def _durable(self, path: str) -> None:
         """fsync a local file or folder, so that a crash cannot leave the version's fsynced
@@ -143,22 +215,34 @@ class Staging:
             os.close(fd)
 
     def write_meta(self, name: str, data: bytes) -> None:
-        """Atomically write the small metadata file ``<staging>/<name>`` (``name`` starts with
-        ``_``, so listings ignore it), while the lease is ours and the version unpublished."""
+        """Create the small metadata file ``<staging>/<name>`` once (``name`` starts with ``_``,
+        so listings ignore it), while the lease is ours and the version unpublished. Like every
+        file, it is never replaced: a rerun that writes the same bytes again is a no-op, other
+        bytes are a ``StoreError``."""
         if not name.startswith("_"):
             raise StoreError(f"metadata file name {name!r} must start with '_'")
         self.check_writable(f"write {name}")
-        self._backend.replace(join(self.path, name), data)
+        path = join(self.path, name)
+        try:
+            self._backend.create_exclusive(path, data)
+        except FileExistsError:
+            with self.filesystem.open_input_stream(path) as handle:
+                if handle.read() != data:
+                    raise StoreError(
+                        f"{self._backend.uri(path)} already exists with other content; abort "
+                        f"this staging area to start over"
+                    ) from None
 
     def drop_tmp(self, tmp: str) -> None:
         if self.filesystem.get_file_info(tmp).type != pafs.FileType.NotFound:
             self.filesystem.delete_file(tmp)
 
     def write_table(self, table: pa.Table, name: str, row_group_size: int | None = None) -> str:
-        """Validate ``table`` and write it as part file ``name`` (``*.parquet``); return its path.
+        """Validate ``table`` and write it as part ``name`` (``*.parquet``); return the path
+        of its file (a name unique to this write, see ``part_record.part_file_name``).
 
-        Rewriting an existing name replaces that part (useful when a killed job reruns). Once
-        the version is published, nothing more is written (published files are immutable).
+        Writing a name again makes a new file for that part; the version will hold the last
+        one. Once the version is published, nothing more is written.
         ``row_group_size`` defaults to about 64 MB of rows.
         """
         if not check_name("part file", name).endswith(".parquet"):
@@ -170,27 +254,30 @@ class Staging:
         meta.update(version_metadata(self.info))
         stats = IdStats()
         stats.update(table.column("id"))
-        tmp = self.tmp_path(name)
+        tmp, sink = self.open_part(name)
         try:
             pq.write_table(
                 table.replace_schema_metadata(meta),
-                tmp,
-                filesystem=self.filesystem,
+                sink,
                 write_page_checksum=True,
                 use_dictionary=dictionary_columns(table.schema),
                 row_group_size=row_group_size or group_rows(table),
             )
+            sink.close()
         except BaseException:
+            sink.close()
             self.drop_tmp(tmp)
             raise
-        return self.publish_part(tmp, name, stats, table.num_rows)
+        record = self.publish_part(tmp, name, stats, table.num_rows, sink)
+        return join(self.path, record.file)
 
     def files(self) -> list[str]:
-        """Filesystem paths of the complete part files, sorted (``_*``/``.*`` entries skipped)."""
-        return list(self.listing())
+        """Filesystem paths of this writer's part files, by part name (what commit publishes)."""
+        return [join(self.path, record.file) for record in self.parts()]
 
-    def listing(self) -> dict[str, int]:
-        """``path -> byte size`` of the complete part files, sorted by path (one listing)."""
+    def present(self) -> dict[str, int]:
+        """``path -> byte size`` of every complete part file in the prefix, whoever wrote it
+        (one listing; ``_*``/``.*`` entries skipped)."""
         selector = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
         out = {}
         for entry in self.filesystem.get_file_info(selector):
@@ -200,26 +287,32 @@ class Staging:
                 out[entry.path] = entry.size
         return dict(sorted(out.items()))
 
+    def complete_parts(self) -> dict[str, PartRecord]:
+        """Part name -> the record of one complete file of it in the prefix, any writer's: its
+        file present with the recorded size. Of several, the newest generation's (then the
+        first by name). O(parts) small reads; for resuming (``add_part`` what to keep)."""
+        present = self.present()
+        selector = pafs.FileSelector(join(self.path, PARTS_DIR), allow_not_found=True)
+        paths = [
+            e.path for e in self.filesystem.get_file_info(selector) if e.path.endswith(".json")
+        ]
+        with ThreadPoolExecutor(RECORD_READERS) as pool:
+            records = list(pool.map(self._read_record, paths))
+        best: dict[str, PartRecord] = {}
+        for record in sorted(records, key=lambda r: (r.part, -r.generation, r.file)):
+            if record.part not in best and present.get(join(self.path, record.file)) == (
+                record.bytes
+            ):
+                best[record.part] = record
+        return best
+
+    def _read_record(self, path: str) -> PartRecord:
+        with self.filesystem.open_input_stream(path) as handle:
+            return PartRecord.from_json(handle.read(), self._backend.uri(path))
+
     def uri_of(self, path: str) -> str:
         """The URI of a filesystem path under this staging area (named in errors)."""
         return self._backend.uri(path)
-
-    def part_record(self, name: str) -> PartRecord | None:
-        """The record the writer of part ``name`` wrote, or None if there is none."""
-        path = part_record_path(self.path, name)
-        try:
-            with self.filesystem.open_input_stream(path) as handle:
-                return PartRecord.from_json(handle.read(), self._backend.uri(path))
-        except FileNotFoundError:
-            return None
-
-    def part_done(self, name: str, rows: int) -> bool:
-        """True if part ``name`` exists and matches its record's byte size and ``rows``."""
-        record = self.part_record(name)
-        if record is None or record.rows != rows:
-            return False
-        info = self.filesystem.get_file_info(join(self.path, name))
-        return info.type == pafs.FileType.File and info.size == record.bytes
 
     def remove_tmp(self) -> None:
         """Delete temporary files that killed writers left (call only while holding the lease)."""
@@ -266,13 +359,14 @@ class Staging:
             raise StoreError(f"commit check must be 'rows' or 'records', got {check!r}")
         version = self.info.version
         self.check_writable(f"publish version {version}")
-        listing = self.listing()
-        if not listing:
+        parts = self.parts()
+        if not parts:
             raise StoreError(f"{self.uri}: no part files to publish for version {version}")
+        check_present(self, parts, self.present())
         if check == "rows":
-            rows, fingerprint, ids = scan_rows(self, listing)
+            rows, fingerprint, ids = scan_rows(self, parts)
         else:
-            (rows, fingerprint), ids = sum_records(self, listing), None
+            (rows, fingerprint), ids = sum_records(self, parts), None
         if rows == 0:
             raise StoreError(f"{self.uri}: the part files hold no rows")
         check_expected(self.uri, rows, fingerprint, ids, expected_rows, expected_ids)
@@ -280,7 +374,10 @@ class Staging:
             self.info,
             rows=rows,
             created=now_utc(),
-            files=[p[len(self._gallery_path) + 1 :] for p in listing],
+            files=[self._relative(r) for r in parts],
+            file_info=[
+                {"path": self._relative(r), "bytes": r.bytes, "sha256": r.sha256} for r in parts
+            ],
             ids=fingerprint.to_dict(),
         )
         self.check_writable(f"publish version {version}")
@@ -292,8 +389,12 @@ class Staging:
             raise PublishConflictError(
                 f"{self._backend.uri(self._record)} was published by another writer first"
             ) from None
-        logger.info("published %s (%d rows, %d files)", self._record, rows, len(listing))
+        logger.info("published %s (%d rows, %d files)", self._record, rows, len(parts))
         return info
+
+    def _relative(self, record: PartRecord) -> str:
+        """A part file's path relative to the gallery prefix (as version records list it)."""
+        return join(self.path, record.file)[len(self._gallery_path) + 1 :]
 
     def release(self) -> None:
         """Give the lease up (keeping the parts), so that a rerun can resume at once."""
@@ -309,9 +410,10 @@ class Staging:
         if self._published_from_here():
             raise StoreError(f"{self.uri}: version {self.info.version} is published; not deleting")
         if self.lease is not None:
-            self.lease_ref.check(self._backend, "abort the staging area")
+            self._check_lease("abort the staging area")
         if isinstance(self.lease, Lease):
             self.lease.stop()
         if self.filesystem.get_file_info(self.path).type != pafs.FileType.NotFound:
             self.filesystem.delete_dir(self.path)
+        self._parts.clear()
         logger.info("aborted staging %s", self.uri)
