@@ -93,6 +93,8 @@ def gc(out: dict) -> str:
     verb = "would remove" if out["dry_run"] else "removed"
     columns = [("kind", "kind"), ("bytes", "bytes"), ("reason", "reason"), ("uri", "path")]
     body = table(out["items"], columns) if out["items"] else "nothing to remove"
+    if out["dry_run"]:  # what is kept, and why: one line each
+        body += "".join(f"\nkeep {k['what']}: {k['reason']}" for k in out.get("kept", []))
     return f"{body}\n{verb} {len(out['items'])} item(s), {out['bytes']:,} bytes"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.gc import collect, plan_gc
 from raycompat.store.index import build_version_index
-from raycompat.store.lease import LeaseOwner
+from raycompat.store.lease import LEASE_DIR, LeaseOwner, LeaseRecord
 
 DAY = 24 * 3600
 
@@ -26,13 +27,27 @@ def publish(store, version, lineage=None, staging_name=None, model="m1"):
     return staging.commit()
 
 
-def age(path: str, days: float = 2) -> None:
-    """Make everything under ``path`` look ``days`` old."""
+def age(path: str, days: float = 2, leases: bool = False) -> None:
+    """Make everything under ``path`` look ``days`` old; lease files only with ``leases`` (a
+    live lease fences its heartbeat on its file's stamp, and gc dates a lease by its heartbeat:
+    see :func:`expire`)."""
     then = time.time() - days * DAY
     for folder, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if leases or d != LEASE_DIR]
         for name in files + dirs:
             os.utime(os.path.join(folder, name), (then, then))
     os.utime(path, (then, then))
+
+
+def expire(staging_path: str, days: float = 2) -> None:
+    """Make a stopped or released lease look ``days`` old: its last heartbeat and its files."""
+    lease_dir = os.path.join(staging_path, LEASE_DIR)
+    path = os.path.join(lease_dir, max(n for n in os.listdir(lease_dir) if n[0].isdigit()))
+    with open(path, "rb") as handle:
+        record = LeaseRecord.from_json(handle.read(), path)
+    with open(path, "wb") as handle:
+        handle.write(replace(record, heartbeat=record.heartbeat - days * DAY).to_json())
+    age(lease_dir, days, leases=True)
 
 
 def kinds(items) -> set[tuple[str, str]]:
@@ -58,6 +73,7 @@ def test_abandoned_staging_tmp_and_old_index_builds_are_collected(store):
     open(f"{tmp}/p.parquet.dead", "wb").write(b"partial")
     assert plan_gc(store, older_than_s=DAY) == []  # everything is recent
     age(store.path("g"))
+    expire(dead.path)
     build_version_index(store, "g", "v1", use_gpu=False)  # a fresh current build
     found = kinds(plan_gc(store, older_than_s=DAY))
     assert ("staging", "_data/v2/killed") in found
@@ -76,9 +92,11 @@ def test_a_live_jobs_staging_is_never_collected(store):
     live.write_table(embedding_table(["a"], np.ones((1, 4))), "p.parquet")
     age(store.path("g"))  # old files, but the lease heartbeats
     live.lease.heartbeat()
-    assert plan_gc(store, older_than_s=0) == []
+    assert plan_gc(store, older_than_s=store.lease_timeout_s) == []
     live.release()
-    assert kinds(plan_gc(store, older_than_s=0)) == {("staging", "_data/v1/running")}
+    expire(live.path)
+    found = kinds(plan_gc(store, older_than_s=store.lease_timeout_s))
+    assert found == {("staging", "_data/v1/running")}
 
 
 def test_dry_run_plan_deletes_nothing_and_gc_skips_a_staging_taken_since(store):
@@ -86,12 +104,13 @@ def test_dry_run_plan_deletes_nothing_and_gc_skips_a_staging_taken_since(store):
     dead.write_table(embedding_table(["a"], np.ones((1, 4))), "p.parquet")
     dead.release()
     age(store.path("g"))
+    expire(dead.path)
     items = plan_gc(store, older_than_s=DAY)
     assert kinds(items) == {("staging", "_data/v1/job")}
     assert os.path.exists(dead.path)  # planning deleted nothing
     store.begin("g", VersionInfo("v1", "m1", 4, False, "v1 = x"), "job")  # a rerun takes it
     collect(store, items)
-    assert os.path.exists(f"{dead.path}/p.parquet")
+    assert [n for n in os.listdir(dead.path) if n.endswith(".parquet")]  # part names: unique
 
 
 def test_retention_keeps_newest_served_and_lineage_versions(store):
@@ -103,7 +122,7 @@ def test_retention_keeps_newest_served_and_lineage_versions(store):
     catalog = Catalog(store)
     catalog.register_model(ModelRecord("m2", "", 4, "bct", None, run="r"))
     catalog.grant(QueryGrant("g", "v2", "m2", "compatible", {}))
-    age(store.path("g"))
+    age(store.path("g"), leases=True)  # every writer has stopped
     assert [i for i in plan_gc(store, older_than_s=DAY) if i.kind == "version"] == []
     found = kinds(plan_gc(store, older_than_s=DAY, keep_versions=1))
     # v5 newest; v4 and v3 on its lineage; v2 served by m2: only v1 goes, with its files
@@ -126,6 +145,7 @@ def test_cli_gc_dry_run_lists_and_real_run_deletes(store, capsys):
     dead.write_table(embedding_table(["a"], np.ones((1, 4))), "p.parquet")
     dead.release()
     age(store.path("g"))
+    expire(dead.path)
     assert main(["gc", "--store", store.root, "--older-than", "1d", "--dry-run", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(i["kind"], i["reason"]) for i in listed["items"]] == [

@@ -1,14 +1,21 @@
 """Garbage collection of a store: what killed jobs, rebuilt indexes and old versions leave.
 
-    items = plan_gc(store, older_than_s=24 * 3600, keep_versions=3)
-    for item in items: print(item.kind, item.uri, item.reason)
-    collect(store, items)            # deletes; ``raycompat gc`` without ``--dry-run``
+    plan = make_plan(store, older_than_s=24 * 3600, keep_versions=3)
+    for item in plan.items: print(item.kind, item.uri, item.reason)
+    for keep in plan.kept: print(keep.line())     # what it keeps, and why
+    collect(store, plan.items)       # deletes; ``raycompat gc`` without ``--dry-run``
 
-What is collected, per gallery (each only when older than ``older_than_s``, by the newest
-modification time of anything under it):
+gc deletes only what it can prove is its own: the root must carry the store marker
+(``marker.py``; :class:`~raycompat.store.marker.UnmarkedStoreError` otherwise), and
+``older_than_s`` may not be shorter than the store's lease timeout (:class:`GcArgumentError`).
+What is collected, per gallery, each only when everything under it is older than
+``older_than_s`` (by modification time):
 
-- ``staging``: a staging area ``_data/<version>/<name>/`` that is not a published version's, and
-  whose lease is absent, released or expired (a live job's staging area is never touched).
+- ``staging``: a staging area ``_data/<version>/<name>/`` that no version record names a file
+  under, and whose lease expired longer than ``older_than_s`` ago: released, or its last
+  heartbeat plus its timeout, measured from that moment (so a writer merely stalled past its
+  lease is not collected under it). An area with no lease record at all goes by its files'
+  age alone.
 - ``tmp``: temporary part files under ``_tmp/`` of published versions' folders, left by writers
   killed before the commit (hidden: no reader sees them, and no writer will move them; an
   unpublished staging area's ``_tmp`` is removed by the next ``begin``, or with the area).
@@ -20,8 +27,10 @@ modification time of anything under it):
   its files and index.
 
 Never collected: a published version's record or part files (except as a whole ``version``
-item), part records, the model catalog, a staging area whose lease is live, and the files of an
-adopted version (they are outside the store; removing such a version deletes its record only).
+item), part records, the model catalog, a staging area whose lease is live (checked again just
+before deleting), and the files of an adopted version (they are outside the store; removing such
+a version deletes its record only). Every kept candidate is listed in :attr:`GcPlan.kept` with
+its reason.
 """
 
 from __future__ import annotations
@@ -30,18 +39,26 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
 from raycompat.store.catalog import Catalog
+from raycompat.store.errors import StoreError
+from raycompat.store.filesystems import Backend
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import LEASE_DIR, read_newest
+from raycompat.store.lease import LEASE_DIR, LeaseRecord, read_newest
 from raycompat.store.manifest import DATA_DIR, INDEX_DIR, VERSIONS_DIR, VersionInfo
+from raycompat.store.marker import require_marker
 from raycompat.store.paths import SAFE_NAME, join
 
 logger = logging.getLogger(__name__)
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
+
+
+class GcArgumentError(StoreError):
+    """``older_than_s`` shorter than the store's lease timeout, or ``keep_versions`` < 1: a usage
+    error (``raycompat gc`` exits 2)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,33 @@ class GcItem:
     uri: str
     reason: str
     bytes: int
+
+
+@dataclass(frozen=True)
+class GcKeep:
+    """A candidate gc keeps: ``what`` (``"g/_data/v2/job-x"``, ``"g/v1"``) and why."""
+
+    kind: str
+    gallery: str
+    what: str
+    reason: str
+
+    def line(self) -> str:
+        return f"keep {self.what}: {self.reason}"
+
+
+@dataclass
+class GcPlan:
+    items: list[GcItem] = field(default_factory=list)
+    kept: list[GcKeep] = field(default_factory=list)
+
+
+def span(seconds: float) -> str:
+    """``"40 s"``, ``"12 min"``, ``"3.5 h"``, ``"2 d"``: a duration for a person."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{max(seconds, 0):.0f} s"
 
 
 def _children(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
@@ -78,54 +122,124 @@ def _tree(fs: pafs.FileSystem, path: str) -> tuple[float, int, int] | None:
     return newest, size, files
 
 
+def expired_at(backend: Backend, lease_dir: str, record: LeaseRecord) -> float | None:
+    """When ``record`` stopped protecting its staging area (unix time), or None while it is
+    live: its release (the newest write under ``lease_dir``, no earlier than the last
+    heartbeat), else its last heartbeat plus its timeout once that has passed. A holder that
+    is merely stalled still counts as live until then."""
+    if record.released:
+        written = _tree(backend.filesystem, lease_dir)
+        return max(record.heartbeat, written[0] if written else 0.0)
+    end = record.heartbeat + record.timeout_s
+    return end if end < time.time() else None
+
+
 def _lease_live(store: GalleryStore, staging_path: str) -> bool:
-    record = read_newest(store.backend, join(staging_path, LEASE_DIR))
-    return record is not None and not record.expired()
+    lease_dir = join(staging_path, LEASE_DIR)
+    try:
+        record = read_newest(store.backend, lease_dir)
+    except (StoreError, OSError):
+        return True  # unreadable: not provably dead
+    return record is not None and expired_at(store.backend, lease_dir, record) is None
+
+
+def _named_staging(versions: list[VersionInfo]) -> dict[str, set[str]]:
+    """``{"_data/<version>/<name>": versions whose record names a file under it}``. An adopted
+    version's files are outside the store (``external.py``): never gc's."""
+    named: dict[str, set[str]] = {}
+    for info in versions:
+        for rel in info.files if info.external is None else []:
+            parts = rel.split("/")
+            if len(parts) > 3 and parts[0] == DATA_DIR:
+                named.setdefault("/".join(parts[:3]), set()).add(info.version)
+    return named
 
 
 class _Planner:
     def __init__(self, store: GalleryStore, older_than_s: float, keep_versions: int | None):
         self.store, self.fs = store, store.filesystem
-        self.cutoff = time.time() - older_than_s
+        self.now, self.older_than_s = time.time(), older_than_s
         self.keep_versions = keep_versions
-        self.items: list[GcItem] = []
+        self.plan = GcPlan()
 
-    def add(self, kind: str, gallery: str, path: str, reason: str) -> None:
+    def keep(self, kind: str, gallery: str, what: str, reason: str) -> None:
+        self.plan.kept.append(GcKeep(kind, gallery, what, reason))
+
+    def add(self, kind: str, gallery: str, path: str, reason: str) -> bool:
+        """Plan to delete ``path`` if everything under it is older than ``older_than_s``."""
         found = _tree(self.fs, path)
         if found is None or (kind == "tmp" and not found[2]):
-            return
+            return False
         newest, size, _ = found
-        if newest <= self.cutoff:
-            uri = self.store.backend.uri(path)
-            self.items.append(GcItem(kind, gallery, path, uri, reason, size))
+        what = f"{gallery}/{path[len(self.store.path(gallery)) + 1 :]}"
+        if newest > self.now - self.older_than_s:
+            young = f"newest file {span(self.now - newest)} old"
+            self.keep(kind, gallery, what, f"{young}, younger than --older-than {self.span}")
+            return False
+        uri = self.store.backend.uri(path)
+        self.plan.items.append(GcItem(kind, gallery, path, uri, reason, size))
+        return True
+
+    @property
+    def span(self) -> str:
+        return span(self.older_than_s)
 
     def gallery(self, gallery: str) -> None:
         versions = self.store.versions(gallery)
-        published = {v.version: v for v in versions}
-        # An adopted version's files are outside the store (``external.py``): never gc's.
-        owners = {f.rsplit("/", 1)[0] for v in versions if v.external is None for f in v.files}
-        doomed = self._old_versions(gallery, versions)
-        for version in doomed:
+        published = {v.version for v in versions}
+        removed = set()
+        for version in self._old_versions(gallery, versions):
             record = self.store.path(gallery, VERSIONS_DIR, version + ".json")
-            self.add("version", gallery, record, f"superseded (keep {self.keep_versions})")
-        data = self.store.path(gallery, DATA_DIR)
-        for vdir in _children(self.fs, data):
+            if self.add("version", gallery, record, f"superseded (keep {self.keep_versions})"):
+                removed.add(version)
+        named = _named_staging(versions)
+        for vdir in _children(self.fs, self.store.path(gallery, DATA_DIR)):
             for sdir in _children(self.fs, vdir.path):
-                if sdir.type != pafs.FileType.Directory:
-                    continue
-                rel = f"{DATA_DIR}/{vdir.base_name}/{sdir.base_name}"
-                if rel not in owners and _lease_live(self.store, sdir.path):
-                    continue  # a job is writing it (a published version's lease is moot)
-                if rel in owners and vdir.base_name not in doomed:
-                    self.add("tmp", gallery, join(sdir.path, "_tmp"), "killed writers' files")
-                elif rel in owners:
-                    self.add("staging", gallery, sdir.path, f"files of removed {vdir.base_name}")
-                else:
-                    why = "lost the publish race" if vdir.base_name in published else "abandoned"
-                    self.add("staging", gallery, sdir.path, f"{why}, lease not live")
-        self._indexes(gallery, set(published) - set(doomed))
+                if sdir.type == pafs.FileType.Directory:
+                    rel = f"{DATA_DIR}/{vdir.base_name}/{sdir.base_name}"
+                    race = vdir.base_name in published
+                    self._staging(gallery, rel, sdir.path, named.get(rel, set()), removed, race)
+        self._indexes(gallery, published - removed)
+
+    def _staging(
+        self, gallery: str, rel: str, path: str, named_by: set, removed: set, race: bool
+    ) -> None:
+        what = f"{gallery}/{rel}"
+        if named_by - removed:  # a version record names files under it: never collected
+            self.keep("staging", gallery, what, f"named by version {', '.join(sorted(named_by))}")
+            self.add("tmp", gallery, join(path, "_tmp"), "killed writers' files")
+        elif named_by:
+            self.add("staging", gallery, path, f"files of removed {', '.join(sorted(named_by))}")
+        else:
+            why = self._lease_verdict(gallery, what, join(path, LEASE_DIR))
+            if why is not None:
+                lost = "lost the publish race" if race else "abandoned"
+                self.add("staging", gallery, path, f"{lost}, {why}")
+
+    def _lease_verdict(self, gallery: str, what: str, lease_dir: str) -> str | None:
+        """Why an unnamed staging area's lease no longer protects it, or None (kept)."""
+        try:
+            record = read_newest(self.store.backend, lease_dir)
+        except (StoreError, OSError) as error:
+            self.keep("staging", gallery, what, f"lease record unreadable ({error})")
+            return None
+        if record is None:
+            return "no lease"  # its files' age alone decides
+        ended = expired_at(self.store.backend, lease_dir, record)
+        if ended is None:
+            beat = span(self.now - record.heartbeat)
+            live = f"lease live (job {record.owner.job!r}, heartbeat {beat} ago)"
+            self.keep("staging", gallery, what, live)
+            return None
+        if self.now - ended <= self.older_than_s:
+            how = "released" if record.released else "expired"
+            young = f"lease {how} {span(self.now - ended)} ago"
+            self.keep("staging", gallery, what, f"{young}, younger than --older-than {self.span}")
+            return None
+        return "lease not live"
 
     def _old_versions(self, gallery: str, versions: list[VersionInfo]) -> list[str]:
+        """Versions past the newest K that nothing needs; a keep line for each other one."""
         if self.keep_versions is None or len(versions) <= self.keep_versions:
             return []
         by_name = {v.version: v for v in versions}
@@ -137,9 +251,21 @@ class _Planner:
             needed.add(name)
             rhs = by_name[name].lineage.partition("=")[2]
             todo.extend(t for t in _TOKEN.findall(rhs) if t in by_name)
-        served = {g.gallery_version for g in Catalog(self.store).grants(gallery)}
-        kept = {v.version for v in versions[-self.keep_versions :]} if self.keep_versions else set()
-        return [v.version for v in versions if v.version not in kept | needed | served]
+        served: dict[str, list[str]] = {}
+        for grant in Catalog(self.store).grants(gallery):
+            served.setdefault(grant.gallery_version, []).append(grant.model_version)
+        newest = {v.version for v in versions[-self.keep_versions :]}
+        doomed = []
+        for name in by_name:
+            why = [f"queried by {', '.join(sorted(served[name]))}"] if name in served else []
+            why += [f"one of the newest {self.keep_versions}"] if name in newest else []
+            if name in needed - newest:
+                why.append(f"on the lineage of {versions[-1].version}")
+            if why:
+                self.keep("version", gallery, f"{gallery}/{name}", "; ".join(why))
+            else:
+                doomed.append(name)
+        return doomed
 
     def _indexes(self, gallery: str, live: set[str]) -> None:
         index = self.store.path(gallery, INDEX_DIR)
@@ -155,27 +281,60 @@ class _Planner:
                 with self.fs.open_input_stream(f"{entry.path}.json") as handle:
                     current = json.loads(handle.read()).get("build")
             except (FileNotFoundError, ValueError, AttributeError):
-                continue  # no readable pointer: leave the builds for the operator
+                what, why = f"{gallery}/{INDEX_DIR}/{version}", "no readable pointer"
+                self.keep("index", gallery, what, f"{why}: its builds are the operator's call")
+                continue
             for build in _children(self.fs, entry.path):
                 if build.type == pafs.FileType.Directory and build.base_name != current:
                     self.add("index", gallery, build.path, "not the build its pointer names")
 
 
-def plan_gc(
+def check_arguments(store: GalleryStore, older_than_s: float, keep_versions: int | None) -> None:
+    """Raise :class:`GcArgumentError` unless ``older_than_s`` >= the store's lease timeout (a
+    writer stalled for less than that may still be at work) and ``keep_versions`` >= 1."""
+    if keep_versions is not None and keep_versions < 1:
+        raise GcArgumentError(
+            f"--keep-versions: keep_versions >= 1 is required, got {keep_versions}"
+        )
+    lease = store.lease_timeout_s
+    if not older_than_s >= lease:
+        raise GcArgumentError(
+            f"--older-than {older_than_s:g} s is shorter than the store's lease timeout "
+            f"{lease:g} s (GalleryStore.lease_timeout_s): a writer stalled that long may still "
+            f"be at work; use --older-than {lease:g} or more"
+        )
+
+
+def make_plan(
     store: GalleryStore, older_than_s: float = 24 * 3600, keep_versions: int | None = None
-) -> list[GcItem]:
-    """What :func:`collect` would delete (see the module docstring); deletes nothing."""
-    if older_than_s < 0 or (keep_versions is not None and keep_versions < 1):
-        raise ValueError("older_than_s must be >= 0 and keep_versions >= 1 (or None)")
+) -> GcPlan:
+    """What :func:`collect` would delete, and each candidate it keeps with its reason (see the
+    module docstring); deletes nothing.
+
+    Raises:
+        GcArgumentError: see :func:`check_arguments`.
+        UnmarkedStoreError: the root has no store marker.
+    """
+    check_arguments(store, older_than_s, keep_versions)
+    require_marker(store.backend, "gc")
     planner = _Planner(store, older_than_s, keep_versions)
     for entry in _children(store.filesystem, store.path()):
         if entry.type == pafs.FileType.Directory and SAFE_NAME.fullmatch(entry.base_name):
             planner.gallery(entry.base_name)
-    return planner.items
+    return planner.plan
+
+
+def plan_gc(
+    store: GalleryStore, older_than_s: float = 24 * 3600, keep_versions: int | None = None
+) -> list[GcItem]:
+    """The items of :func:`make_plan` (what :func:`collect` would delete)."""
+    return make_plan(store, older_than_s, keep_versions).items
 
 
 def collect(store: GalleryStore, items: list[GcItem]) -> int:
-    """Delete ``items`` (versions first: record, then files); returns the bytes freed."""
+    """Delete ``items`` (versions first: record, then files); returns the bytes freed. The
+    store marker is checked again, and a staging area a job has taken since is kept."""
+    require_marker(store.backend, "gc")
     fs, freed = store.filesystem, 0
     order = {"version": 0, "staging": 1, "tmp": 2, "index": 3}
     for item in sorted(items, key=lambda i: order[i.kind]):
