@@ -18,7 +18,8 @@ gallery is stored in, scored against every registered model on the shared test i
 Nothing is published before its checks pass. Entries an earlier run published are not redone,
 so rerunning the same config resumes or does nothing; entries it refused, or that failed, are
 recorded in the store and skipped while their config is unchanged (``--retry`` judges them
-again). The report lands in
+again). One job per gallery at a time: a second job on the gallery while one is live is refused
+at start, naming the live one (``raycompat/upgrade/lock.py``). The report lands in
 ``<report_dir>/<name>/`` (``report.md``, ``matrix.png``, ``report.json``...). A refusal is a
 decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given (then 3, also
 for an entry skipped because it failed before).
@@ -70,21 +71,37 @@ def main(argv: list[str] | None = None) -> dict:
     register_secrets(cfg)
     check_upgrade_config(cfg)
 
+    from raycompat.cli_errors import error_line
+    from raycompat.store import GalleryStore
+    from raycompat.upgrade.lock import UpgradeRunningError, upgrade_lease
+
+    began = time.perf_counter()
+    store = GalleryStore(
+        cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
+    )
+    try:  # before Ray starts: a second job on the gallery stops here, naming the live one
+        with upgrade_lease(store, cfg.store.gallery, cfg.store.lease_timeout_s) as lease:
+            summary = run_history(args, cfg, store, lease, began)
+    except UpgradeRunningError as error:
+        raise SystemExit(error_line(os.path.basename(sys.argv[0]) or "upgrade", error)) from None
+    if args.fail_on_refuse and {"refuse", "failed"} & set(summary["decisions"].values()):
+        raise SystemExit(REFUSED_EXIT)
+    return summary
+
+
+def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
+    """Steps 1-4 under the job lease: every entry of the history, then the report."""
     from raycompat.cli import gallery_versions
     from raycompat.ray_console import init_ray
-    from raycompat.store import GalleryStore
     from raycompat.store.catalog import Catalog
     from raycompat.train.data import describe_split
     from raycompat.upgrade.evaluate import eval_data, history_matrix
     from raycompat.upgrade.history import Upgrader
     from raycompat.upgrade.report import Report, write_report
 
-    began = time.perf_counter()
     init_ray(args.address or cfg.ray_address, args.verbose)  # quiet console unless --verbose
-    store = GalleryStore(
-        cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
-    )
-    upgrader = Upgrader(cfg, store, Catalog(store), eval_data(cfg.training), retry=args.retry)
+    data = eval_data(cfg.training)
+    upgrader = Upgrader(cfg, store, Catalog(store), data, retry=args.retry, lease=lease)
     upgrader.load_registered()
 
     # 1-3. Each model of the history: train, evaluate, decide and act (or skip if published).
@@ -105,8 +122,6 @@ def main(argv: list[str] | None = None) -> dict:
     write_report(directory, report, to_dict(cfg), upgrader.features_2d())
     summary = {**report.summary(), "report": os.path.join(directory, "report.md")}
     log.info("summary: %s", json.dumps(summary))
-    if args.fail_on_refuse and {"refuse", "failed"} & set(summary["decisions"].values()):
-        raise SystemExit(REFUSED_EXIT)
     return summary
 
 

@@ -306,10 +306,14 @@ def test_cli_adopts_a_table_and_fails_with_one_line(tmp_path, ray_data, capsys):
     code, out, err = cli("adopt", str(tmp_path / "t"), *base, "--version", "v1")
     assert code == 0, err
     assert "as gallery faces version v1: 10 rows in 2 file(s), 4-d float32" in out
-    code, _, err = cli("adopt", str(tmp_path / "t"), *base, "--version", "v1")  # before Ray
-    assert code == 1 and err == ["raycompat: error: gallery 'faces' already has version 'v1'"]
+    code, _, err = cli("adopt", str(tmp_path / "t"), *base[:-1], "other", "--version", "v1")
+    assert code == 1 and len(err) == 1  # before Ray
+    assert err[0].startswith("raycompat: error: gallery 'faces' already has version 'v1', which "
+                             "is not this adoption (model 'ext', now 'other')")
 
     capsys.readouterr()  # the same main() in this process, on the session's Ray
+    assert main(["adopt", str(tmp_path / "t"), *base, "--version", "v1"]) == 0  # a rerun: no-op
+    assert "as gallery faces version v1" in capsys.readouterr().out
     assert main(["adopt", str(tmp_path / "bad"), *base[:-1], "other", "--version", "v2"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("raycompat: error: ") and "Traceback" not in "\n".join(err)
@@ -333,9 +337,11 @@ def test_gc_never_deletes_adopted_files(tmp_path, ray_data):
     staging.commit()
     before = snapshot(tmp_path / "t")
 
-    assert plan_gc(store, older_than_s=0, keep_versions=1) == []  # v1 is the model's grant
+    # gc may not wait less than the lease timeout: a store that allows 1 ms collects at once
+    prompt = GalleryStore(store.root, lease_timeout_s=1e-3)
+    assert plan_gc(prompt, older_than_s=1e-3, keep_versions=1) == []  # v1 is the model's grant
     os.remove(store.path("faces", "_queries", "ext.json"))  # the model no longer queries v1
-    items = plan_gc(store, older_than_s=0, keep_versions=1)
+    items = plan_gc(prompt, older_than_s=1e-3, keep_versions=1)
     assert [(i.kind, i.path) for i in items] == [
         ("version", store.path("faces", "_versions", "v1.json"))
     ]

@@ -11,9 +11,9 @@ import re
 
 import numpy as np
 import pytest
+from conftest import store_with_v1
 
 from raycompat.config import ConfigError, load_config
-from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.catalog import Catalog
 from raycompat.store.decisions import DecisionRecord, Decisions
 from raycompat.store.errors import CorruptFileError
@@ -109,16 +109,10 @@ def test_reports_say_which_images_every_table_uses(tmp_path):
 # ---- refused and failed upgrades are recorded and skipped while their config is unchanged ----
 
 
-def _store_with_v1(tmp_path) -> GalleryStore:
-    store = GalleryStore(str(tmp_path / "store"))
-    staging = store.begin("mnist", VersionInfo("v1", "m1", 9, False, "v1 = extract(m1)"))
-    staging.write_table(embedding_table(np.arange(4), np.ones((4, 9), np.float32)), "p.parquet")
-    staging.commit()
-    return store
 
 
 def test_decision_records_round_trip_and_a_corrupt_one_names_its_file(tmp_path):
-    store = _store_with_v1(tmp_path)
+    store = store_with_v1(tmp_path)
     decisions = Decisions(store)
     assert decisions.get("mnist", "m2") is None
     decisions.put(DecisionRecord("mnist", "m2", "refused", "ECC fails", "d1", "m1", {"x": 1}))
@@ -155,7 +149,7 @@ def _upgrader(tmp_path, store, overrides=(), retry=False):
 
 
 def test_a_refused_upgrade_is_skipped_on_rerun_unless_its_config_changed_or_retry(tmp_path):
-    store = _store_with_v1(tmp_path)
+    store = store_with_v1(tmp_path)
     cfg, first = _upgrader(tmp_path, store)
     first._upgrade = judge = _Recorder()
     outcome = first.run(1)
@@ -185,7 +179,7 @@ def test_a_refused_upgrade_is_skipped_on_rerun_unless_its_config_changed_or_retr
 def test_a_failed_upgrade_is_recorded_raised_and_then_skipped(tmp_path):
     from raycompat.engine import NonFiniteError
 
-    store = _store_with_v1(tmp_path)
+    store = store_with_v1(tmp_path)
     _, first = _upgrader(tmp_path, store)
     first._upgrade = _Recorder(error=NonFiniteError("epoch 0 step 3: loss 'ce' is nan"))
     with pytest.raises(NonFiniteError):

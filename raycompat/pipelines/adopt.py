@@ -8,7 +8,8 @@ streamed a batch at a time) and return one constant-size report per file; Ray Da
 ids to find any id held twice (``unique.py``), unless the reports already prove them unique
 (ids increasing in each file, file ranges disjoint); the driver then publishes the record from
 the reports. Nothing on the driver grows with the rows. The core steps, and why the files are
-pinned, are in ``raycompat/store/adopt.py`` and ``raycompat/store/external.py``.
+pinned, are in ``raycompat/store/adopt.py`` and ``raycompat/store/external.py``. A rerun of an
+adoption whose record was published completes it (model record and grant) without Ray.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ import ray
 
 from raycompat.pipelines.unique import check_unique_distributed
 from raycompat.store import GalleryStore, StoreError, VersionInfo
-from raycompat.store.adopt import AdoptionPlan, plan_adoption, publish_adopted, summarize
+from raycompat.store.adopt import (
+    AdoptionPlan,
+    plan_adoption,
+    publish_adopted,
+    register_adopted,
+    summarize,
+)
 from raycompat.store.adopt_scan import FileReport, proven_unique, scan_file
 from raycompat.store.filesystems import Backend
 from raycompat.store.paths import join
@@ -80,8 +87,10 @@ def adopt_version(
     Raises:
         StoreError: a file is unreadable, lacks a column, holds a row of another width, a
             null id or vector, NaN/inf, or an id another row holds (the error names the file
-            and the row or id); the version exists; the model's width differs. Nothing is
-            written then.
+            and the row or id); the version exists as another table or model (the error
+            says what differs); the model's width differs. Nothing is written then. The
+            version existing as this same adoption (a killed run) is not an error: the
+            missing model record and grant are written.
     """
     plan = plan_adoption(
         store,
@@ -103,7 +112,10 @@ def run_adoption(
     lineage: str | None = None,
     batch_size: int = 65536,
 ) -> VersionInfo:
-    """Validate the files of ``plan`` (``plan_adoption``, no Ray) on Ray and publish them."""
+    """Validate the files of ``plan`` (``plan_adoption``, no Ray) on Ray and publish them; a
+    plan whose version is already published (``plan.published``) is completed without Ray."""
+    if plan.published is not None:
+        return register_adopted(store, plan, plan.published, normalized)
     per_task = -(-len(plan.files) // MAX_TASKS)
     groups = [plan.files[i : i + per_task] for i in range(0, len(plan.files), per_task)]
     store_ref, plan_ref = ray.put(store), ray.put(plan)

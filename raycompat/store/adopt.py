@@ -10,8 +10,15 @@
 imports no Ray. Each scan (``adopt_scan.py``) streams one file and returns a constant-size
 :class:`FileReport`: its pin (bytes, ETag or mtime), rows, id fingerprint, min/max id, width,
 dtype. Nothing is written until every file has passed; then the record is created
-create-if-absent, as for every version, and the model's query grant follows. The files are never
-copied or changed.
+create-if-absent, as for every version, and the model's record and query grant follow. The files
+are never copied or changed.
+
+A rerun completes a half-finished adoption (killed after the record, before the grant): when the
+version exists and is the same adoption (:func:`adoption_differences`: same model, root, columns,
+files, and each file's bytes and ETag or mtime as pinned), ``plan.published`` holds its record,
+nothing is scanned again, and :func:`register_adopted` writes whatever of the model record and
+grant is missing (the same content again is a no-op). Any difference is a
+:class:`PublishConflictError` naming the version and what differs.
 """
 
 from __future__ import annotations
@@ -24,11 +31,11 @@ import pyarrow.fs as pafs
 from raycompat.store.adopt_scan import FileReport
 from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.errors import CorruptFileError, PublishConflictError, SchemaError, StoreError
-from raycompat.store.external import ExternalFiles, FilePin
+from raycompat.store.external import ExternalFiles, FilePin, stat_file
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo, now_utc, record_path
 from raycompat.store.part_record import IdFingerprint
-from raycompat.store.paths import check_name
+from raycompat.store.paths import check_name, join
 
 
 @dataclass
@@ -43,6 +50,7 @@ class AdoptionPlan:
     files: list[str]
     id_column: str = "id"
     embedding_column: str = "embedding"
+    published: VersionInfo | None = None  # the record of this same adoption, from a rerun
 
     def external(self) -> dict:
         return {"id_column": self.id_column, "embedding_column": self.embedding_column}
@@ -58,18 +66,26 @@ def plan_adoption(
     id_column: str = "id",
     embedding_column: str = "embedding",
 ) -> AdoptionPlan:
-    """Check names, the version and the model's grant, and list the ``*.parquet`` files under
-    ``uri`` (a folder, an S3 prefix or one file); fails before any file is read."""
+    """Check names, list the ``*.parquet`` files under ``uri`` (a folder, an S3 prefix or one
+    file), and check the version and the model's grant; fails before any file is read.
+
+    An existing version that is this same adoption (a rerun) sets ``published``; one that is
+    not is a PublishConflictError naming what differs."""
     for kind, name in (("gallery", gallery), ("version", version), ("model", model)):
         check_name(kind, name)
     if id_column == embedding_column:
         raise SchemaError(f"the id and embedding columns are both {id_column!r}")
-    if (
-        store.backend.filesystem.get_file_info(record_path(store.path(gallery), version)).type
-        != pafs.FileType.NotFound
-    ):
-        raise PublishConflictError(f"gallery {gallery!r} already has version {version!r}")
-    _check_model(store, gallery, model)
+    root, files = _list_table(store, uri)
+    plan = AdoptionPlan(
+        gallery, version, model, store.backend.uri(root), root, files, id_column, embedding_column
+    )
+    plan.published = _published(store, plan)
+    _check_model(store, gallery, model, version if plan.published else None)
+    return plan
+
+
+def _list_table(store: GalleryStore, uri: str) -> tuple[str, list[str]]:
+    """``(root, files relative to it)`` of the table at ``uri``."""
     scheme, _, rest = uri.partition("://") if "://" in uri else ("file", "", uri)
     if scheme != store.backend.scheme:
         raise StoreError(
@@ -94,17 +110,79 @@ def plan_adoption(
         )
     if not files:
         raise StoreError(f"{uri}: no Parquet files (*.parquet) to adopt")
-    uri = store.backend.uri(root)
-    return AdoptionPlan(gallery, version, model, uri, root, files, id_column, embedding_column)
+    return root, files
 
 
-def _check_model(store: GalleryStore, gallery: str, model: str) -> None:
+def _published(store: GalleryStore, plan: AdoptionPlan) -> VersionInfo | None:
+    """The version's record if it exists and is this adoption; None if it does not exist."""
+    path = record_path(store.path(plan.gallery), plan.version)
+    if store.backend.filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    info = store.version(plan.gallery, plan.version)
+    differ = adoption_differences(store, plan, info)
+    if differ:
+        raise PublishConflictError(
+            f"gallery {plan.gallery!r} already has version {plan.version!r}, which is not this "
+            f"adoption ({'; '.join(differ)}); adopt under a new version name"
+        )
+    return info
+
+
+def adoption_differences(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) -> list[str]:
+    """What differs between the published ``info`` and adopting ``plan`` now, as
+    ``"what <recorded>, now <found>"``; empty when it is the same adoption (the same model,
+    root, id/embedding columns and files, each file still as pinned: bytes, ETag or mtime)."""
+    if info.external is None:
+        return [f"it is not an adopted version: {info.lineage}"]
+    recorded = {
+        "model": info.model_version,
+        "root": info.external["root"],
+        "id column": info.external["id_column"],
+        "embedding column": info.external["embedding_column"],
+    }
+    found = {
+        "model": plan.model,
+        "root": plan.uri,
+        "id column": plan.id_column,
+        "embedding column": plan.embedding_column,
+    }
+    differ = [f"{k} {v!r}, now {found[k]!r}" for k, v in recorded.items() if v != found[k]]
+    if info.files != plan.files:
+        gone = sorted(set(info.files) - set(plan.files))
+        new = sorted(set(plan.files) - set(info.files))
+        differ.append(
+            f"files: {len(info.files)} pinned, {len(plan.files)} now (missing "
+            f"{gone[:3]}, new {new[:3]})"
+        )
+    return differ or _pin_differences(store, plan, info)
+
+
+def _pin_differences(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) -> list[str]:
+    differ = []
+    for pin in info.external["pins"]:
+        try:
+            now = stat_file(store.backend, join(plan.root, pin["path"]))
+        except FileNotFoundError:
+            differ.append(f"{pin['path']} is gone")
+            continue
+        differ += [
+            f"{pin['path']} {key} {pin[key]!r}, now {now[key]!r}"
+            for key in ("bytes", "etag", "mtime_ns")
+            if pin[key] is not None and pin[key] != now[key]
+        ]
+    return differ
+
+
+def _check_model(store: GalleryStore, gallery: str, model: str, version: str | None) -> None:
+    """Refuse a model that already queries the gallery, unless at ``version`` (a rerun)."""
     catalog = Catalog(store)
     try:
         grant = catalog.queryable_version(gallery, model)
     except CorruptFileError:
         raise
     except StoreError:
+        return
+    if grant.gallery_version == version:
         return
     raise StoreError(
         f"model {model!r} already queries gallery {gallery!r} at version "
@@ -178,21 +256,50 @@ def summarize(
 
 
 def publish_adopted(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) -> VersionInfo:
-    """Create the record of ``info`` (create-if-absent, like every version), then register the
-    model if it is new and grant it the version (``extracted``). Everything that can fail is
-    checked before the record is written."""
+    """Create the record of ``info`` (:func:`publish_version`), then register the model if it is
+    new and grant it the version (:func:`register_adopted`). Everything that can fail is checked
+    before the record is written."""
+    _model_record(Catalog(store), plan.model, info.width)
+    _check_model(store, plan.gallery, plan.model, None)
+    info = publish_version(store, plan, info)
+    register_adopted(store, plan, info)
+    return info
+
+
+def publish_version(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) -> VersionInfo:
+    """Create the version record of ``info``, create-if-absent like every version. If another
+    writer created it first with this same adoption, its record is returned (nothing written);
+    otherwise a PublishConflictError names what differs."""
     record = record_path(store.path(plan.gallery), plan.version)
     info = VersionInfo.from_json(info.to_json(), store.backend.uri(record))  # as readers see it
-    catalog = Catalog(store)
-    model = _model_record(catalog, plan.model, info.width)
-    _check_model(store, plan.gallery, plan.model)
+    store.mark()  # gc manages only marked stores (marker.py)
     try:
         store.backend.create_exclusive(record, info.to_json())
     except FileExistsError:
+        winner = store.version(plan.gallery, plan.version)
+        differ = adoption_differences(store, plan, winner)
+        if differ:
+            raise PublishConflictError(
+                f"{store.backend.uri(record)} was published by another writer first, with "
+                f"other content ({'; '.join(differ)})"
+            ) from None
+        return winner
+    return info
+
+
+def register_adopted(
+    store: GalleryStore, plan: AdoptionPlan, info: VersionInfo, normalized: bool | None = None
+) -> VersionInfo:
+    """Register the model (if new) and grant it the published version ``info`` (``extracted``),
+    each create-if-absent: the same content again is a no-op, other content a one-line
+    conflict naming what differs. ``normalized``, if given, must be what ``info`` says."""
+    if normalized is not None and normalized != info.normalized:
         raise PublishConflictError(
-            f"{store.backend.uri(record)} was published by another writer first"
-        ) from None
-    catalog.register_model(model)
+            f"gallery {plan.gallery!r} already has version {plan.version!r} with normalized "
+            f"{info.normalized}, not {normalized} as asked"
+        )
+    catalog = Catalog(store)
+    catalog.register_model(_model_record(catalog, plan.model, info.width))
     evidence = {"adopted_from": plan.uri}
     catalog.grant(QueryGrant(plan.gallery, plan.version, plan.model, "extracted", evidence))
     return info

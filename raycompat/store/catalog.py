@@ -112,8 +112,10 @@ def _check_name(source: str, what: str, key: str, kind: str, value: str) -> None
         raise CorruptFileError(f"{source}: {what} key {key!r}: {error}") from None
 
 
-def _same(a, b) -> bool:
-    return {**asdict(a), "created": ""} == {**asdict(b), "created": ""}
+def differences(stored, new) -> list[str]:
+    """``"key <stored>, now <new>"`` for each key two records disagree on (``created`` aside)."""
+    a, b = asdict(stored), asdict(new)
+    return [f"{k} {a[k]!r}, now {b[k]!r}" for k in a if k != "created" and a[k] != b[k]]
 
 
 class Catalog:
@@ -145,16 +147,18 @@ class Catalog:
     def _create(self, path: str, record, what: str):
         """Write ``record`` once; the same content again returns the stored record."""
         record.created = record.created or now_utc()
+        self.store.mark()  # gc manages only marked stores (marker.py)
         try:
             self._backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
             return record
         except FileExistsError:
             existing = self._read(path, type(record))
-            if _same(existing, record):
+            differ = differences(existing, record)
+            if not differ:
                 return existing
             raise CatalogConflictError(
                 f"{what} is already recorded at {self._backend.uri(path)} with different "
-                f"content ({asdict(existing)}); records are immutable: use a new name"
+                f"content ({'; '.join(differ)}); records are immutable: use a new name"
             ) from None
 
     def _model_path(self, model_version: str) -> str:
@@ -180,6 +184,7 @@ class Catalog:
             return self.model_files_uri(model_version)
         target = self._files_path(model_version)
         fs = self._backend.filesystem
+        self.store.mark()
         fs.create_dir(target, recursive=True)
         for name in sorted(os.listdir(local_dir)) if names is None else names:
             source = os.path.join(local_dir, name)

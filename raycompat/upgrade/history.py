@@ -5,12 +5,17 @@ features, in order) and runs one entry at a time:
 
 - already granted in the catalog (an earlier run published it): nothing is redone; its features
   are re-read from the stored model so it keeps its row in the matrix;
-- refused or failed before under the same config (a record in ``<gallery>/_decisions/``, see
-  :mod:`raycompat.store.decisions`): skipped, and the log says why, unless ``retry``;
+- refused or failed before under the same config (the standing attempt in
+  ``<gallery>/_decisions/<model>/``, see :mod:`raycompat.store.decisions`): skipped, and the
+  log says why, unless ``retry``;
 - the store has no version yet: the initial model is trained and the gallery extracted with it;
 - otherwise the candidate is trained against the model the gallery is stored in, scored, and
   the decision (:mod:`raycompat.upgrade.policy`) is carried out by
   :class:`~raycompat.upgrade.actions.Publisher`.
+
+Every judgement is recorded as a new attempt (refused, failed or published); none is ever
+replaced. A failure is not recorded once the model is granted (another job published it), and
+with the job's ``lease`` (``raycompat.upgrade.lock``) nothing is recorded after it was lost.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from raycompat.methods import METHODS
 from raycompat.pipelines import load_transformation
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.catalog import Catalog, QueryGrant
-from raycompat.store.decisions import DecisionRecord, Decisions
+from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions, standing
+from raycompat.store.errors import StoreError
+from raycompat.store.lease import Lease
 from raycompat.train.export import load_exported_model
 from raycompat.upgrade import steps
 from raycompat.upgrade.actions import Publisher
@@ -57,12 +64,14 @@ class Upgrader:
         catalog: Catalog,
         data: EvalData,
         retry: bool = False,
+        lease: Lease | None = None,
     ) -> None:
         self.cfg, self.store, self.catalog, self.data = cfg, store, catalog, data
         self.gallery = cfg.store.gallery
         self.publisher = Publisher(cfg, store, catalog, data)
         self.decisions = Decisions(store)
         self.retry = retry  # judge refused or failed entries again under an unchanged config
+        self.lease = lease  # the job's (``raycompat.upgrade.lock``): checked before each record
         self.digest = ""  # of the entry being run (names its training runs)
         self.work = os.path.abspath(os.path.join(cfg.work_dir, cfg.name))
         self.order: list[str] = []
@@ -114,11 +123,12 @@ class Upgrader:
         mine = [v for v in versions if v.model_version == spec.model_version]
         current = steps.gallery_before(versions, self.cfg.upgrades, position)
         self.digest = decision_digest(self.cfg, spec, current and current.model_version)
-        prior = self.decisions.get(self.gallery, spec.model_version)
-        if prior is not None and prior.digest == self.digest and not self.retry:
-            return self._skipped(spec, prior)
-        if prior is not None:
-            why = "--retry" if prior.digest == self.digest else "its config changed"
+        attempts = self.decisions.attempts(self.gallery, spec.model_version)
+        prior, same = standing(attempts), standing(attempts, self.digest)
+        if same is not None and same.outcome != "published" and not self.retry:
+            return self._skipped(spec, same)
+        if prior is not None and prior.outcome != "published":
+            why = "--retry" if same is not None else "its config changed"
             log.info("%s: %s before; judged again (%s)", spec.model_version, prior.outcome, why)
         try:
             if current is None:
@@ -126,15 +136,17 @@ class Upgrader:
             else:
                 outcome = self._upgrade(position, spec, current, mine[0] if mine else None)
         except Exception as error:
-            self._record(spec, "failed", f"{type(error).__name__}: {error}", current)
+            self._record_failure(spec, f"{type(error).__name__}: {error}", current)
             raise
-        if outcome.action == "refuse":
-            self._record(spec, "refused", outcome.reason, current, outcome.evidence)
-        elif prior is not None:
-            self.decisions.clear(self.gallery, spec.model_version)
+        refused = outcome.action == "refuse"
+        evidence = outcome.evidence if refused else {}
+        self._record(spec, "refused" if refused else "published", outcome.reason, current, evidence)
         return outcome
 
     def _record(self, spec, outcome: str, reason: str, current, evidence=None) -> None:
+        """Record this judgement as the entry's next attempt (never over an earlier one)."""
+        if self.lease is not None:
+            self.lease.check(f"record the decision on {spec.model_version}")
         record = DecisionRecord(
             self.gallery,
             spec.model_version,
@@ -144,7 +156,24 @@ class Upgrader:
             current and current.model_version,
             evidence or {},
         )
-        self.decisions.put(record)
+        try:
+            self.decisions.put(record)
+        except DecisionConflictError as error:  # a concurrent run's record stands
+            log.warning("%s: %s", spec.model_version, error)
+
+    def _record_failure(self, spec, reason: str, current) -> None:
+        """Record a failure, unless the model was published meanwhile (by another job) or this
+        job lost its lease; it never replaces a refusal or publication (``standing``)."""
+        if self.decisions.granted(self.gallery, spec.model_version):
+            why = reason.splitlines()[0] if reason else "failed"
+            log.warning(
+                "%s: failed (%s), but it is published: not recorded", spec.model_version, why
+            )
+            return
+        try:
+            self._record(spec, "failed", reason, current)
+        except StoreError as error:  # the lease was lost: the error at hand is what to raise
+            log.warning("%s: failure not recorded: %s", spec.model_version, error)
 
     def _skipped(self, spec, prior: DecisionRecord) -> Outcome:
         """An entry refused or failed under this same config: not trained or judged again."""
