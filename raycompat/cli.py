@@ -8,15 +8,22 @@
     raycompat search ... --ids ID [ID ...]        query with rows stored in M's gallery version
     raycompat search ... --nprobe N               inverted lists an IVF index visits per query
     raycompat gc --store ROOT [--older-than 24h] [--keep-versions K] [--dry-run]
+                                                  only in a marked store; --dry-run also
+                                                  says what it keeps and why
+    raycompat mark-store --store ROOT [--force]   mark a store written before markers
     raycompat report RUN_DIR [--json]             an upgrade run's report (report.md, or the
                                                   decisions and matrix as JSON)
     raycompat adopt URI --store ROOT --gallery G --version V --model M
         [--id-column C] [--embedding-column C]    publish an existing Parquet table (folder or
                                                   s3:// prefix) as a version, in place; Ray
-                                                  validates it (docs/store.md)
+                                                  validates it (docs/store.md); a rerun
+                                                  completes a killed one
 
 Listings print aligned tables (``cli_tables.py``); ``--json`` prints the same data as JSON for
-scripts. ``search`` prints id, score and the stored label of each hit.
+scripts. ``search`` prints id, score and the stored label of each hit: only items found, so a
+query gets fewer than ``-k`` where the version holds fewer rows or an IVF index's probed lists
+hold fewer (a note on stderr says so; ``--nprobe`` visits more). stdout carries only the
+listing: faiss's own printing goes to stderr, and ``--json`` is always valid JSON.
 
 ``search`` embeds the images with model M (or takes ``--vectors`` / ``--ids``), finds the
 gallery version M may query (its catalog grant: extracted, compatible or transformed), and
@@ -26,8 +33,8 @@ zero-padding), as in training. No Ray: this is the core.
 
 A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
 name each corrupt one (file and error) and exit 1. Errors are one line (``cli_errors.py``): exit
-2 for a usage error (no store at ``--store``), 1 for a store or data error; ``--debug`` shows the
-traceback.
+2 for a usage error (no store at ``--store``; a ``-k`` below 1, an unreadable, empty or malformed
+query file: :class:`QueryError`), 1 for a store or data error; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -47,10 +54,13 @@ from raycompat.cli_tables import RENDERERS
 from raycompat.credentials import configure_logging
 from raycompat.data.image_folder import read_image
 from raycompat.distances import ZeroNormError
+from raycompat.search import stdout_to_stderr
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.catalog import Catalog, QueryGrant
 from raycompat.store.errors import StoreError
+from raycompat.store.gc import GcArgumentError
 from raycompat.store.index import open_version_index
+from raycompat.store.lease import DEFAULT_TIMEOUT_S
 
 
 def gallery_versions(store: GalleryStore, gallery: str) -> list[dict]:
@@ -76,6 +86,11 @@ def _version_rows(infos: list[VersionInfo], grants: list[QueryGrant]) -> list[di
             }
         )
     return rows
+
+
+class QueryError(ValueError):
+    """What ``search`` was asked is unusable: ``-k`` below 1, or a query file that is
+    unreadable, empty or malformed (the message names the file). Exit status 2."""
 
 
 def open_store(root: str) -> GalleryStore:
@@ -138,27 +153,45 @@ def query_vectors(args, store: GalleryStore, catalog: Catalog, version: str) -> 
 
 
 def read_query_vectors(path: str, width: int) -> np.ndarray:
-    """A ``(Q, width)`` float array from ``.npy`` or from a Parquet ``embedding`` column."""
-    if path.endswith(".npy"):
-        try:
+    """A ``(Q, width)`` float array, ``Q >= 1``, from ``.npy`` or a Parquet ``embedding`` column.
+
+    Raises:
+        QueryError: the file is unreadable, or :func:`query_problem` finds it malformed.
+    """
+    try:
+        if path.endswith(".npy"):
             x = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as error:
-            raise StoreError(f"{path}: not a readable .npy array ({error})") from None
-    else:
-        import pyarrow.parquet as pq
+        else:
+            import pyarrow.parquet as pq
 
-        from raycompat.pipelines.inputs import vectors
+            from raycompat.pipelines.inputs import vectors
 
-        try:
             x = vectors(pq.read_table(path, columns=["embedding"]), "embedding")
-        except (OSError, KeyError, ValueError) as error:
-            raise StoreError(f"{path}: no readable 'embedding' column ({error})") from None
-    if x.ndim != 2 or x.shape[1] != width or not np.isfinite(x).all():
-        raise StoreError(
+    except (OSError, KeyError, ValueError, EOFError, AttributeError, TypeError) as error:
+        npy = path.endswith(".npy")
+        what = "not a readable .npy array" if npy else "no readable fixed-size list 'embedding'"
+        raise QueryError(f"{path}: {what} ({error})") from None
+    problem = query_problem(x, width)
+    if problem:
+        raise QueryError(
             f"{path}: expected finite vectors of shape (Q, {width}) for model width {width}, "
-            f"got shape {x.shape}"
+            f"got {problem}"
         )
     return x.astype(np.float32)
+
+
+def query_problem(x: np.ndarray, width: int) -> str | None:
+    """What makes ``x`` unusable as ``(Q >= 1, width)`` finite query vectors, or None."""
+    if x.dtype.kind not in "fiu":
+        return f"values of type {x.dtype}"
+    if x.ndim >= 1 and x.shape[0] == 0:
+        return f"no rows (shape {x.shape})"
+    if x.ndim != 2 or x.shape[1] != width:
+        return f"shape {x.shape}"
+    finite = np.isfinite(x).all(axis=1)
+    if not finite.all():
+        return f"NaN or inf in row {int(np.argmin(finite))}"
+    return None
 
 
 def _stored_rows(store: GalleryStore, gallery: str, version: str, ids: list, columns: list):
@@ -194,18 +227,28 @@ def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[st
     return vectors(table, "embedding")[[where[i] for i in ids]]
 
 
-def labels_of(store: GalleryStore, gallery: str, version: str, ids: np.ndarray) -> list:
-    """Stored ``label`` of each id in ``ids (Q, k)`` (None where absent or unlabelled)."""
-    wanted = sorted({i for i in ids.reshape(-1).tolist() if i is not None and i != -1})
+def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndarray]) -> list:
+    """Stored ``label`` of each id, per query (``ids``: one array per query; None where
+    unlabelled)."""
+    wanted = sorted({i for row in ids for i in row.tolist()})
     schema = next(store.iter_batches(gallery, version, batch_size=1)).schema
     if not wanted or "label" not in schema.names:
-        return [[None] * ids.shape[1] for _ in range(len(ids))]
+        return [[None] * len(row) for row in ids]
     where, table = _stored_rows(store, gallery, version, wanted, ["label"])
     labels = table.column("label").to_pylist()
-    return [[labels[where[i]] if i in where else None for i in row] for row in ids.tolist()]
+    return [[labels[where[i]] if i in where else None for i in row.tolist()] for row in ids]
 
 
 def search(args) -> dict:
+    """Top-k hits per query (only items found; see the module docstring). faiss prints from
+    C++ to the process's stdout while it loads or builds an index: sent to stderr here."""
+    if args.k < 1:
+        raise QueryError(f"-k must be >= 1 (hits per query), got {args.k}")
+    with stdout_to_stderr():
+        return _search(args)
+
+
+def _search(args) -> dict:
     store = open_store(args.store)
     catalog = Catalog(store)
     catalog.model(args.model)
@@ -214,24 +257,8 @@ def search(args) -> dict:
     names = args.images or args.ids or [f"{args.vectors}[{q}]" for q in range(len(queries))]
     # Built on first use, and rebuilt when the stored one fails verification (it is derived data).
     index = open_version_index(store, args.gallery, grant.gallery_version, rebuild=True)
-    width = index.info.width
-    shared = queries[:, :width]
-    if shared.shape[1] < width:  # a narrower query model: zero-pad (BCT sec. 3.2)
-        shared = np.pad(shared, ((0, 0), (0, width - shared.shape[1])))
-    # --nprobe tunes IVF indexes (large versions); an exact flat index has nothing to tune
-    nprobe = args.nprobe if index.index.is_ivf else None
-    try:
-        scores, ids = index.search(
-            np.ascontiguousarray(shared, dtype=np.float32), args.k, nprobe=nprobe
-        )
-    except ZeroNormError as err:
-        bad = ", ".join(str(names[row]) for row in err.rows)
-        raise ZeroNormError(
-            f"query {bad} is a zero vector for model {args.model}: cosine search cannot rank "
-            f"the gallery for it",
-            err.rows,
-        ) from None
-    labels = labels_of(store, args.gallery, grant.gallery_version, ids)
+    hits = _hits(index, queries, args, names)
+    labels = labels_of(store, args.gallery, grant.gallery_version, [ids for _, ids in hits])
     return {
         "gallery": args.gallery,
         "gallery_version": grant.gallery_version,
@@ -241,13 +268,51 @@ def search(args) -> dict:
             {
                 "query": str(name),
                 "image": name if args.images else None,
-                "ids": [None if i is None else str(i) for i in row],
-                "scores": [float(s) for s in srow],
+                "ids": [str(i) for i in ids.tolist()],
+                # finite for every hit of finite vectors; None keeps --json valid JSON regardless
+                "scores": [float(s) if np.isfinite(s) else None for s in scores.tolist()],
                 "labels": lrow,
             }
-            for name, row, srow, lrow in zip(names, ids, scores, labels, strict=True)
+            for name, (scores, ids), lrow in zip(names, hits, labels, strict=True)
         ],
     }
+
+
+def _hits(index, queries: np.ndarray, args, names: list) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``index.hits`` of the queries (zero-padded to the version's width, BCT sec. 3.2); a note
+    on stderr when a query got fewer than ``-k``."""
+    width = index.info.width
+    shared = queries[:, :width]
+    if shared.shape[1] < width:  # a narrower query model
+        shared = np.pad(shared, ((0, 0), (0, width - shared.shape[1])))
+    # --nprobe tunes IVF indexes (large versions); an exact flat index has nothing to tune
+    nprobe = args.nprobe if index.index.is_ivf else None
+    try:
+        hits = index.hits(np.ascontiguousarray(shared, dtype=np.float32), args.k, nprobe=nprobe)
+    except ZeroNormError as err:
+        bad = ", ".join(str(names[row]) for row in err.rows)
+        raise ZeroNormError(
+            f"query {bad} is a zero vector for model {args.model}: cosine search cannot rank "
+            f"the gallery for it",
+            err.rows,
+        ) from None
+    short = [len(ids) for _, ids in hits if len(ids) < args.k]
+    if short:
+        note = _short_note(index, args.k, nprobe, short, len(hits))
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+    return hits
+
+
+def _short_note(index, k: int, nprobe: int | None, short: list[int], queries: int) -> str:
+    """Why ``short`` (hit counts below k) of ``queries`` queries got fewer than ``k`` hits."""
+    rows, version = index.index.ntotal, index.info.version
+    if rows < k:
+        why = f"version {version} holds {rows} rows"
+    else:
+        lists = nprobe or index.index.index.nprobe
+        why = f"the {lists} inverted list(s) visited per query hold fewer; raise --nprobe"
+    fewest = min(short)
+    return f"{len(short)} of {queries} queries got fewer than -k {k} hits (fewest {fewest}): {why}"
 
 
 def report(args) -> dict | str:
@@ -294,11 +359,13 @@ def positive_int(text: str) -> int:
 
 
 def gc(args) -> dict:
-    """List (``--dry-run``) or delete what ``raycompat.store.gc`` finds; see docs/store.md."""
-    from raycompat.store.gc import collect, plan_gc
+    """List (``--dry-run``) or delete what ``raycompat.store.gc`` finds, and what it keeps and
+    why; refuses an unmarked folder (exit 2); see docs/store.md."""
+    from raycompat.store.gc import collect, make_plan
 
     store = open_store(args.store)
-    items = plan_gc(store, older_than_s=args.older_than, keep_versions=args.keep_versions)
+    plan = make_plan(store, older_than_s=args.older_than, keep_versions=args.keep_versions)
+    items = plan.items
     freed = 0 if args.dry_run else collect(store, items)
     return {
         "store": args.store,
@@ -306,9 +373,31 @@ def gc(args) -> dict:
         "items": [
             {"kind": i.kind, "uri": i.uri, "reason": i.reason, "bytes": i.bytes} for i in items
         ],
+        "kept": [{"kind": k.kind, "what": k.what, "reason": k.reason} for k in plan.kept],
         "bytes": sum(i.bytes for i in items),
         "bytes_freed": freed,
     }
+
+
+def mark_store(args) -> str:
+    """Mark ``--store`` as a raycompat store, so gc may manage it (``store/marker.py``).
+    Refuses a folder holding no version record and no model catalog unless ``--force``."""
+    from raycompat.store.errors import MissingStoreError
+    from raycompat.store.marker import MARKER_NAME, read_marker, store_contents
+
+    store = GalleryStore(args.store)
+    uri = store.uri()
+    marker = read_marker(store.backend)
+    if marker is not None:
+        return f"{uri} is already marked ({marker.format}, created {marker.created})"
+    found = store_contents(store.backend)
+    if not found and not args.force:
+        raise MissingStoreError(
+            f"{uri} holds no gallery record (*/_versions/*.json) and no model catalog "
+            f"(_models/*.json), so it does not look like a store; not marked (--force marks it)"
+        )
+    store.mark()
+    return f"marked {uri} as a raycompat store ({MARKER_NAME}): {', '.join(found) or 'empty'}"
 
 
 def adopt(args) -> dict:
@@ -329,7 +418,7 @@ def adopt(args) -> dict:
         id_column=args.id_column,
         embedding_column=args.embedding_column,
     )
-    if not ray.is_initialized():
+    if plan.published is None and not ray.is_initialized():  # a rerun completes without Ray
         ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
     normalized = {"auto": None, "yes": True, "no": False}[args.normalized]
     info = run_adoption(store, plan, normalized=normalized)
@@ -353,6 +442,7 @@ COMMANDS = {
     "search": search,
     "report": report,
     "gc": gc,
+    "mark-store": mark_store,
     "adopt": adopt,
 }
 
@@ -419,7 +509,9 @@ def parser() -> argparse.ArgumentParser:
         "--older-than",
         type=duration_s,
         default=duration_s("24h"),
-        help="only what is older than this (24h, 90m, 2d or seconds; default 24h)",
+        help="only what is older than this (24h, 90m, 2d or seconds; default 24h; at least "
+        f"the lease timeout, {DEFAULT_TIMEOUT_S:g} s): a staging area counts from when its "
+        "lease expired",
     )
     p.add_argument(
         "--keep-versions",
@@ -428,7 +520,22 @@ def parser() -> argparse.ArgumentParser:
         help="also remove published versions older than the newest K, unless a registered "
         "model queries them or the newest version's lineage names them",
     )
-    p.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list what would go and what is kept, with reasons; delete nothing",
+    )
+    p = sub.add_parser(
+        "mark-store",
+        help="mark a store written before store markers, so gc may manage it",
+        parents=[debug],
+    )
+    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="mark it even if it holds no version record and no model catalog yet",
+    )
     p = sub.add_parser(
         "adopt",
         help="publish an existing Parquet table (a folder or s3:// prefix) as a version, "
@@ -460,7 +567,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 for a store or data error (a corrupt record among those listed, a
-    version or grant that is missing), 2 for a usage error (no store at ``--store``)."""
+    version or grant that is missing), 2 for a usage error (no store at ``--store``, a
+    :class:`QueryError`)."""
     configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)
     if getattr(args, "verbose", False):
@@ -481,11 +589,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         out = COMMANDS[args.command](args)
-    except (*USAGE_ERRORS, StoreError, FileNotFoundError, ZeroNormError) as err:
+    except (*USAGE_ERRORS, QueryError, StoreError, FileNotFoundError, ZeroNormError) as err:
         if debug:
             raise
         print(error_line(PROG, err), file=sys.stderr)
-        return 2 if isinstance(err, USAGE_ERRORS) else 1
+        return 2 if isinstance(err, (*USAGE_ERRORS, QueryError, GcArgumentError)) else 1
     if isinstance(out, str):
         print(out)
     elif getattr(args, "json", False) or args.command not in RENDERERS:

@@ -1,20 +1,30 @@
 """Nearest-neighbour search over a gallery: faiss indexes and a chunked torch reference.
 
 ``build_index`` returns a :class:`SearchIndex` whose ``search`` always gives scores where higher
-is better (``-||q - g||^2`` for ``"l2"``, see :mod:`raycompat.distances`). ``kind="flat"`` is exact;
+is better (``-||q - g||^2`` for ``"l2"``, see :mod:`raycompat.distances`), padded with row -1
+where fewer than k were found (:func:`real_hits` drops that padding). ``kind="flat"`` is exact;
 ``kind="ivfpq"`` is the approximate inverted-file + product-quantisation index used at gallery
 scale; ``kind="sharded_ivf"`` is an inverted file of full vectors (IVF-Flat) whose size follows
 :func:`ivf_nlist`, which the store fills shard by shard and merges on disk for large versions
 (:mod:`raycompat.store.sharded_index`; ``build_index`` gives the same index in memory). With
 ``use_gpu="auto"`` the index is moved to the GPU when faiss was built with GPU support and a GPU
 is visible, otherwise it stays on the CPU.
+
+faiss prints some progress from C++ with ``printf`` (``IO_FLAG_ONDISK_SAME_DIR: updating ondisk
+filename ...``, ``resizing ...``); :func:`stdout_to_stderr` sends it to stderr around those calls,
+so a program's stdout carries only its own output (``raycompat search --json``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import math
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +144,45 @@ def _resolve_gpu(use_gpu: bool | str) -> bool:
     return bool(use_gpu)
 
 
+_LIBC = ctypes.CDLL(None)  # the process's C library: its fflush empties printf's buffer
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Within the block, what this process writes to its stdout file descriptor (1) goes to
+    stderr: faiss prints from C++ with ``printf``, past ``sys.stdout``. Python's and C's stdout
+    buffers are flushed on entry and exit, so earlier output keeps its place and nothing printed
+    inside reaches stdout later. Other threads' stdout writes in the block go to stderr too."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    _LIBC.fflush(None)
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        _LIBC.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def real_hits(
+    scores: np.ndarray, rows: np.ndarray, ids: Any = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per query, ``(scores (n,), rows (n,))`` of the items found, ``n <= k``, best first:
+    ``scores, rows (Q, k)`` of :meth:`SearchIndex.search` without faiss's padding (row -1).
+    ``ids``: row -> id (an array, or anything indexed by an int array); given, the found rows
+    are mapped to ids (in one lookup) after the padding is dropped, so an id may be -1."""
+    keep = rows >= 0
+    found = rows[keep] if ids is None else ids[rows[keep]]
+    splits = np.cumsum(keep.sum(axis=1))[:-1]
+    return list(zip(np.split(scores[keep], splits), np.split(found, splits), strict=True))
+
+
 def _to_faiss(x: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float32)
 
@@ -183,8 +232,8 @@ class SearchIndex:
             nprobe: inverted lists visited for this call (IVF kinds); default the index's.
         Returns:
             ``scores (Q, k)`` float32, higher is better, best first; ``indices (Q, k)`` int64 into
-            the gallery. An approximate index that finds fewer than k items pads with index -1
-            and score -inf.
+            the gallery. An approximate index that finds fewer than k items (its probed lists
+            hold fewer) pads with index -1 and score -inf; :func:`real_hits` drops them.
         Raises:
             ZeroNormError: a cosine index got query rows of zero norm (named in the message);
                 ``l2`` and ``inner_product`` answer them.

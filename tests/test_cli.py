@@ -201,6 +201,6 @@ def test_search_query_errors_are_one_line(served, capsys, tmp_path):
     assert code == 1 and "no row with id(s) ['img999']" in err
     np.save(tmp_path / "wide.npy", np.ones((2, 7), np.float32))
     code, err = run(capsys, "search", "--vectors", str(tmp_path / "wide.npy"), *base)
-    assert code == 1 and "wide.npy: expected finite vectors of shape (Q, 4)" in err
+    assert code == 2 and "wide.npy: expected finite vectors of shape (Q, 4)" in err
     code, err = run(capsys, "search", str(paths[0]), "--ids", "img1", *base)
     assert code == 2 and "one of them" in err

@@ -28,13 +28,7 @@ from raycompat.store.index import (
     open_version_index,
 )
 
-
-@pytest.fixture(autouse=True)
-def one_faiss_thread():
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 @pytest.fixture

@@ -24,12 +24,7 @@ ROWS, WIDTH, PARTS, ROWS_PER_SHARD = 4000, 16, 8, 1000  # 4 shards of 2 parts ea
 OPTIONS = dict(flat_max_rows=1000, rows_per_shard=ROWS_PER_SHARD, use_gpu=False)
 
 
-@pytest.fixture(autouse=True)
-def one_faiss_thread():
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 def clustered(n: int, seed: int) -> np.ndarray:

@@ -37,7 +37,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raycompat.distances import get_distance
-from raycompat.search import INDEX_KINDS, SHARDED_IVF, SearchIndex, build_index
+from raycompat.search import INDEX_KINDS, SHARDED_IVF, SearchIndex, build_index, real_hits
 from raycompat.store.errors import CorruptIndexError, MissingIndexError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
@@ -73,11 +73,25 @@ class VersionIndex:
 
         ``nprobe``: inverted lists visited (IVF kinds), default the build's. An approximate
         index that finds fewer than k items pads with score ``-inf`` and id ``None`` (string
-        ids) or ``-1`` (int64 ids).
+        ids) or ``-1`` (int64 ids, where -1 may also be a real id): :meth:`hits` returns only
+        what was found.
         """
         scores, rows = self.index.search(queries, k, nprobe=nprobe)
         missing = None if self.ids.dtype == object else -1
         return scores, np.where(rows >= 0, self.ids[np.maximum(rows, 0)], missing)
+
+    def hits(
+        self, queries: Any, k: int, nprobe: int | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Only the items found, per query: a list of ``(scores (n,), ids (n,))``, best first.
+
+        ``n <= k``: ``n`` is smaller where ``k`` exceeds the version's rows (every row is then
+        returned) or an IVF index's probed lists hold fewer than ``k`` items (``nprobe``, as
+        in :meth:`search`, visits more). faiss's padding is dropped by its row label (-1)
+        before rows map to ids, so an int64 id -1 is a real hit.
+        """
+        scores, rows = self.index.search(queries, min(int(k), self.index.ntotal), nprobe)
+        return real_hits(scores, rows, self.ids)
 
 
 def _vectors(batch: pa.RecordBatch, width: int) -> np.ndarray:

@@ -37,11 +37,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raycompat.distances import get_distance
-from raycompat.search import INDEX_KINDS, SHARDED_IVF, _resolve_gpu
+from raycompat.search import INDEX_KINDS, SHARDED_IVF, _resolve_gpu, stdout_to_stderr
 from raycompat.store.errors import CorruptIndexError, ManifestError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
-from raycompat.store.parquet import iter_file_batches, open_parquet
+from raycompat.store.parquet import iter_file_batches
 from raycompat.store.schema import validate_schema, validate_values
 
 TEMPLATE, SHARDS_DIR, SAMPLE_DIR = "_template.faiss", "_shards", "_sample"
@@ -54,7 +54,8 @@ class Shard:
     """A run of consecutive part files of the version; rows ``[first_row, first_row + rows)``.
 
     Attributes:
-        files: part files relative to the gallery (``info.files`` order).
+        files: the version's files as its record lists them (``info.files`` order): relative
+            to the gallery, or to the ``external`` root of an adopted version.
         file_rows: rows of each file, from its footer when planned.
     """
 
@@ -158,14 +159,21 @@ def read_template(store: GalleryStore, ctx: ShardContext, sha256: str, folder: s
     return faiss.read_index(local)
 
 
+def version_paths(store: GalleryStore, gallery: str, info: VersionInfo) -> dict:
+    """``{file as the record lists it: (filesystem path, URI)}``, resolved as the store does
+    (an adopted version's files lie under its ``external`` root, not in the gallery)."""
+    return dict(zip(info.files, store.version_files(gallery, info), strict=True))
+
+
 def iter_shard_vectors(
     store: GalleryStore, ctx: ShardContext, shard: Shard
 ) -> Iterator[np.ndarray]:
     """The shard's rows as float32 ``(B, d)`` batches, prepared for the distance, validated."""
     dist, info = get_distance(ctx.distance), ctx.info
+    paths = version_paths(store, ctx.gallery, info)
     for rel, planned in zip(shard.files, shard.file_rows, strict=True):
-        path, source = store.path(ctx.gallery, rel), store.uri(ctx.gallery, rel)
-        with open_parquet(store.filesystem, path, source) as parquet:
+        path, source = paths[rel]
+        with store.open_file(info, path, source) as parquet:
             validate_schema(parquet.schema_arrow, info, source)
             if parquet.metadata.num_rows != planned:
                 raise ManifestError(
@@ -341,7 +349,8 @@ def merge_shards(ctx: ShardContext, shards: list[Shard], template_sha256: str) -
             local_copy(store, _shard_paths(store, ctx, s)[0], os.path.join(work, SHARDS_DIR))
             for s in shards
         ]
-        merge_ondisk(index, inputs, os.path.join(work, "index.ivfdata"))
+        with stdout_to_stderr():  # faiss prints each resize of the data file
+            merge_ondisk(index, inputs, os.path.join(work, "index.ivfdata"))
         if index.ntotal != ctx.info.rows:
             raise CorruptIndexError(
                 f"{store.backend.uri(ctx.path(store))}: shards hold {index.ntotal} rows, "

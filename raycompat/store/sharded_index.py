@@ -39,7 +39,8 @@ is cheap; ``keep_shards=False`` deletes them after publishing.
 nlist)``, between 16 and ``nlist``; ``VersionIndex.search(..., nprobe=)`` and ``raycompat search
 --nprobe`` override it. The loader opens ``index.faiss`` with ``IO_FLAG_ONDISK_SAME_DIR``: the
 lists stay in the memory-mapped ``index.ivfdata`` (the page cache holds what queries touch), and
-ids are looked up in the memory-mapped ``ids.arrow``. A local store is opened in place; an S3
+ids are looked up in the memory-mapped ``ids.arrow`` (faiss's note of where it found the lists
+goes to stderr: :func:`raycompat.search.stdout_to_stderr`). A local store is opened in place; an S3
 store's files are copied to a local folder that lives as long as the loaded index. The index
 stays on the CPU unless ``use_gpu=True`` (a GPU copy would hold every list in GPU memory).
 
@@ -75,12 +76,12 @@ from raycompat.search import (
     gpu_available,
     ivf_nlist,
     ivf_nprobe,
+    stdout_to_stderr,
 )
 from raycompat.store.errors import CorruptIndexError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.mapped_ids import MappedIds
-from raycompat.store.parquet import open_parquet
 from raycompat.store.shard_tasks import (
     MERGED_FILES,
     SAMPLE_DIR,
@@ -95,6 +96,7 @@ from raycompat.store.shard_tasks import (
     store_sha256,
     train_template,
     verify_shard,
+    version_paths,
     write_sample,
 )
 
@@ -146,8 +148,8 @@ def plan_shards(
     """Group the version's part files, in order, into shards of at least ``rows_per_shard`` rows
     (the last may be smaller); rows counted from the footers."""
     shards, files, counts, first = [], [], [], 0
-    for k, rel in enumerate(info.files):
-        with open_parquet(store.filesystem, store.path(gallery, rel), store.uri(gallery, rel)) as f:
+    for k, (rel, (path, source)) in enumerate(version_paths(store, gallery, info).items()):
+        with store.open_file(info, path, source) as f:
             files.append(rel)
             counts.append(f.metadata.num_rows)
         if sum(counts) >= rows_per_shard or k == len(info.files) - 1:
@@ -432,7 +434,8 @@ def load_sharded_index(
     try:
         meta = json.loads(Path(folder, "index.faiss.json").read_text())
         flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
-        raw = faiss.read_index(os.path.join(folder, "index.faiss"), flags)
+        with stdout_to_stderr():  # faiss prints where it finds index.ivfdata
+            raw = faiss.read_index(os.path.join(folder, "index.faiss"), flags)
         index = SearchIndex(raw, get_distance(meta["distance"]), meta["kind"])
         ids = MappedIds(os.path.join(folder, "ids.arrow"))
     except (RuntimeError, ValueError, KeyError, OSError) as error:
