@@ -11,7 +11,6 @@ the exported model and its features), ``compatibility.json``, ``state.json``, ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -19,24 +18,16 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.config import load_config  # noqa: E402
 from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
+from raycompat.job_entry import job_config, job_parser  # noqa: E402
 from raycompat.train.config import TrainConfig  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="YAML file with TrainConfig keys")
-    parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="show Ray Train's progress lines and our debug lines (default: one line per epoch)",
-    )
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. epochs=2")
-    args = parser.parse_args(argv)
+    args = job_parser(__doc__, "TrainConfig").parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
-    cfg = load_config(TrainConfig, args.config, args.overrides)
+    default = "the built-in TrainConfig defaults (TrainConfig() in raycompat/train/config.py)"
+    cfg = job_config(TrainConfig, args, default=default, outputs=("run.storage_path",))
     register_secrets(cfg)
 
     from raycompat.ray_console import init_ray

@@ -13,7 +13,6 @@ source version) are checked before Ray starts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -21,25 +20,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.config import ConfigError, load_config  # noqa: E402
+from raycompat.config import ConfigError  # noqa: E402
 from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
+from raycompat.job_entry import job_config, job_parser  # noqa: E402
 from raycompat.pipelines.config import TransformJobConfig  # noqa: E402
 
 logger = logging.getLogger("raycompat.jobs.transform")
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="YAML file with TransformJobConfig keys")
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="show Ray's info lines and our debug lines (default: progress lines)",
-    )
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
-    args = parser.parse_args(argv)
+    args = job_parser(__doc__, "TransformJobConfig", address=False).parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
-    cfg = load_config(TransformJobConfig, args.config, args.overrides)
+    default = "the built-in TransformJobConfig defaults, which name no store"
+    cfg = job_config(TransformJobConfig, args, default=default, outputs=("store.root",))
     register_secrets(cfg)
     for key in ("root", "gallery"):
         if not getattr(cfg.store, key):

@@ -13,7 +13,6 @@ one training run per trial under ``runs/``, and ``results/`` with ``trials.csv``
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -21,26 +20,18 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.config import load_config  # noqa: E402
 from raycompat.credentials import configure_logging  # noqa: E402
+from raycompat.job_entry import job_config, job_parser  # noqa: E402
 from raycompat.tune.config import SweepConfig  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="YAML file with SweepConfig keys")
-    parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="show Ray Train's progress lines and our debug lines (default: one line per epoch)",
-    )
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. num_samples=2")
-    args = parser.parse_args(argv)
+    args = job_parser(__doc__, "SweepConfig").parse_args(argv)
     # Scrubs the environment's credentials (a sweep config holds none: its ParamSpec.key
     # is a config key, not an access key, so the config is not registered).
     configure_logging()
-    sweep = load_config(SweepConfig, args.config, args.overrides)
+    default = "the built-in SweepConfig defaults (a grid over configs/train_mnist_cores.yaml)"
+    sweep = job_config(SweepConfig, args, default=default, outputs=("storage_path",))
 
     from raycompat.ray_console import init_ray
     from raycompat.tune.results import publish_outputs

@@ -27,7 +27,6 @@ for an entry skipped because it failed before).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -36,8 +35,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.config import load_config, to_dict  # noqa: E402
+from raycompat.config import to_dict  # noqa: E402
 from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
+from raycompat.job_entry import job_config, job_parser  # noqa: E402
 from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config  # noqa: E402
 
 log = logging.getLogger("raycompat.jobs.upgrade")
@@ -45,9 +45,7 @@ REFUSED_EXIT = 3
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="YAML file with UpgradeConfig keys (default: MNIST-5k)")
-    parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+    parser = job_parser(__doc__, "UpgradeConfig")
     parser.add_argument(
         "--fail-on-refuse",
         action="store_true",
@@ -59,15 +57,11 @@ def main(argv: list[str] | None = None) -> dict:
         help="judge again the upgrades an earlier run refused or that failed under the same "
         "config (by default they are skipped, and the log says so)",
     )
-    parser.add_argument(
-        "--verbose",
-        action="store_true",
-        help="show Ray Train's progress lines and our debug lines (default: one line per epoch)",
-    )
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     args = parser.parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
-    cfg = load_config(UpgradeConfig, args.config, args.overrides)
+    default = "the embedded MNIST-5k open-set history (configs/upgrade_mnist.yaml spells it out)"
+    outputs = ("store.root", "report_dir", "work_dir", "training.run.storage_path")
+    cfg = job_config(UpgradeConfig, args, default=default, outputs=outputs)
     register_secrets(cfg)
     check_upgrade_config(cfg)
 

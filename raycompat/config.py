@@ -8,6 +8,7 @@ ge=1)``), so that a value that type-checks but cannot be meant (0 epochs) fails 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import operator
 import re
@@ -173,25 +174,80 @@ def _build(cls: type[C], data: dict, prefix: str = "") -> C:
     return out
 
 
-def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def override_path(key: str) -> list[str]:
+    """``"upgrades[0].epochs"`` or ``"upgrades.0.epochs"`` -> ``["upgrades", "0", "epochs"]``."""
+    parts = _INDEX.sub(r".\1", key.strip()).split(".")
+    if not all(parts):
+        raise ConfigError(f"override key {key!r} has an empty part")
+    return parts
+
+
+def _step(node: Any, part: str, key: str) -> Any:
+    """The child ``part`` of ``node`` (a section, or a list by index) on the way to ``key``."""
+    if isinstance(node, list):
+        return node[_list_index(node, part, key)]
+    if not isinstance(node, dict):
+        raise ConfigError(f"override {key!r}: {part!r} is not a section")
+    if node.get(part) is None:  # an absent or null section: the override starts it
+        node[part] = {}
+    return node[part]
+
+
+def _list_index(node: list, part: str, key: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError(
+            f"override {key!r}: {part!r} is not an index of that list (it has {len(node)} "
+            f"entries: 0..{len(node) - 1})"
+        )
+    return int(part)
+
+
+def set_override(data: dict, key: str, value: Any) -> None:
+    """Set ``key`` (dotted, list entries by index) to ``value`` in the nested ``data``."""
+    *parents, last = override_path(key)
     node = data
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"override {dotted!r}: {part!r} is not a section")
-    node[parts[-1]] = value
+    for part in parents:
+        node = _step(node, part, key)
+    if isinstance(node, list):
+        node[_list_index(node, last, key)] = value
+    elif isinstance(node, dict):
+        given = node.get(last)
+        node[last] = (
+            _merge(given, value) if isinstance(given, dict) and isinstance(value, dict) else value
+        )
+    else:
+        raise ConfigError(f"override {key!r}: {parents[-1]!r} is not a section")
+
+
+def _split_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key.sub=value")
+    key, raw = item.split("=", 1)
+    return key, load_yaml(raw) if raw else ""
 
 
 def parse_overrides(overrides: list[str]) -> dict:
-    """``["train.epochs=3", "method.name=bct"]`` -> nested dict (values parsed as YAML scalars)."""
+    """``["train.epochs=3", "method.name=bct"]`` -> nested dict (values parsed as YAML scalars).
+    List entries cannot be addressed here (there is no list to index): see
+    :func:`apply_to`."""
     data: dict = {}
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form key.sub=value")
-        key, raw = item.split("=", 1)
-        _set_dotted(data, key.strip(), load_yaml(raw) if raw else "")
+        key, value = _split_override(item)
+        set_override(data, key, value)
     return data
+
+
+def apply_to(data: dict, overrides: list[str]) -> dict:
+    """A copy of the nested ``data`` with each ``key=value`` override set in it, in order; a
+    key may go through list entries by index (``upgrades.0.epochs=1``)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        key, value = _split_override(item)
+        set_override(out, key, value)
+    return out
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -229,8 +285,8 @@ def load_config(
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         data = loaded
-    data = _merge(_merge(_defaults(cls), data), parse_overrides(overrides or []))
     try:
+        data = apply_to(_merge(_defaults(cls), data), overrides or [])
         return _build(cls, data)
     except ConfigError as exc:
         where = f"{path}: " if path is not None else ""
@@ -240,7 +296,7 @@ def load_config(
 def apply_overrides(config: C, overrides: list[str]) -> C:
     """A copy of ``config`` with ``key.sub=value`` overrides applied and re-validated."""
     try:
-        return _build(type(config), _merge(to_dict(config), parse_overrides(overrides)))
+        return _build(type(config), apply_to(to_dict(config), overrides))
     except ConfigError as exc:
         raise ConfigError(f"overrides {overrides}: {exc}") from None
 

@@ -22,6 +22,7 @@ from raycompat.pipelines import RunOptions, SourceSpec
 from raycompat.pipelines.extract import ExtractChunks
 from raycompat.pipelines.sources import open_source
 from raycompat.store import GalleryStore, VersionInfo, embedding_schema
+from raycompat.store.part_record import part_of_file
 from raycompat.train.config import ModelSpec
 from raycompat.train.export import build_model, export_model, load_exported_model
 
@@ -86,7 +87,7 @@ def test_batched_extraction_equals_per_image_decoding_and_forward(tmp_path):
     )
     extract, chunks, staging = worker(tmp_path, source)
     assert [call(extract, c)["rows"] for c in chunks] == [[20], [20]]
-    out = pa.concat_tables([pq.read_table(f) for f in staging.files()])
+    out = pa.concat_tables([pq.read_table(f) for f in extract.staging.files()])  # the worker's
     model = load_exported_model(str(tmp_path / "model"))[0]
     # the old path: Pillow image by image, the model on the same batches of 6
     images = torch.stack([read_image(e, size=(SIZE, SIZE)) for e in encoded])
@@ -112,6 +113,9 @@ def test_a_corrupt_image_fails_the_chunk_by_row_and_leaves_no_part(tmp_path):
     call(extract, chunks[0])
     with pytest.raises(CorruptDataError, match=r"cannot decode image .*images\.parquet row 33"):
         call(extract, chunks[1])
-    assert [Path(f).name for f in staging.files()] == ["part-00000-0000.parquet"]
+    assert [part_of_file(f) for f in extract.staging.files()] == ["part-00000-0000.parquet"]
+    assert [part_of_file(f) for f in staging.resume() and staging.files()] == [
+        "part-00000-0000.parquet"  # what a rerun's driver finds complete
+    ]
     assert not any(Path(staging.path).glob("_tmp/*"))
     assert not any(t.name == "prefetch" for t in threading.enumerate())
