@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import ray
 
 from raycompat.store import DuplicateIdError, Staging
+from raycompat.store.part_record import part_of_file
 
 _COUNT = "count()"
 SHOWN = 3  # duplicated ids named in the error
@@ -51,7 +52,7 @@ def check_unique_distributed(staging: Staging, paths: list[str], id_column: str 
         return batch.filter(pc.equal(batch["id"], pa.scalar(first, batch.schema.field("id").type)))
 
     where = ids.map_batches(holding, batch_format="pyarrow").take(20)
-    files = sorted({staging.uri_of(r["path"]) for r in where})
+    files = sorted({staging.uri_of(r["path"]) for r in where}, key=part_of_file)  # part order
     others = [r["id"] for r in repeated[1:]]
     raise DuplicateIdError(
         f"duplicate id {first!r} ({repeated[0][_COUNT]} rows) in {', '.join(files)}"
