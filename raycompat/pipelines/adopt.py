@@ -1,15 +1,17 @@
-"""``adopt_version``: register an existing Parquet table as a published version, in place.
+"""``adopt_version``: register an existing table (Delta, Iceberg, Parquet) as a version, in place.
 
     adopt_version(store, "faces", "v1", "s3://bucket/tables/faces", model="clip-b32",
                   id_column="image_id", embedding_column="vec")
 
-The driver lists the files; Ray tasks validate them (one task per group of files, each file
-streamed a batch at a time) and return one constant-size report per file; Ray Data groups the
-ids to find any id held twice (``unique.py``), unless the reports already prove them unique
-(ids increasing in each file, file ranges disjoint); the driver then publishes the record from
-the reports. Nothing on the driver grows with the rows. The core steps, and why the files are
-pinned, are in ``raycompat/store/adopt.py`` and ``raycompat/store/external.py``. A rerun of an
-adoption whose record was published completes it (model record and grant) without Ray.
+The driver finds the files (a Delta or Iceberg snapshot's data files, read through the format's
+own library, or a plain folder's ``*.parquet``: ``raycompat/store/table_formats.py``); Ray
+tasks validate them (one task per group of files, each file streamed a batch at a time) and
+return one constant-size report per file; Ray Data groups the ids to find any id held twice
+(``unique.py``), unless the reports already prove them unique (ids increasing in each file,
+file ranges disjoint); the driver then publishes the record from the reports. Nothing on the
+driver grows with the rows. The core steps, and why the files are pinned, are in
+``raycompat/store/adopt.py`` and ``raycompat/store/external.py``. A rerun of an adoption whose
+record was published completes it (model record and grant) without Ray.
 """
 
 from __future__ import annotations
@@ -72,12 +74,17 @@ def adopt_version(
     normalized: bool | None = None,
     lineage: str | None = None,
     batch_size: int = 65536,
+    as_of: str | None = None,
 ) -> VersionInfo:
-    """Publish the ``*.parquet`` files under ``uri`` as ``gallery/version``, without copying.
+    """Publish the table at ``uri`` as ``gallery/version``, without copying.
 
     Args:
         uri: a local folder or file, or an ``s3://`` prefix or object, on the store's kind of
-            filesystem (it is read with the store's credentials, now and by every reader).
+            filesystem (it is read with the store's credentials, now and by every reader): a
+            Delta or Iceberg table (its current snapshot's data files) or a folder of
+            ``*.parquet`` files. Hudi and Lance tables are refused.
+        as_of: a Delta version or Iceberg snapshot id, or an ISO timestamp: adopt that
+            snapshot instead of the current one.
         model: the version's model; registered in the catalog if new (no files: it searches
             with vectors) and granted the version (``extracted``).
         id_column / embedding_column: the table's names for ``id`` and ``embedding``.
@@ -87,8 +94,10 @@ def adopt_version(
     Raises:
         StoreError: a file is unreadable, lacks a column, holds a row of another width, a
             null id or vector, NaN/inf, or an id another row holds (the error names the file
-            and the row or id); the version exists as another table or model (the error
-            says what differs); the model's width differs. Nothing is written then. The
+            and the row or id); the table's format or snapshot cannot be pinned as files
+            (``UnsupportedTableError``: Hudi, Lance, deletion vectors, delete files); the
+            version exists as another table or model (the error says what differs); the
+            model's width differs. Nothing is written then. The
             version existing as this same adoption (a killed run) is not an error: the
             missing model record and grant are written.
     """
@@ -100,6 +109,7 @@ def adopt_version(
         model=model,
         id_column=id_column,
         embedding_column=embedding_column,
+        as_of=as_of,
     )
     return run_adoption(store, plan, normalized=normalized, lineage=lineage, batch_size=batch_size)
 

@@ -24,7 +24,7 @@ grant is missing (the same content again is a no-op). Any difference is a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
@@ -36,11 +36,14 @@ from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo, now_utc, record_path
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.paths import check_name, join
+from raycompat.store.table_formats import TableSnapshot, read_snapshot
 
 
 @dataclass
 class AdoptionPlan:
-    """What to adopt: ``files`` (relative to ``root``, a filesystem path; ``uri`` names it)."""
+    """What to adopt: ``files`` (relative to ``root``, a filesystem path; ``uri`` names it).
+    For a Delta or Iceberg snapshot, ``table`` is ``{"format", "version"}`` and ``sizes`` the
+    files' bytes as the table's log records them (``table_formats.py``)."""
 
     gallery: str
     version: str
@@ -51,9 +54,18 @@ class AdoptionPlan:
     id_column: str = "id"
     embedding_column: str = "embedding"
     published: VersionInfo | None = None  # the record of this same adoption, from a rerun
+    table: dict | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
 
     def external(self) -> dict:
         return {"id_column": self.id_column, "embedding_column": self.embedding_column}
+
+    @property
+    def source(self) -> str:
+        """What was adopted, for lineage: ``delta:<uri>@<version>``, or the folder's uri."""
+        if self.table is None:
+            return self.uri
+        return f"{self.table['format']}:{self.uri}@{self.table['version']}"
 
 
 def plan_adoption(
@@ -65,9 +77,13 @@ def plan_adoption(
     model: str,
     id_column: str = "id",
     embedding_column: str = "embedding",
+    as_of: str | None = None,
 ) -> AdoptionPlan:
-    """Check names, list the ``*.parquet`` files under ``uri`` (a folder, an S3 prefix or one
-    file), and check the version and the model's grant; fails before any file is read.
+    """Check names, find the files of the table at ``uri`` (a folder, an S3 prefix or one
+    file): a Delta or Iceberg snapshot's data files (the current one, or ``as_of``: a version
+    or snapshot number, or an ISO timestamp), or a plain folder's ``*.parquet`` files; other
+    table formats are refused (``table_formats.py``). Then check the version and the model's
+    grant; fails before any data file is read.
 
     An existing version that is this same adoption (a rerun) sets ``published``; one that is
     not is a PublishConflictError naming what differs."""
@@ -75,17 +91,26 @@ def plan_adoption(
         check_name(kind, name)
     if id_column == embedding_column:
         raise SchemaError(f"the id and embedding columns are both {id_column!r}")
-    root, files = _list_table(store, uri)
+    root, snapshot = _find_table(store, uri, as_of)
     plan = AdoptionPlan(
-        gallery, version, model, store.backend.uri(root), root, files, id_column, embedding_column
+        gallery,
+        version,
+        model,
+        store.backend.uri(root),
+        root,
+        snapshot.files,
+        id_column,
+        embedding_column,
+        table=snapshot.identity(),
+        sizes=snapshot.sizes,
     )
     plan.published = _published(store, plan)
     _check_model(store, gallery, model, version if plan.published else None)
     return plan
 
 
-def _list_table(store: GalleryStore, uri: str) -> tuple[str, list[str]]:
-    """``(root, files relative to it)`` of the table at ``uri``."""
+def _find_table(store: GalleryStore, uri: str, as_of: str | None) -> tuple[str, TableSnapshot]:
+    """``(root, the snapshot's files relative to it)`` of the table at ``uri``."""
     scheme, _, rest = uri.partition("://") if "://" in uri else ("file", "", uri)
     if scheme != store.backend.scheme:
         raise StoreError(
@@ -98,19 +123,11 @@ def _list_table(store: GalleryStore, uri: str) -> tuple[str, list[str]]:
     found = fs.get_file_info(root)
     if found.type == pafs.FileType.NotFound:
         raise StoreError(f"{uri}: no such folder, prefix or file")
-    if found.type == pafs.FileType.File:
-        root, files = root.rsplit("/", 1)[0], [root.rsplit("/", 1)[1]]
-    else:
-        files = sorted(
-            e.path[len(root) + 1 :]
-            for e in fs.get_file_info(pafs.FileSelector(root, recursive=True))
-            if e.type == pafs.FileType.File
-            and e.path.endswith(".parquet")
-            and not any(s.startswith(("_", ".")) for s in e.path[len(root) + 1 :].split("/"))
-        )
-    if not files:
-        raise StoreError(f"{uri}: no Parquet files (*.parquet) to adopt")
-    return root, files
+    if found.type != pafs.FileType.File:
+        return root, read_snapshot(store, root, uri, as_of)
+    if as_of is not None:
+        raise StoreError(f"{uri}: --as-of applies to a table folder, not to one file")
+    return root.rsplit("/", 1)[0], TableSnapshot("parquet", [root.rsplit("/", 1)[1]])
 
 
 def _published(store: GalleryStore, plan: AdoptionPlan) -> VersionInfo | None:
@@ -137,12 +154,14 @@ def adoption_differences(store: GalleryStore, plan: AdoptionPlan, info: VersionI
     recorded = {
         "model": info.model_version,
         "root": info.external["root"],
+        "table": info.external.get("table"),
         "id column": info.external["id_column"],
         "embedding column": info.external["embedding_column"],
     }
     found = {
         "model": plan.model,
         "root": plan.uri,
+        "table": plan.table,
         "id column": plan.id_column,
         "embedding column": plan.embedding_column,
     }
@@ -236,6 +255,7 @@ def summarize(
     off = next(((r.path, r.not_unit_row) for r in reports if r.not_unit_row is not None), None)
     if normalized and off:
         raise SchemaError(f"{plan.uri}/{off[0]}: row {off[1]} is not unit-norm (normalized=True)")
+    _check_sizes(plan, reports)
     fingerprint = IdFingerprint()
     for report in reports:
         fingerprint = fingerprint.combine(report.ids)
@@ -245,14 +265,28 @@ def summarize(
         plan.model,
         width,
         (off is None) if normalized is None else normalized,
-        lineage or f"{plan.version} = adopt({plan.uri})",
+        lineage or f"{plan.version} = adopt({plan.source})",
         rows=fingerprint.count,
         files=list(plan.files),
         created=now_utc(),
         ids=fingerprint.to_dict(),
         dtype=dtype,
-        external=ExternalFiles(plan.uri, pins, plan.id_column, plan.embedding_column).to_dict(),
+        external=ExternalFiles(
+            plan.uri, pins, plan.id_column, plan.embedding_column, plan.table
+        ).to_dict(),
     )
+
+
+def _check_sizes(plan: AdoptionPlan, reports: list[FileReport]) -> None:
+    """Each file of a table snapshot must have the size its log records (else it was
+    rewritten in place, and is not the file the snapshot names)."""
+    for report in reports:
+        logged = plan.sizes.get(report.path, report.bytes)
+        if report.bytes != logged:
+            raise StoreError(
+                f"{plan.uri}/{report.path} has {report.bytes} bytes, but {plan.source} records "
+                f"{logged}: it was replaced in place; repair the table before adopting it"
+            )
 
 
 def publish_adopted(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) -> VersionInfo:
@@ -300,7 +334,7 @@ def register_adopted(
         )
     catalog = Catalog(store)
     catalog.register_model(_model_record(catalog, plan.model, info.width))
-    evidence = {"adopted_from": plan.uri}
+    evidence = {"adopted_from": plan.source}
     catalog.grant(QueryGrant(plan.gallery, plan.version, plan.model, "extracted", evidence))
     return info
 

@@ -2,7 +2,9 @@
 
 A version published by ``adopt`` (``adopt.py``, ``raycompat adopt``) owns no file under its
 gallery. Its record's ``files`` are relative to ``external.root`` (a local folder or an S3
-prefix), and each file is pinned by its byte size and its S3 ETag or local mtime::
+prefix), and each file is pinned by its byte size and its S3 ETag or local mtime; a Delta or
+Iceberg snapshot also records ``"table": {"format": "delta", "version": 3}`` (its files are
+exactly the snapshot's, ``table_formats.py``)::
 
     "external": {"root": "s3://bucket/tables/faces", "id_column": "image_id",
                  "embedding_column": "vec",
@@ -53,9 +55,13 @@ class ExternalFiles:
     pins: list[FilePin] = field(default_factory=list)
     id_column: str = "id"
     embedding_column: str = "embedding"
+    table: dict | None = None  # {"format": "delta"|"iceberg", "version": N} of a table snapshot
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.table is None:  # a plain Parquet folder: records as before table formats
+            del out["table"]
+        return out
 
     @classmethod
     def from_record(cls, info, source: str) -> ExternalFiles:
@@ -77,6 +83,7 @@ class ExternalFiles:
                 )
         parsed = {**raw, "pins": [FilePin(**p) for p in pins]}
         check_record(parsed, cls, source, what)
+        _check_table(parsed.get("table"), source, what)
         external = cls(**parsed)
         if [p.path for p in external.pins] != info.files:
             raise CorruptFileError(f"{source}: {what} pins other files than 'files' lists")
@@ -84,6 +91,18 @@ class ExternalFiles:
             raise CorruptFileError(f"{source}: {what} pins {info.rows} rows in all, not 'rows'")
         root_uri(external.root, source)
         return external
+
+
+def _check_table(table: dict | None, source: str, what: str) -> None:
+    if table is not None and (
+        set(table) != {"format", "version"}
+        or table["format"] not in ("delta", "iceberg")
+        or type(table["version"]) is not int
+    ):
+        raise CorruptFileError(
+            f"{source}: {what} 'table' must hold 'format' (delta or iceberg) and 'version' "
+            f"(an integer), got {table!r}"
+        )
 
 
 def root_uri(root: str, source: str) -> tuple[str, str]:

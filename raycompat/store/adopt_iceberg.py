@@ -1,0 +1,120 @@
+"""An Iceberg table's snapshot, read through ``pyiceberg``, for ``adopt``.
+
+The table folder's newest ``metadata/*.metadata.json`` (the highest version number in its name,
+``00003-<uuid>.metadata.json`` or ``v3.metadata.json``) is loaded with
+``StaticTable.from_metadata``; the current snapshot, or the one ``--as-of`` names (a snapshot id
+or a timestamp), is planned with ``scan().plan_files()``, whose data files ``adopt`` pins (path,
+size). Refused, with one line naming the table: delete files (v2 positional or equality deletes,
+v3 deletion vectors: the data file alone would resurrect those rows), data files that are not
+Parquet, two metadata files of the same version (a failed commit left one; only the catalog
+knows which is current). Needs the ``iceberg`` extra.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pyarrow.fs as pafs
+
+from raycompat.store.errors import StoreError
+from raycompat.store.table_formats import (
+    TableSnapshot,
+    UnsupportedTableError,
+    relative_file,
+    require,
+)
+
+if TYPE_CHECKING:
+    from raycompat.store.gallery import GalleryStore
+
+METADATA_NAME = re.compile(r"^v?(\d+)[-.].*\.metadata\.json$")
+S3FS_TO_ICEBERG = {
+    "key": "s3.access-key-id",
+    "secret": "s3.secret-access-key",
+    "token": "s3.session-token",
+}
+
+
+def iceberg_properties(options: dict | None) -> dict[str, str]:
+    """pyiceberg's FileIO properties for the store's s3fs ``storage_options``."""
+    options = options or {}
+    client = options.get("client_kwargs") or {}
+    out = {ice: str(options[s3fs]) for s3fs, ice in S3FS_TO_ICEBERG.items() if options.get(s3fs)}
+    if client.get("endpoint_url") or options.get("endpoint_url"):
+        out["s3.endpoint"] = client.get("endpoint_url") or options["endpoint_url"]
+    if client.get("region_name"):
+        out["s3.region"] = client["region_name"]
+    return out
+
+
+def newest_metadata(fs: pafs.FileSystem, root: str, uri: str) -> str:
+    """The path of the highest-numbered ``metadata/*.metadata.json`` of the table at ``root``."""
+    numbered = {}
+    for entry in fs.get_file_info(pafs.FileSelector(f"{root}/metadata")):
+        match = METADATA_NAME.match(entry.path.rsplit("/", 1)[-1])
+        if match:
+            numbered.setdefault(int(match.group(1)), []).append(entry.path)
+    if not numbered:
+        raise StoreError(f"{uri}: metadata/ holds no numbered *.metadata.json")
+    newest = numbered[max(numbered)]
+    if len(newest) > 1:
+        raise UnsupportedTableError(
+            f"{uri}: metadata/ holds {len(newest)} metadata files of version {max(numbered)} "
+            f"({', '.join(p.rsplit('/', 1)[-1] for p in sorted(newest))}); a failed commit left "
+            f"one, and only the table's catalog knows which is current: remove the orphan"
+        )
+    return newest[0]
+
+
+def read_snapshot(
+    store: GalleryStore, root: str, uri: str, as_of: int | datetime | None
+) -> TableSnapshot:
+    """The data files (relative to ``root``) and sizes of the Iceberg table at ``uri``, at its
+    current snapshot or ``as_of``; StoreError if it cannot be read at that snapshot."""
+    require("pyiceberg", "iceberg", "Iceberg")
+    from pyiceberg.manifest import FileFormat
+    from pyiceberg.table import StaticTable
+
+    metadata = store.backend.uri(newest_metadata(store.backend.filesystem, root, uri))
+    try:
+        table = StaticTable.from_metadata(metadata, iceberg_properties(store.storage_options))
+        snapshot = _snapshot(table, as_of, uri)
+        tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+    except (OSError, ValueError) as error:
+        raise StoreError(
+            f"{uri}: the Iceberg table could not be read from {metadata}: "
+            f"{str(error).splitlines()[0]}"
+        ) from None
+    at = f"snapshot {snapshot.snapshot_id} of this Iceberg table"
+    sizes = {}
+    for task in tasks:
+        if task.delete_files:
+            raise UnsupportedTableError(
+                f"{uri}: {at} has delete files ({len(task.delete_files)} for "
+                f"{task.file.file_path}), which adopt cannot pin as files; rewrite the data files "
+                f"(rewrite_data_files / rewrite_position_delete_files) and adopt again"
+            )
+        if task.file.file_format != FileFormat.PARQUET:
+            raise UnsupportedTableError(
+                f"{uri}: {at} has a {task.file.file_format.name} data file "
+                f"({task.file.file_path}); adopt reads Parquet only"
+            )
+        sizes[relative_file(root, task.file.file_path, uri)] = task.file.file_size_in_bytes
+    if not sizes:
+        raise StoreError(f"{uri}: {at} has no data files")
+    return TableSnapshot("iceberg", sorted(sizes), sizes, snapshot.snapshot_id)
+
+
+def _snapshot(table, as_of: int | datetime | None, uri: str):
+    if as_of is None:
+        found, what = table.current_snapshot(), "current snapshot"
+    elif isinstance(as_of, int):
+        found, what = table.snapshot_by_id(as_of), f"snapshot {as_of}"
+    else:
+        found = table.snapshot_as_of_timestamp(int(as_of.timestamp() * 1000))
+        what = f"snapshot as of {as_of.isoformat()}"
+    if found is None:
+        raise StoreError(f"{uri}: the Iceberg table has no {what}")
+    return found
