@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
-from raycompat.job_entry import job_config, job_parser  # noqa: E402
+from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
 from raycompat.train.config import TrainConfig  # noqa: E402
 
 
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
     from raycompat.train.driver import run_training
 
     check_weight_files(cfg)  # before Ray starts: a missing weights file is one line
+    announce_outputs(cfg, ("run.storage_path",))
 
     init_ray(args.address, args.verbose)  # quiet console unless --verbose
     summary = run_training(cfg).summary()

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.config import ConfigError  # noqa: E402
 from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
-from raycompat.job_entry import job_config, job_parser  # noqa: E402
+from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
 from raycompat.pipelines.config import TransformJobConfig  # noqa: E402
 
 logger = logging.getLogger("raycompat.jobs.transform")
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
         cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
     )
     check_inputs(cfg, store)  # before Ray starts: h, the model, the source version
+    announce_outputs(cfg, ("store.root",))
     if cfg.mode == "identity":
         upgrade = identity_upgrade(
             store, cfg.store.gallery, cfg.source_version, cfg.target.model_version

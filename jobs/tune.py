@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.credentials import configure_logging  # noqa: E402
-from raycompat.job_entry import job_config, job_parser  # noqa: E402
+from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
 from raycompat.tune.config import SweepConfig  # noqa: E402
 
 
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
     from raycompat.tune.results import publish_outputs
     from raycompat.tune.sweep import run_sweep
 
+    announce_outputs(sweep, ("storage_path",))
     init_ray(args.address, args.verbose)  # quiet console unless --verbose
     results = run_sweep(sweep)
     summary = publish_outputs(results, sweep)

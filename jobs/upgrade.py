@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from raycompat.config import to_dict  # noqa: E402
 from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
-from raycompat.job_entry import job_config, job_parser  # noqa: E402
+from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
 from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config  # noqa: E402
 
 log = logging.getLogger("raycompat.jobs.upgrade")
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = job_config(UpgradeConfig, args, default=default, outputs=outputs)
     register_secrets(cfg)
     check_upgrade_config(cfg)
+    announce_outputs(cfg, outputs)
 
     from raycompat.cli_errors import error_line
     from raycompat.store import GalleryStore

@@ -3,6 +3,8 @@
     parser = job_parser(__doc__, "UpgradeConfig")
     args = parser.parse_args(argv)
     cfg = job_config(UpgradeConfig, args, default=UPGRADE_DEFAULT, outputs=("store.root",))
+    ...  # the job's own checks
+    announce_outputs(cfg, ("store.root",))  # "outputs: store.root=/abs/store"
 
 - ``--config FILE`` and ``key.sub=value`` overrides (list entries too: ``upgrades.0.epochs=1``
   or ``upgrades[0].epochs=1``); without ``--config`` the job says which default it runs.
@@ -10,8 +12,8 @@
 - Outputs never land in Ray's temporary copy of the working dir: a job started by
   ``ray job submit --working-dir`` runs inside that copy, which Ray deletes, so a relative local
   output path there is refused with one line saying what to pass, unless ``--output-root DIR``
-  (or ``RAYCOMPAT_OUTPUT_ROOT``) resolves relative outputs against ``DIR``. The job prints
-  where its outputs go before it starts.
+  (or ``RAYCOMPAT_OUTPUT_ROOT``) resolves relative outputs against ``DIR``. The job logs
+  where its outputs go before it starts (:func:`announce_outputs`).
 
 This module imports neither torch nor Ray: ``--help``, ``--print-config`` and a config typo
 answer before either loads.
@@ -80,10 +82,13 @@ def job_config(
     if args.print_config:
         print(dump_config(cfg), end="")
         raise SystemExit(0)
-    where = {key: _get(cfg, key) for key in outputs}
-    if where:
-        log.info("outputs: %s", ", ".join(f"{k}={v}" for k, v in where.items()))
     return cfg
+
+
+def announce_outputs(cfg: Any, outputs: tuple[str, ...]) -> None:
+    """Log where the job's outputs go (after its checks, so that a config error stays the
+    only line a failing job prints)."""
+    log.info("outputs: %s", ", ".join(f"{key}={_get(cfg, key)}" for key in outputs))
 
 
 def submitted_working_dir(environ: Mapping[str, str] | None = None) -> str | None:

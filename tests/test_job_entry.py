@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from raycompat.config import ConfigError, load_config, override_path
-from raycompat.job_entry import job_config, job_parser, resolve_outputs
+from raycompat.job_entry import announce_outputs, job_config, job_parser, resolve_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBMITTED = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"working_dir": "."}})}
@@ -89,7 +89,8 @@ def test_print_config_prints_the_merged_config_and_exits(capsys):
 def test_a_job_without_config_says_which_default_it_runs(caplog):
     args = job_parser("Doc.", "History").parse_args([])
     with caplog.at_level(logging.INFO, logger="raycompat.jobs"):
-        job_config(History, args, default="the History defaults", outputs=("report_dir",))
+        cfg = job_config(History, args, default="the History defaults", outputs=("report_dir",))
+        announce_outputs(cfg, ("report_dir",))
     assert "no --config given: running the History defaults" in caplog.text
     assert "outputs: report_dir=outputs/report" in caplog.text
 
