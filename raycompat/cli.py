@@ -18,6 +18,11 @@
                                                   s3:// prefix) as a version, in place; Ray
                                                   validates it (docs/store.md); a rerun
                                                   completes a killed one
+    raycompat export TARGET --store ROOT --gallery G --version V --format delta|iceberg
+        [--mode overwrite] [--catalog-uri URL --warehouse DIR]
+                                                  write a version as a Delta table (TARGET a
+                                                  folder or s3:// URI) or an Iceberg table
+                                                  (TARGET namespace.table); float16 -> float32
 
 Listings print aligned tables (``cli_tables.py``); ``--json`` prints the same data as JSON for
 scripts. ``search`` prints id, score and the stored label of each hit: only items found, so a
@@ -47,20 +52,19 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from raycompat.cli_errors import DEBUG_ENV, DEBUG_FLAG, USAGE_ERRORS, debug_requested, error_line
 from raycompat.cli_tables import RENDERERS
 from raycompat.credentials import configure_logging
-from raycompat.data.image_folder import read_image
 from raycompat.distances import ZeroNormError
-from raycompat.search import stdout_to_stderr
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.catalog import Catalog, QueryGrant
 from raycompat.store.errors import StoreError
 from raycompat.store.gc import GcArgumentError
-from raycompat.store.index import open_version_index
 from raycompat.store.lease import DEFAULT_TIMEOUT_S
+
+# Imports stay light: torch, Ray and faiss load inside the handlers that use them, so --help,
+# versions and search --vectors/--ids start without torch or Ray (tests/test_cli_startup.py).
 
 
 def gallery_versions(store: GalleryStore, gallery: str) -> list[dict]:
@@ -124,6 +128,9 @@ def models(args) -> dict:
 
 
 def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
+    import torch
+
+    from raycompat.data.image_folder import read_image
     from raycompat.train.export import load_exported_model
 
     model, _ = load_exported_model(model_uri)
@@ -164,7 +171,7 @@ def read_query_vectors(path: str, width: int) -> np.ndarray:
         else:
             import pyarrow.parquet as pq
 
-            from raycompat.pipelines.inputs import vectors
+            from raycompat.store.vectors import vectors
 
             x = vectors(pq.read_table(path, columns=["embedding"]), "embedding")
     except (OSError, KeyError, ValueError, EOFError, AttributeError, TypeError) as error:
@@ -212,7 +219,7 @@ def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[st
     """``(Q, d)`` stored embeddings of ``ids`` (given as text; int64 ids are parsed)."""
     import pyarrow as pa
 
-    from raycompat.pipelines.inputs import vectors
+    from raycompat.store.vectors import vectors  # the core's: pipelines would import Ray
 
     first = next(store.iter_batches(gallery, version, batch_size=1, columns=["id"]))
     if pa.types.is_int64(first.schema.field("id").type):
@@ -227,12 +234,19 @@ def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[st
     return vectors(table, "embedding")[[where[i] for i in ids]]
 
 
+def _column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
+    """The version's columns, from its first file's footer (no row is decoded)."""
+    info = store.version(gallery, version)
+    path, source = next(iter(store.version_files(gallery, info)))
+    with store.open_file(info, path, source) as parquet:
+        return parquet.schema_arrow.names
+
+
 def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndarray]) -> list:
     """Stored ``label`` of each id, per query (``ids``: one array per query; None where
     unlabelled)."""
     wanted = sorted({i for row in ids for i in row.tolist()})
-    schema = next(store.iter_batches(gallery, version, batch_size=1)).schema
-    if not wanted or "label" not in schema.names:
+    if not wanted or "label" not in _column_names(store, gallery, version):
         return [[None] * len(row) for row in ids]
     where, table = _stored_rows(store, gallery, version, wanted, ["label"])
     labels = table.column("label").to_pylist()
@@ -244,11 +258,15 @@ def search(args) -> dict:
     C++ to the process's stdout while it loads or builds an index: sent to stderr here."""
     if args.k < 1:
         raise QueryError(f"-k must be >= 1 (hits per query), got {args.k}")
+    from raycompat.search import stdout_to_stderr  # faiss: only this command loads it
+
     with stdout_to_stderr():
         return _search(args)
 
 
 def _search(args) -> dict:
+    from raycompat.store.index import open_version_index
+
     store = open_store(args.store)
     catalog = Catalog(store)
     catalog.model(args.model)
@@ -401,8 +419,9 @@ def mark_store(args) -> str:
 
 
 def adopt(args) -> dict:
-    """Publish the Parquet table at ``args.uri`` as a version, in place; the files are
-    validated by Ray tasks (the only command that starts Ray, after the cheap checks)."""
+    """Publish the table at ``args.uri`` (a Delta or Iceberg snapshot, or a Parquet folder) as
+    a version, in place; the files are validated by Ray tasks (the only command that starts
+    Ray, after the cheap checks)."""
     import ray
 
     from raycompat.pipelines.adopt import run_adoption
@@ -417,6 +436,7 @@ def adopt(args) -> dict:
         model=args.model,
         id_column=args.id_column,
         embedding_column=args.embedding_column,
+        as_of=args.as_of,
     )
     if plan.published is None and not ray.is_initialized():  # a rerun completes without Ray
         ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
@@ -426,7 +446,9 @@ def adopt(args) -> dict:
         "gallery": args.gallery,
         "version": info.version,
         "model_version": info.model_version,
-        "uri": info.external["root"],
+        "uri": plan.source,  # delta:<root>@<version> for a table snapshot
+        "root": info.external["root"],
+        "table": info.external.get("table"),
         "files": len(info.files),
         "rows": info.rows,
         "width": info.width,
@@ -434,6 +456,33 @@ def adopt(args) -> dict:
         "normalized": info.normalized,
         "ids": info.ids,
     }
+
+
+def _as_of(text: str) -> str:
+    """``--as-of``, checked by argparse (a usage error, exit 2) and passed on as given."""
+    from raycompat.store.table_formats import parse_as_of
+
+    try:
+        parse_as_of(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def export(args) -> dict | str:
+    """Write a published version as a Delta or Iceberg table (no Ray): one summary line, or
+    the summary as JSON with ``--json``; an option of the other format exits 2."""
+    from raycompat.store.export import ExportOptionError, export_version
+
+    options = {"mode": args.mode, "catalog_uri": args.catalog_uri, "warehouse": args.warehouse}
+    try:
+        summary = export_version(
+            open_store(args.store), args.gallery, args.version, args.format, args.target, **options
+        )
+    except ExportOptionError as error:
+        print(error_line(PROG, error), file=sys.stderr)
+        raise SystemExit(2) from None
+    return summary.to_dict() if args.json else summary.line()
 
 
 COMMANDS = {
@@ -444,6 +493,7 @@ COMMANDS = {
     "gc": gc,
     "mark-store": mark_store,
     "adopt": adopt,
+    "export": export,
 }
 
 
@@ -538,11 +588,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p = sub.add_parser(
         "adopt",
-        help="publish an existing Parquet table (a folder or s3:// prefix) as a version, "
-        "in place (no copy); its files are pinned and validated on Ray",
+        help="publish an existing table (Delta, Iceberg or a Parquet folder; local or s3://) as "
+        "a version, in place (no copy); its files are pinned and validated on Ray",
         parents=[debug, as_json],
     )
-    p.add_argument("uri", help="a local folder or file, or an s3:// prefix, of *.parquet files")
+    p.add_argument(
+        "uri",
+        help="a Delta or Iceberg table, or a folder of *.parquet files (local or s3://)",
+    )
     p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
     p.add_argument("--gallery", required=True)
     p.add_argument("--version", required=True, help="the new version's name")
@@ -561,8 +614,39 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="mark the version normalized: auto (iff every row is unit-norm), yes (required), no",
     )
+    p.add_argument(
+        "--as-of",
+        type=_as_of,
+        default=None,
+        help="a Delta version or Iceberg snapshot id, or an ISO timestamp (default: current)",
+    )
     p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
+    _export_parser(sub, [debug, as_json])
     return top
+
+
+def _export_parser(sub, parents: list) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a version as a Delta or Iceberg table that Spark, Trino, DuckDB and Ray "
+        "Data read without raycompat (float16 is widened to float32)",
+        parents=parents,
+    )
+    p.add_argument(
+        "target", help="Delta: a folder or s3:// URI; Iceberg: namespace.table in --catalog-uri"
+    )
+    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
+    p.add_argument("--gallery", required=True)
+    p.add_argument("--version", required=True, help="the published version to export")
+    p.add_argument("--format", required=True, choices=["delta", "iceberg"])
+    p.add_argument(
+        "--mode",
+        choices=["error", "overwrite"],
+        default=None,
+        help="Delta: overwrite replaces an existing Delta table's rows (default: refuse it)",
+    )
+    p.add_argument("--catalog-uri", help="Iceberg: the SQL catalog, e.g. sqlite:///catalog.db")
+    p.add_argument("--warehouse", help="Iceberg: where its tables live (a folder or s3:// URI)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from raycompat.config import ConfigError
 from raycompat.credentials import scrub
-from raycompat.engine import NonFiniteError  # noqa: E402
 from raycompat.registry import UnknownNameError
 from raycompat.store.errors import MissingStoreError
 
@@ -51,6 +50,8 @@ def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None)
     ``--debug`` is taken out of ``argv`` (the jobs' parsers do not know it) and, like
     ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback.
     """
+    from raycompat.engine import NonFiniteError  # torch: jobs load it, the CLI does not
+
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]

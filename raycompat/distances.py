@@ -10,17 +10,23 @@ features. The distance is therefore an explicit, registered option:
 
 Every distance object has ``prepare(x)`` (what to apply to features before indexing or scoring),
 ``scores(q, g)`` (``(Q, d), (G, d) -> (Q, G)``, higher is better) and ``faiss_metric``.
+
+torch is imported by the functions that compute with it, not by this module: the CLI and the
+faiss search path use the registry and :class:`ZeroNormError` without loading torch (~1 s).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from raycompat.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
 
 
 def as_features(x: Any, name: str = "features") -> torch.Tensor:
@@ -34,6 +40,8 @@ def as_features(x: Any, name: str = "features") -> torch.Tensor:
     Raises:
         ValueError: not 2-D, empty, or a non-finite value (the first bad row is named).
     """
+    import torch
+
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
     if t.ndim != 2:
         raise ValueError(f"{name} must be a 2-D (N, d) matrix, got shape {tuple(t.shape)}")
@@ -48,6 +56,29 @@ def as_features(x: Any, name: str = "features") -> torch.Tensor:
             f"{name} has {int(bad.sum())} row(s) with NaN/inf values; first is row {row}"
         )
     return t
+
+
+def as_features_numpy(x: Any, name: str = "features") -> np.ndarray:
+    """:func:`as_features` in NumPy, for the faiss search path (no torch): an ``(N, d)``
+    float32 array (float64 stays float64), with the same checks and messages. A torch tensor is
+    accepted (its caller has loaded torch) and copied to the host."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (N, d) matrix, got shape {tuple(a.shape)}")
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(a.shape)}")
+    if a.dtype != np.float64:
+        a = a.astype(np.float32, copy=False)
+    bad = ~np.isfinite(a).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{name} has {int(bad.sum())} row(s) with NaN/inf values; first is row "
+            f"{int(np.argmax(bad))}"
+        )
+    return a
 
 
 # torch.nn.functional.normalize's eps: below it a row has no direction to compare.
@@ -68,15 +99,21 @@ def check_nonzero_rows(t: torch.Tensor, name: str = "features") -> None:
     Cosine similarity is undefined for them; normalising leaves them zero, which scores 0 against
     every item and returns an arbitrary top-k instead of an error.
     """
+    import torch
+
     zero = torch.linalg.vector_norm(t, dim=1) < ZERO_NORM
     if bool(zero.any()):
-        rows = torch.nonzero(zero)[:, 0].tolist()
-        shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
-        raise ZeroNormError(
-            f"{name} has {len(rows)} row(s) with zero norm (< {ZERO_NORM:g}), cosine similarity "
-            f"is undefined for them: row(s) {shown}",
-            rows,
-        )
+        raise zero_norm_error(torch.nonzero(zero)[:, 0].tolist(), name)
+
+
+def zero_norm_error(rows: list[int], name: str) -> ZeroNormError:
+    """The error naming ``rows`` of ``name`` as zero vectors (at most 10 shown)."""
+    shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+    return ZeroNormError(
+        f"{name} has {len(rows)} row(s) with zero norm (< {ZERO_NORM:g}), cosine similarity "
+        f"is undefined for them: row(s) {shown}",
+        rows,
+    )
 
 
 def check_same_width(query: torch.Tensor, gallery: torch.Tensor) -> None:
@@ -114,12 +151,25 @@ class Distance:
         A zero row stays zero, unless ``refuse_zero`` (queries): then a normalising distance
         raises :class:`ZeroNormError` naming the rows. Other distances accept zero rows.
         """
+        import torch
+
         t = as_features(x, name)
         if not self.normalize:
             return t
         if refuse_zero:
             check_nonzero_rows(t, name)
         return torch.nn.functional.normalize(t, dim=1)
+
+    def prepare_numpy(self, x: Any, name: str = "features", *, refuse_zero: bool = False):
+        """:meth:`prepare` in NumPy (the faiss search path, no torch): ``(N, d)`` float32 or
+        float64 array, rows divided by their L2 norm for cosine, same errors."""
+        a = as_features_numpy(x, name)
+        if not self.normalize:
+            return a
+        norms = np.sqrt(np.einsum("ij,ij->i", a, a))  # one pass, no temporary (N, d) array
+        if refuse_zero and (norms < ZERO_NORM).any():
+            raise zero_norm_error(np.flatnonzero(norms < ZERO_NORM).tolist(), name)
+        return a / np.maximum(norms, ZERO_NORM)[:, None]  # torch's normalize: x / max(|x|, eps)
 
     def scores(self, query: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
         """Scores of already prepared features: ``(Q, d), (G, d) -> (Q, G)``, higher is better."""

@@ -13,6 +13,11 @@ is visible, otherwise it stays on the CPU.
 faiss prints some progress from C++ with ``printf`` (``IO_FLAG_ONDISK_SAME_DIR: updating ondisk
 filename ...``, ``resizing ...``); :func:`stdout_to_stderr` sends it to stderr around those calls,
 so a program's stdout carries only its own output (``raycompat search --json``).
+
+The query path (``SearchIndex.search``) is NumPy and faiss only: queries are checked and
+normalised by :meth:`Distance.prepare_numpy`, and this module does not import torch (only
+:func:`brute_force_search` and index builds from tensors load it), so a search from the CLI
+starts without it.
 """
 
 from __future__ import annotations
@@ -26,10 +31,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from raycompat.distances import Distance, check_same_width, get_distance
 
@@ -41,6 +45,9 @@ except ImportError as _error:  # pragma: no cover - depends on the install
         "(faiss-gpu on CUDA nodes)"
     ) from _error
 from raycompat.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -178,13 +185,19 @@ def real_hits(
     ``ids``: row -> id (an array, or anything indexed by an int array); given, the found rows
     are mapped to ids (in one lookup) after the padding is dropped, so an id may be -1."""
     keep = rows >= 0
+    if keep.all():  # the common case: one gather, then row views (no split)
+        found = rows if ids is None else ids[rows]
+        return list(zip(scores, found, strict=True))
     found = rows[keep] if ids is None else ids[rows[keep]]
     splits = np.cumsum(keep.sum(axis=1))[:-1]
     return list(zip(np.split(scores[keep], splits), np.split(found, splits), strict=True))
 
 
-def _to_faiss(x: torch.Tensor) -> np.ndarray:
-    return np.ascontiguousarray(x.detach().cpu().numpy(), dtype=np.float32)
+def _to_faiss(x: Any) -> np.ndarray:
+    """A C-contiguous float32 array of ``x``: a NumPy array or a torch tensor."""
+    if hasattr(x, "detach"):  # a tensor: its caller has loaded torch
+        x = x.detach().cpu().numpy()
+    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 class SearchIndex:
@@ -240,16 +253,16 @@ class SearchIndex:
         """
         if not 1 <= int(k) <= self.ntotal:
             raise ValueError(f"k must be in [1, ntotal={self.ntotal}], got {k}")
-        q = self.distance.prepare(queries, "queries", refuse_zero=True)
+        q = self.distance.prepare_numpy(queries, "queries", refuse_zero=True)
         if q.shape[1] != self.dim:
             raise ValueError(f"queries have width {q.shape[1]}, the index holds width {self.dim}")
         params = None
         if nprobe is not None:
             params = faiss.SearchParametersIVF(nprobe=self._check_nprobe(nprobe))
         raw, indices = self.index.search(_to_faiss(q), int(k), params=params)
-        scores = self.distance.from_faiss(raw).astype(np.float32)
+        scores = self.distance.from_faiss(raw).astype(np.float32, copy=False)
         scores[indices < 0] = -np.inf
-        return scores, indices.astype(np.int64)
+        return scores, indices.astype(np.int64, copy=False)
 
     def save(self, path: str | Path) -> None:
         """Write the index to ``path`` and its distance/kind to ``path + '.json'``."""
@@ -314,7 +327,7 @@ def build_index(
         }
         if given:
             raise ValueError(f"{sorted(given)} only apply to kind='ivfpq', not 'flat'")
-    x = _to_faiss(dist.prepare(gallery, "gallery"))
+    x = _to_faiss(dist.prepare_numpy(gallery, "gallery"))
     train = x
     if train_size is not None and train_size < x.shape[0]:
         rows = np.random.default_rng(seed).choice(x.shape[0], size=train_size, replace=False)
@@ -356,6 +369,8 @@ def brute_force_search(
     Returns:
         ``scores (Q, k)`` and ``indices (Q, k)`` (int64), best first. Ties are broken arbitrarily.
     """
+    import torch
+
     dist = get_distance(distance)
     q, g = dist.prepare(queries, "queries"), dist.prepare(gallery, "gallery")
     check_same_width(q, g)

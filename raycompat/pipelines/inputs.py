@@ -12,13 +12,13 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from raycompat.pipelines.parts import Chunk, plan_file_chunks
 from raycompat.store import GalleryStore, ManifestError, VersionInfo
 from raycompat.store.parquet import iter_file_batches
 from raycompat.store.validate import validate_schema, validate_values
+from raycompat.store.vectors import vectors  # noqa: F401 - float16 widened there (core)
 
 VECTOR_COLUMNS = ("id", "embedding", "side_info")
 
@@ -66,16 +66,6 @@ def iter_chunk_batches(
         for batch, offset in batches:
             validate_values(batch, info, source, offset)
             yield batch
-
-
-def vectors(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
-    """A ``fixed_size_list<float32>[d]`` column as a float32 ``(N, d)`` array."""
-    column = table.column(name)
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    flat = column.flatten().to_numpy(zero_copy_only=False)
-    # a writable copy: torch refuses to wrap read-only Arrow buffers without a warning
-    return np.array(flat, dtype=np.float32).reshape(len(column), column.type.list_size)
 
 
 def file_digest(path: str | Path, block: int = 1 << 22) -> str:

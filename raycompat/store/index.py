@@ -41,10 +41,11 @@ from raycompat.search import INDEX_KINDS, SHARDED_IVF, SearchIndex, build_index,
 from raycompat.store.errors import CorruptIndexError, MissingIndexError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
-from raycompat.store.mapped_ids import MappedIds
+from raycompat.store.mapped_ids import MappedIds, int64_values
 from raycompat.store.paths import check_name
 from raycompat.store.shard_tasks import MERGED_FILES
 from raycompat.store.sharded_index import build_sharded_index, load_sharded_index
+from raycompat.store.vectors import vectors
 
 logger = logging.getLogger(__name__)
 FLAT_MAX_ROWS = 100_000
@@ -95,9 +96,8 @@ class VersionIndex:
 
 
 def _vectors(batch: pa.RecordBatch, width: int) -> np.ndarray:
-    # A writable copy: torch refuses to wrap Arrow's read-only buffers without a warning.
     # float16 versions are searched as float32 (faiss's input type)
-    return batch.column("embedding").flatten().to_numpy().astype(np.float32).reshape(-1, width)
+    return vectors(batch, "embedding").reshape(-1, width)
 
 
 def _sample(
@@ -166,7 +166,7 @@ def build_version_index(
         if index is None:
             index = build_index(x, dist, kind, use_gpu=use_gpu, **ivfpq)
         else:
-            index.index.add(np.ascontiguousarray(dist.prepare(x, "gallery").numpy(), np.float32))
+            index.index.add(np.ascontiguousarray(dist.prepare_numpy(x, "gallery"), np.float32))
         ids.append(batch.column("id"))
     build = uuid.uuid4().hex
     prefix = store.path(gallery, INDEX_DIR, version, build)
@@ -326,14 +326,23 @@ def load_version_index(
                 f"rebuild the index"
             ) from None
         try:
-            ids = pq.read_table(Path(tmp, "ids.parquet")).column("id")
+            # ParquetFile, not read_table: pyarrow.dataset would import pandas (~0.2 s of a CLI)
+            ids = pq.ParquetFile(Path(tmp, "ids.parquet")).read(columns=["id"]).column("id")
         except (pa.ArrowException, ValueError, KeyError) as error:
             raise CorruptIndexError(
                 f"{uris['ids.parquet']}: unreadable ({error}); rebuild the index"
             ) from None
     _check_matches(index, len(ids), info, source, version)
     index.place(use_gpu)
-    return VersionIndex(index, ids.to_numpy(), info)
+    return VersionIndex(index, _id_array(ids.combine_chunks()), info)
+
+
+def _id_array(ids: pa.Array) -> np.ndarray:
+    """int64 ids as an int64 array, string ids as an object array (not ``to_numpy``, which
+    imports pandas: a CLI search of a flat index needs none)."""
+    if pa.types.is_integer(ids.type):
+        return int64_values(ids)
+    return np.array(ids.to_pylist(), dtype=object)
 
 
 def _check_matches(index: SearchIndex, ids: int, info: VersionInfo, source: str, version: str):

@@ -30,6 +30,9 @@ class MappedIds:
         self._starts = np.cumsum([0] + [len(c) for c in self._columns], dtype=np.int64)
         integer = pa.types.is_integer(reader.schema.field(0).type)
         self.dtype = np.dtype(np.int64) if integer else np.dtype(object)
+        # Integer ids (never null): zero-copy NumPy views of the mapped batches, so a lookup is
+        # a NumPy gather (about 1 us for a query's k rows) rather than an Arrow take.
+        self._views = [int64_values(c) for c in self._columns] if integer else None
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -41,10 +44,25 @@ class MappedIds:
             raise IndexError(
                 f"row numbers must be in [0, {len(self)}), got {flat.min()}..{flat.max()}"
             )
+        if self._views is not None and len(self._views) == 1:
+            return self._views[0][rows]
         out = np.empty(flat.shape, self.dtype)
         batch = np.searchsorted(self._starts, flat, side="right") - 1
-        for b in np.unique(batch):
+        for b in np.flatnonzero(np.bincount(batch)):  # the batches hit (cheaper than unique)
             here = batch == b
-            taken = self._columns[b].take(pa.array(flat[here] - self._starts[b]))
-            out[here] = taken.to_numpy(zero_copy_only=False)
+            local = flat[here] - self._starts[b]
+            if self._views is not None:
+                out[here] = self._views[b][local]
+            else:
+                out[here] = self._columns[b].take(pa.array(local)).to_numpy(zero_copy_only=False)
         return out.reshape(rows.shape)
+
+
+def int64_values(column: pa.Array) -> np.ndarray:
+    """The values of an integer Arrow array without nulls, as int64, from its data buffer
+    (``Array.to_numpy`` would import pandas: 0.2-1 s of a CLI search)."""
+    width = column.type.bit_width // 8
+    data = np.frombuffer(
+        column.buffers()[1], np.dtype(f"<i{width}"), len(column), column.offset * width
+    )
+    return data.astype(np.int64, copy=False)

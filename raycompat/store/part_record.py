@@ -40,7 +40,6 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -59,6 +58,8 @@ def hash_ids(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     values = ids.to_numpy(zero_copy_only=False)
     if values.dtype != np.int64:
         values = values.astype(object)
+    import pandas as pd  # here, not at the top: the CLI's store reads never hash ids (~1 s)
+
     return pd.util.hash_array(values, categorize=False)
 
 

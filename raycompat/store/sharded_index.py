@@ -43,6 +43,11 @@ ids are looked up in the memory-mapped ``ids.arrow`` (faiss's note of where it f
 goes to stderr: :func:`raycompat.search.stdout_to_stderr`). A local store is opened in place; an S3
 store's files are copied to a local folder that lives as long as the loaded index. The index
 stays on the CPU unless ``use_gpu=True`` (a GPU copy would hold every list in GPU memory).
+faiss's ``OnDiskInvertedLists`` starts ``prefetch_nthread`` (32) read-ahead threads on every
+search call, which cost 1.4-2.2 ms against a 0.2 ms single query (issue 24); the loader sets it
+to 0 (:func:`no_read_ahead`): the page cache and the kernel's read-ahead of the memory map serve
+the lists, and a batch is already spread over faiss's OpenMP threads, each faulting its own
+lists in (benchmarks/search_latency.py).
 
 **Verification on load.** Every file's size is checked against the pointer. The small files
 (``index.faiss``, ``index.faiss.json``) are also hashed; the data files (``index.ivfdata``,
@@ -443,6 +448,15 @@ def load_sharded_index(
             f"{store.backend.uri(prefix)}: faiss or Arrow cannot read the build ({error}); "
             f"rebuild the index"
         ) from None
+    no_read_ahead(raw)
     if use_gpu is True:
         index.place(True)
     return index, ids, copy
+
+
+def no_read_ahead(index: faiss.Index) -> None:
+    """Turn off the read-ahead threads of ``index``'s on-disk inverted lists, if it has any
+    (module docstring, "Search")."""
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    if isinstance(lists, faiss.OnDiskInvertedLists):
+        lists.prefetch_nthread = 0

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from raycompat.store.errors import DuplicateIdError, SchemaError
 from raycompat.store.manifest import VersionInfo
+from raycompat.store.vectors import float32_rows
 
 _ACCEPTED_ID_TYPES = (pa.string(), pa.large_string(), pa.int64())
 NORM_TOLERANCE = {"float32": 1e-3, "float16": 4e-3}  # float16 rounds each coordinate to ~5e-4
@@ -124,8 +125,7 @@ def _check_vectors(
     if arr.null_count:
         row = offset + pc.index(pc.is_null(arr), True).as_py()
         raise SchemaError(f"{source}: row {row} has a null {name}")
-    x = arr.flatten().to_numpy().astype(np.float32, copy=False)
-    x = x.reshape(len(arr), arr.type.list_size)
+    x = float32_rows(arr, copy=False)  # float16 widened by faiss's SIMD decoder (vectors.py)
     bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
     if bad.size:
         raise SchemaError(

@@ -1,0 +1,86 @@
+"""A synthetic published version for the benchmarks, and timing of interleaved pairs.
+
+``publish_mixture`` writes unit rows around random centres (the data of ``index_scale.py``)
+into a local store; ``paired`` times ours and a baseline alternately, so that a change of the
+machine's load hits both, and reports the median of each and of their per-pair ratios.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from raycompat.store import GalleryStore, StoreError, VersionInfo, embedding_table
+
+GALLERY = "bench"
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def mixture(rng: np.random.Generator, centres: np.ndarray, n: int, noise: float = 1.0):
+    """``(n, d)`` unit rows: a random centre plus isotropic noise of norm about ``noise``."""
+    picked = centres[rng.integers(0, len(centres), n)]
+    scale = noise / np.sqrt(picked.shape[1])
+    return unit(picked + rng.normal(size=picked.shape).astype(np.float32) * scale)
+
+
+def centres_of(width: int, count: int = 1000, seed: int = 0) -> np.ndarray:
+    return unit(np.random.default_rng(seed).normal(size=(count, width)))
+
+
+def publish_mixture(
+    root: str,
+    version: str,
+    rows: int,
+    width: int,
+    *,
+    part_rows: int = 250_000,
+    dtype: str = "float32",
+    seed: int = 1,
+) -> VersionInfo:
+    """Publish ``rows x width`` unit rows (int64 ids) as ``bench/<version>``, unless it exists."""
+    store = GalleryStore(root)
+    try:
+        return store.version(GALLERY, version)  # published by an earlier run (--store DIR)
+    except StoreError:
+        pass
+    info = VersionInfo(version, "bench", width, True, f"{version} = bench", dtype=dtype)
+    staging = store.begin(GALLERY, info)
+    rng, centres = np.random.default_rng(seed), centres_of(width)
+    for part, start in enumerate(range(0, rows, part_rows)):
+        n = min(part_rows, rows - start)
+        ids = np.arange(start, start + n, dtype=np.int64)
+        table = embedding_table(ids, mixture(rng, centres, n))
+        staging.write_table(table, f"p-{part:05d}.parquet")
+    staging.commit(expected_rows=rows)
+    return store.version(GALLERY, version)
+
+
+def paired(ours: Callable[[], object], baseline: Callable[[], object], pairs: int) -> dict:
+    """Time ``ours`` and ``baseline`` alternately ``pairs`` times (who goes first alternates);
+    seconds per call: medians of each, and the median of the per-pair ratios ours / baseline."""
+    ours_s, base_s = [], []
+    for k in range(pairs):
+        order = [(ours, ours_s), (baseline, base_s)]
+        for fn, out in order if k % 2 == 0 else order[::-1]:
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(ours_s, base_s, strict=True)]
+    return {
+        "ours_s": statistics.median(ours_s),
+        "baseline_s": statistics.median(base_s),
+        "ratio_median": statistics.median(ratios),
+        "ratios": ratios,
+    }
+
+
+def load() -> list[float]:
+    """The 1, 5 and 15 minute load averages (above the CPU count means contended)."""
+    return [round(v, 2) for v in os.getloadavg()]

@@ -1,0 +1,152 @@
+"""Search latency of a published ``sharded_ivf`` version against faiss reading the same files.
+
+    .venv/bin/python benchmarks/search_latency.py --rows 1000000 \
+        --out benchmarks/results/search_latency_cpu.json
+
+A cosine version of ``--rows`` x ``--width`` unit rows (int64 ids) is published in a local store
+(``--store DIR`` keeps it for a rerun) and indexed with ``kind="sharded_ivf"`` in this process
+(no Ray: ``LocalTasks``; 1M rows -> 4,096 lists, nprobe 64). Then, in this one process:
+
+- ours: ``load_version_index`` and ``VersionIndex.hits(queries, k)``: query checks and
+  normalisation, faiss search over the memory-mapped lists, padding dropped, rows mapped to ids
+  (what ``raycompat search`` calls);
+- faiss: the script a user would write over the same build folder: ``faiss.read_index(
+  index.faiss, IO_FLAG_ONDISK_SAME_DIR)``, the ids of ``ids.parquet`` in a NumPy array,
+  ``faiss.normalize_L2`` then ``index.search`` then ``ids[rows]``; once as read
+  (``prefetch_nthread`` 32, faiss's default) and once with ``prefetch_nthread = 0`` (faiss at
+  its best here; the target's baseline).
+
+Single query: each pair times ``--singles`` queries one call at a time with ours, then with the
+baseline (the order alternates), per call; batch: one call of ``--batch`` queries each. Medians
+of ``--pairs`` pairs and of their ratios. Both answer the same ids (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _gallery import GALLERY, centres_of, load, mixture, paired, publish_mixture  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
+
+from raycompat.search import stdout_to_stderr  # noqa: E402
+from raycompat.store import GalleryStore  # noqa: E402
+from raycompat.store.index import build_version_index, load_version_index  # noqa: E402
+
+K = 10
+
+
+class FaissScript:
+    """What a user would write: the build's files read by faiss, ids in a NumPy array."""
+
+    def __init__(self, folder: Path, nprobe: int, prefetch: int | None):
+        flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
+        with stdout_to_stderr():  # faiss prints where it found the lists
+            self.index = faiss.read_index(str(folder / "index.faiss"), flags)
+        self.index.nprobe = nprobe
+        if prefetch is not None:
+            lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(self.index).invlists)
+            lists.prefetch_nthread = prefetch
+        self.ids = pq.read_table(folder / "ids.parquet").column("id").to_numpy()
+
+    def search(self, queries: np.ndarray) -> np.ndarray:
+        q = np.array(queries, dtype=np.float32)
+        faiss.normalize_L2(q)
+        _, rows = self.index.search(q, K)
+        return self.ids[rows]
+
+
+def build(root: str, rows: int, width: int) -> dict:
+    start = time.perf_counter()
+    publish_mixture(root, "v1", rows, width)
+    published = time.perf_counter() - start
+    store = GalleryStore(root)
+    try:
+        load_version_index(store, GALLERY, "v1", use_gpu=False)
+        built = 0.0
+    except Exception:  # noqa: BLE001 - no index yet (a fresh store): build it
+        start = time.perf_counter()
+        build_version_index(store, GALLERY, "v1", kind="sharded_ivf", use_gpu=False)
+        built = time.perf_counter() - start
+    return {"publish_s": published, "index_build_s": built}
+
+
+def one_at_a_time(search, queries: np.ndarray):
+    def run():
+        for q in queries:
+            search(q[None])
+
+    return run
+
+
+def per_query(result: dict, n: int) -> dict:
+    """``paired`` seconds per call of ``n`` queries -> milliseconds per query."""
+    return {
+        "ours_ms": 1e3 * result["ours_s"] / n,
+        "baseline_ms": 1e3 * result["baseline_s"] / n,
+        "ratio": result["ratio_median"],
+        "ratios": [round(r, 3) for r in result["ratios"]],
+    }
+
+
+def compare(ours, script: FaissScript, queries: np.ndarray, args) -> dict:
+    singles, batch = queries[: args.singles], queries
+    assert all(
+        np.array_equal(ids, script.search(q[None])[0])
+        for q, (_, ids) in zip(singles, [ours.hits(q[None], K)[0] for q in singles], strict=True)
+    ), "ours and faiss answer different ids"
+    single = paired(
+        one_at_a_time(lambda q: ours.hits(q, K), singles),
+        one_at_a_time(script.search, singles),
+        args.pairs,
+    )
+    many = paired(lambda: ours.hits(batch, K), lambda: script.search(batch), args.pairs)
+    return {"single_query": per_query(single, len(singles)), "batch": per_query(many, len(batch))}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--width", type=int, default=32)
+    parser.add_argument("--singles", type=int, default=200, help="single queries per pair")
+    parser.add_argument("--batch", type=int, default=1000, help="queries of the batch call")
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--store", default=None, help="keep the store here (default: temporary)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    temporary = None if args.store else tempfile.TemporaryDirectory()
+    root = args.store or temporary.name
+    result = {"benchmark": "search_latency", "machine": machine_info(), "args": vars(args)}
+    result["prepare"] = build(root, args.rows, args.width)
+    result["load_start"] = load()
+    ours = load_version_index(GalleryStore(root), GALLERY, "v1", use_gpu=False)
+    folder = _build_folder(root)
+    nprobe = int(ours.index.index.nprobe)
+    result.update(nlist=int(ours.index.index.nlist), nprobe=nprobe, k=K)
+    queries = mixture(np.random.default_rng(2), centres_of(args.width), args.batch)
+    result["faiss_prefetch_0"] = compare(ours, FaissScript(folder, nprobe, 0), queries, args)
+    result["faiss_as_read"] = compare(ours, FaissScript(folder, nprobe, None), queries, args)
+    result["faiss_threads"] = faiss.omp_get_max_threads()
+    result["load_end"] = load()
+    emit(result, args.out)
+    return result
+
+
+def _build_folder(root: str) -> Path:
+    """The current build's folder, from the version's index pointer."""
+    pointer = json.loads(Path(root, GALLERY, "_index", "v1.json").read_text())
+    return Path(root, GALLERY, "_index", "v1", pointer["build"])
+
+
+if __name__ == "__main__":
+    main()
