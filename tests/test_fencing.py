@@ -28,7 +28,7 @@ from raycompat.store import (
 from raycompat.store.gc import collect, plan_gc
 from raycompat.store.lease import LeaseLostError, LeaseOwner, read_newest
 
-TIMEOUT = 1.0  # lease timeout of every writer here: stalls of 1.5-2.5 s outlive it
+TIMEOUT = 2.0  # lease timeout of every writer here (slack for a busy CI); stalls outlive it
 ROWS = 100  # per part; two parts per writer
 
 STALLER = textwrap.dedent(
@@ -39,7 +39,7 @@ STALLER = textwrap.dedent(
     from raycompat.store.lease import LeaseOwner
 
     root, options, mode, rows = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    store = GalleryStore(root, options, lease_timeout_s=1.0)
+    store = GalleryStore(root, options, lease_timeout_s=2.0)
     info = VersionInfo("v1", "m", 4, False, "v1 = test")
     staging = store.begin("g", info, "same-name", owner=LeaseOwner("writer-A", "host-a", 1))
     x = np.random.default_rng(1).random((2 * rows, 4))

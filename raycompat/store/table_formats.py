@@ -171,11 +171,12 @@ def relative_file(root: str, file_uri: str, uri: str) -> str:
     return path[len(root.rstrip("/")) + 1 :]
 
 
-def require(module: str, extra: str, what: str):
-    """Import ``module`` (a table format's library), or a one-line error naming the extra."""
+def require(module: str, extra: str, what: str, use: str = "adopting"):
+    """Import ``module`` (a table format's library), or a one-line error naming the extra;
+    ``use`` says what needs it (``"adopting"``, ``"exporting"``)."""
     try:
         return importlib.import_module(module)
     except ImportError:
         raise StoreError(
-            f"adopting {what} tables needs the {module} package: pip install 'raycompat[{extra}]'"
+            f"{use} {what} tables needs the {module} package: pip install 'raycompat[{extra}]'"
         ) from None
