@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(PY) jobs/upgrade.py
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check raycompat jobs tests benchmarks
