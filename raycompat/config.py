@@ -205,8 +205,9 @@ def _list_index(node: list, part: str, key: str) -> int:
     return int(part)
 
 
-def set_override(data: dict, key: str, value: Any) -> None:
-    """Set ``key`` (dotted, list entries by index) to ``value`` in the nested ``data``."""
+def set_override(data: dict, key: str, value: Any, merge: bool = False) -> None:
+    """Set ``key`` (dotted, list entries by index) to ``value`` in the nested ``data``; with
+    ``merge``, a mapping value is merged into the mapping already there."""
     *parents, last = override_path(key)
     node = data
     for part in parents:
@@ -215,9 +216,8 @@ def set_override(data: dict, key: str, value: Any) -> None:
         node[_list_index(node, last, key)] = value
     elif isinstance(node, dict):
         given = node.get(last)
-        node[last] = (
-            _merge(given, value) if isinstance(given, dict) and isinstance(value, dict) else value
-        )
+        mergeable = merge and isinstance(given, dict) and isinstance(value, dict)
+        node[last] = _merge(given, value) if mergeable else value
     else:
         raise ConfigError(f"override {key!r}: {parents[-1]!r} is not a section")
 
@@ -230,9 +230,9 @@ def _split_override(item: str) -> tuple[str, Any]:
 
 
 def parse_overrides(overrides: list[str]) -> dict:
-    """``["train.epochs=3", "method.name=bct"]`` -> nested dict (values parsed as YAML scalars).
-    List entries cannot be addressed here (there is no list to index): see
-    :func:`apply_to`."""
+    """``["train.epochs=3", "method.name=bct"]`` -> nested dict (values parsed as YAML scalars);
+    a later override of the same key replaces the earlier one. List entries cannot be addressed
+    here (there is no list to index): see :func:`apply_to`."""
     data: dict = {}
     for item in overrides:
         key, value = _split_override(item)
@@ -241,13 +241,29 @@ def parse_overrides(overrides: list[str]) -> dict:
 
 
 def apply_to(data: dict, overrides: list[str]) -> dict:
-    """A copy of the nested ``data`` with each ``key=value`` override set in it, in order; a
-    key may go through list entries by index (``upgrades.0.epochs=1``)."""
-    out = copy.deepcopy(data)
-    for item in overrides:
+    """A copy of the nested ``data`` with the overrides applied: those that name no list entry
+    merged in as one nested dict (:func:`parse_overrides`, as always), then those that go
+    through list entries by index (``upgrades.0.epochs=1``), in order, merged into what is
+    there."""
+    indexed = [o for o in overrides if _names_list_entry(data, o)]
+    out = _merge(copy.deepcopy(data), parse_overrides([o for o in overrides if o not in indexed]))
+    for item in indexed:
         key, value = _split_override(item)
-        set_override(out, key, value)
+        set_override(out, key, value, merge=True)
     return out
+
+
+def _names_list_entry(data: dict, item: str) -> bool:
+    """Whether the override's key goes through a list of ``data`` (or has an ``[i]`` index)."""
+    key = item.split("=", 1)[0]
+    if _INDEX.search(key):
+        return True
+    node = data
+    for part in key.strip().split(".")[:-1]:
+        if isinstance(node, list):
+            return True
+        node = node.get(part) if isinstance(node, dict) else None
+    return isinstance(node, list)
 
 
 def _merge(base: dict, update: dict) -> dict:

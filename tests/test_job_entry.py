@@ -116,3 +116,20 @@ def test_a_submitted_upgrade_with_relative_outputs_stops_with_one_line(tmp_path)
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "store.root='outputs/upgrade/store' is relative" in errors[0]
     assert "Traceback" not in done.stderr
+
+
+@dataclass
+class Data:
+    options: dict = field(default_factory=lambda: {"per_class": 3})
+
+
+@dataclass
+class WithOptions:
+    data: Data = field(default_factory=Data)
+
+
+def test_a_later_mapping_override_replaces_an_earlier_one_and_merges_into_the_defaults():
+    """As before list entries were reachable: overrides of one key replace each other, and the
+    result is merged into the file's and defaults' mapping (test_train_ray relies on it)."""
+    cfg = load_config(WithOptions, None, ["data.options={a: 1}", "data.options={b: 2}"])
+    assert cfg.data.options == {"per_class": 3, "b": 2}
