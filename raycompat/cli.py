@@ -18,6 +18,10 @@
                                                   s3:// prefix) as a version, in place; Ray
                                                   validates it (docs/store.md); a rerun
                                                   completes a killed one
+    raycompat adopt iceberg:NS.TABLE --catalog-uri sqlite:///catalog.db [--warehouse W] ...
+                                                  an Iceberg table named in a SQL catalog
+    raycompat history <gallery> --store ROOT      versions and who wrote them, every decision
+                                                  (refused, failed) with its reason, grants
     raycompat export TARGET --store ROOT --gallery G --version V --format delta|iceberg
         [--mode overwrite] [--catalog-uri URL --warehouse DIR]
                                                   write a version as a Delta table (TARGET a
@@ -425,19 +429,25 @@ def adopt(args) -> dict:
     import ray
 
     from raycompat.pipelines.adopt import run_adoption
-    from raycompat.store.adopt import plan_adoption
+    from raycompat.store.adopt import AdoptOptionError, plan_adoption
 
     store = GalleryStore(args.store)  # a writer: a new store is created by its first record
-    plan = plan_adoption(
-        store,
-        args.gallery,
-        args.version,
-        args.uri,
-        model=args.model,
-        id_column=args.id_column,
-        embedding_column=args.embedding_column,
-        as_of=args.as_of,
-    )
+    try:
+        plan = plan_adoption(
+            store,
+            args.gallery,
+            args.version,
+            args.uri,
+            model=args.model,
+            id_column=args.id_column,
+            embedding_column=args.embedding_column,
+            as_of=args.as_of,
+            catalog_uri=args.catalog_uri,
+            warehouse=args.warehouse,
+        )
+    except AdoptOptionError as error:  # --catalog-uri without iceberg:<ns>.<table>, or the reverse
+        print(error_line(PROG, error), file=sys.stderr)
+        raise SystemExit(2) from None
     if plan.published is None and not ray.is_initialized():  # a rerun completes without Ray
         ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
     normalized = {"auto": None, "yes": True, "no": False}[args.normalized]
@@ -456,6 +466,27 @@ def adopt(args) -> dict:
         "normalized": info.normalized,
         "ids": info.ids,
     }
+
+
+def history(args) -> dict:
+    """A gallery's versions (who wrote each), every decision with its reason, and its query
+    grants (``store/history.py``); reads the store, never writes it. An unknown gallery is a
+    usage error listing the galleries that exist."""
+    from raycompat.store.history import gallery_history
+
+    return gallery_history(open_store(args.store), args.gallery)
+
+
+def _history_parser(sub, parents: list) -> None:
+    p = sub.add_parser(
+        "history",
+        help="a gallery's story: versions and who wrote them, every decision (refused and "
+        "failed too) with its reason, and which model queries which version",
+        description="example: raycompat history mnist --store outputs/upgrade/store",
+        parents=parents,
+    )
+    p.add_argument("gallery", help="the gallery's name (an unknown one lists those that exist)")
+    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
 
 
 def _as_of(text: str) -> str:
@@ -494,6 +525,7 @@ COMMANDS = {
     "mark-store": mark_store,
     "adopt": adopt,
     "export": export,
+    "history": history,
 }
 
 
@@ -594,7 +626,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "uri",
-        help="a Delta or Iceberg table, or a folder of *.parquet files (local or s3://)",
+        help="a Delta or Iceberg table, or a folder of *.parquet files (local or s3://); or "
+        "iceberg:<namespace>.<table> in --catalog-uri",
     )
     p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
     p.add_argument("--gallery", required=True)
@@ -620,8 +653,15 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="a Delta version or Iceberg snapshot id, or an ISO timestamp (default: current)",
     )
+    p.add_argument(
+        "--catalog-uri",
+        default=None,
+        help="for URI iceberg:<namespace>.<table>: the SQL catalog (sqlite:///path/catalog.db)",
+    )
+    p.add_argument("--warehouse", default=None, help="the catalog's warehouse (optional)")
     p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
     _export_parser(sub, [debug, as_json])
+    _history_parser(sub, [debug, as_json])
     return top
 
 

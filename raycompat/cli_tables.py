@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 MAX_CELL = 48
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, limit: int | None = MAX_CELL) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -20,12 +20,18 @@ def _cell(value: object) -> str:
     if isinstance(value, list | tuple):
         return ",".join(_cell(v) for v in value) or "-"
     text = str(value).replace("\n", " ")
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
-def table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
-    """``columns``: ``(key, header)`` pairs. Numbers are right-aligned, text left-aligned."""
-    cells = [[_cell(row.get(key)) for key, _ in columns] for row in rows]
+def table(
+    rows: Sequence[dict], columns: Sequence[tuple[str, str]], uncut: Sequence[str] = ()
+) -> str:
+    """``columns``: ``(key, header)`` pairs. Numbers are right-aligned, text left-aligned;
+    cells longer than ``MAX_CELL`` are cut, except in the ``uncut`` columns (put them last)."""
+    cells = [
+        [_cell(row.get(key), None if key in uncut else MAX_CELL) for key, _ in columns]
+        for row in rows
+    ]
     widths = [
         max([len(header)] + [len(r[i]) for r in cells]) for i, (_, header) in enumerate(columns)
     ]
@@ -107,10 +113,72 @@ def adopt(out: dict) -> str:
     )
 
 
+def _evidence(evidence: dict) -> str:
+    """``{"cross": 0.71, "ecc": True}`` -> ``cross=0.7100 ecc=True`` (one cell)."""
+    return " ".join(f"{k}={_cell(v)}" for k, v in evidence.items()) or "-"
+
+
+def _adopted(external: dict) -> str:
+    """``root`` of an adopted version, and ``@delta v3`` for a table snapshot."""
+    snapshot = external.get("table")
+    return external["root"] + (f" @{snapshot['format']} v{snapshot['version']}" if snapshot else "")
+
+
+HISTORY_VERSIONS = [
+    ("version", "version"),
+    ("created", "created"),
+    ("model_version", "model"),
+    ("rows", "rows"),
+    ("width", "width"),
+    ("dtype", "dtype"),
+    ("lineage", "lineage"),
+    ("written_by", "written by"),
+]
+HISTORY_DECISIONS = [
+    ("created", "created"),
+    ("model_version", "model"),
+    ("attempt", "attempt"),
+    ("standing", "stands"),
+    ("outcome", "outcome"),
+    ("against", "against"),
+    ("reason", "reason"),
+]
+HISTORY_GRANTS = [
+    ("model_version", "model"),
+    ("gallery_version", "queries"),
+    ("relation", "relation"),
+    ("created", "created"),
+    ("evidence", "evidence"),
+]
+
+
+def history(out: dict) -> str:
+    """A gallery's versions (who wrote each; adopted ones with their source), decisions
+    (``*`` marks the standing one, reasons in full) and query grants: one table each."""
+    versions = [{**v, "written_by": "; ".join(v["written_by"])} for v in out["versions"]]
+    adopted = "".join(
+        f"\nadopted {v['version']} from {_adopted(v['external'])}"
+        for v in versions
+        if v["external"] is not None
+    )
+    decisions = [{**d, "standing": "*" if d["standing"] else ""} for d in out["decisions"]]
+    grants = [{**g, "evidence": _evidence(g["evidence"])} for g in out["grants"]]
+    sections = [
+        f"gallery {out['gallery']}",
+        "versions\n" + table(versions, HISTORY_VERSIONS, uncut=["written_by"]) + adopted,
+        "decisions\n"
+        + (table(decisions, HISTORY_DECISIONS, uncut=["reason"]) if decisions else "none recorded"),
+        "query grants\n"
+        + (table(grants, HISTORY_GRANTS, uncut=["evidence"]) if grants else "none"),
+    ]
+    return "\n\n".join(sections) + _corrupt(out)
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "versions": versions,
     "models": models,
     "search": search,
     "gc": gc,
     "adopt": adopt,
+    "history": history,
 }

@@ -194,12 +194,12 @@ def test_a_delta_table_on_s3_is_adopted_from_its_snapshot(s3_bucket, ray_local):
     assert ids_of(store) == list(range(100, 200))
 
 
-def iceberg_table(tmp_path):
+def iceberg_table(tmp_path, catalog_name="local"):
     """An Iceberg table in ``tmp_path/warehouse`` through a SQL catalog on SQLite."""
     pytest.importorskip("pyiceberg")
     from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog("local", uri=f"sqlite:///{tmp_path}/catalog.db",
+    catalog = SqlCatalog(catalog_name, uri=f"sqlite:///{tmp_path}/catalog.db",
                          warehouse=f"file://{tmp_path}/warehouse")
     catalog.create_namespace("gallery")
     return catalog.create_table("gallery.faces", schema=frame(0, 1).schema)
@@ -275,3 +275,66 @@ def test_an_iceberg_table_on_s3_is_adopted_from_its_snapshot(tmp_path, s3_bucket
     assert info.external["table"]["format"] == "iceberg"
     assert all(p["etag"] and p["mtime_ns"] is None for p in info.external["pins"])
     assert ids_of(store) == list(range(150))
+
+
+def test_an_iceberg_table_is_adopted_by_its_catalog_name(tmp_path, ray_local, capsys):
+    """``iceberg:<namespace>.<table>`` through the SQL catalog raycompat export writes: the
+    catalog, not the newest metadata file, names the current snapshot."""
+    from raycompat.cli import main
+
+    source = iceberg_table(tmp_path, "raycompat")  # export_iceberg.CATALOG_NAME
+    source.append(frame(0, 100))
+    first = source.current_snapshot().snapshot_id
+    source.append(frame(100, 200))
+    source.delete("id < 50")
+    snapshot = source.current_snapshot().snapshot_id
+    root = source.location().removeprefix("file://")
+    metadata = source.metadata_location.removeprefix("file://")  # an orphan of its version:
+    with open(metadata) as f, open(f"{metadata[:-len('.metadata.json')]}0.metadata.json",
+                                   "w") as orphan:
+        orphan.write(f.read())  # a folder is refused, the catalog knows the current one
+    store = GalleryStore(str(tmp_path / "store"))
+    with pytest.raises(UnsupportedTableError, match="only the table's catalog knows"):
+        plan_adoption(store, "faces", "v1", root, model="ext")
+
+    assert main(["adopt", "iceberg:gallery.faces", "--catalog-uri",
+                 f"sqlite:///{tmp_path}/catalog.db", "--warehouse", f"{tmp_path}/warehouse",
+                 "--store", str(tmp_path / "store"), "--gallery", "faces", "--version", "v1",
+                 "--model", "ext", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["uri"], out["root"], out["rows"]) == (f"iceberg:gallery.faces@{snapshot}",
+                                                      root, 150)
+    info = store.version("faces", "v1")
+    assert info.lineage == f"v1 = adopt(iceberg:gallery.faces@{snapshot})"
+    assert info.external["table"] == {"format": "iceberg", "version": snapshot}
+    assert ids_of(store) == list(range(50, 200))
+    older = plan_adoption(store, "faces", "v0", "iceberg:gallery.faces", model="ext-v0",
+                          as_of=str(first), catalog_uri=f"sqlite:///{tmp_path}/catalog.db")
+    assert older.source == f"iceberg:gallery.faces@{first}" and len(older.files) == 1
+
+
+def test_an_unknown_catalog_name_is_refused_in_one_line(tmp_path, capsys):
+    from raycompat.cli import main
+
+    iceberg_table(tmp_path, "raycompat")
+    catalog = f"sqlite:///{tmp_path}/catalog.db"
+    store = GalleryStore(str(tmp_path / "store"))
+    with pytest.raises(StoreError, match=rf"catalog {catalog} \(catalog name 'raycompat'\) has no "
+                       r"table gallery\.nope; its tables: gallery\.faces$"):
+        plan_adoption(store, "faces", "v1", "iceberg:gallery.nope", model="m",
+                      catalog_uri=catalog)
+    with pytest.raises(StoreError, match=r"has no namespace 'people' \(for table people\.faces"
+                       r"\); its namespaces: gallery$"):
+        plan_adoption(store, "faces", "v1", "iceberg:people.faces", model="m",
+                      catalog_uri=catalog)
+    argv = ["--store", str(tmp_path / "store"), "--gallery", "faces", "--version", "v1",
+            "--model", "m"]
+    assert main(["adopt", "iceberg:gallery.faces", "--catalog-uri",
+                 f"sqlite:///{tmp_path}/none.db", *argv]) == 1  # never creates an empty one
+    assert not (tmp_path / "none.db").exists()
+    assert "no such SQLite file" in capsys.readouterr().err
+    for usage in (["iceberg:gallery.faces"], [str(tmp_path), "--catalog-uri", catalog]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["adopt", *usage, *argv])
+        assert exit_.value.code == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1

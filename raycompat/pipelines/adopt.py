@@ -2,6 +2,8 @@
 
     adopt_version(store, "faces", "v1", "s3://bucket/tables/faces", model="clip-b32",
                   id_column="image_id", embedding_column="vec")
+    adopt_version(store, "faces", "v2", "iceberg:gallery.faces", model="clip-b32",
+                  catalog_uri="sqlite:///path/catalog.db")
 
 The driver finds the files (a Delta or Iceberg snapshot's data files, read through the format's
 own library, or a plain folder's ``*.parquet``: ``raycompat/store/table_formats.py``); Ray
@@ -75,6 +77,8 @@ def adopt_version(
     lineage: str | None = None,
     batch_size: int = 65536,
     as_of: str | None = None,
+    catalog_uri: str | None = None,
+    warehouse: str | None = None,
 ) -> VersionInfo:
     """Publish the table at ``uri`` as ``gallery/version``, without copying.
 
@@ -82,7 +86,11 @@ def adopt_version(
         uri: a local folder or file, or an ``s3://`` prefix or object, on the store's kind of
             filesystem (it is read with the store's credentials, now and by every reader): a
             Delta or Iceberg table (its current snapshot's data files) or a folder of
-            ``*.parquet`` files. Hudi and Lance tables are refused.
+            ``*.parquet`` files. Hudi and Lance tables are refused. Or
+            ``iceberg:<namespace>.<table>``: that table of the SQL catalog at ``catalog_uri``
+            (``sqlite:///path/catalog.db``; ``warehouse`` its warehouse, optional), adopted
+            from its location like a table folder; lineage names it
+            (``adopt(iceberg:<namespace>.<table>@<snapshot>)``).
         as_of: a Delta version or Iceberg snapshot id, or an ISO timestamp: adopt that
             snapshot instead of the current one.
         model: the version's model; registered in the catalog if new (no files: it searches
@@ -97,7 +105,8 @@ def adopt_version(
             and the row or id); the table's format or snapshot cannot be pinned as files
             (``UnsupportedTableError``: Hudi, Lance, deletion vectors, delete files); the
             version exists as another table or model (the error says what differs); the
-            model's width differs. Nothing is written then. The
+            model's width differs; the catalog lacks the table (the error lists what it
+            holds). Nothing is written then. The
             version existing as this same adoption (a killed run) is not an error: the
             missing model record and grant are written.
     """
@@ -110,6 +119,8 @@ def adopt_version(
         id_column=id_column,
         embedding_column=embedding_column,
         as_of=as_of,
+        catalog_uri=catalog_uri,
+        warehouse=warehouse,
     )
     return run_adoption(store, plan, normalized=normalized, lineage=lineage, batch_size=batch_size)
 

@@ -36,14 +36,22 @@ from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo, now_utc, record_path
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.paths import check_name, join
-from raycompat.store.table_formats import TableSnapshot, read_snapshot
+from raycompat.store.table_formats import TableSnapshot, parse_as_of, read_snapshot
+
+CATALOG_PREFIX = "iceberg:"  # iceberg:<namespace>.<table>: a table of an SQL catalog
+
+
+class AdoptOptionError(StoreError):
+    """A catalog option without a catalog-qualified name, or such a name without its catalog:
+    a usage error (``raycompat adopt`` exits 2)."""
 
 
 @dataclass
 class AdoptionPlan:
     """What to adopt: ``files`` (relative to ``root``, a filesystem path; ``uri`` names it).
     For a Delta or Iceberg snapshot, ``table`` is ``{"format", "version"}`` and ``sizes`` the
-    files' bytes as the table's log records them (``table_formats.py``)."""
+    files' bytes as the table's log records them (``table_formats.py``); ``name`` is the
+    ``iceberg:<namespace>.<table>`` a table was named by in its catalog."""
 
     gallery: str
     version: str
@@ -56,16 +64,18 @@ class AdoptionPlan:
     published: VersionInfo | None = None  # the record of this same adoption, from a rerun
     table: dict | None = None
     sizes: dict[str, int] = field(default_factory=dict)
+    name: str | None = None
 
     def external(self) -> dict:
         return {"id_column": self.id_column, "embedding_column": self.embedding_column}
 
     @property
     def source(self) -> str:
-        """What was adopted, for lineage: ``delta:<uri>@<version>``, or the folder's uri."""
+        """What was adopted, for lineage: ``delta:<uri>@<version>``,
+        ``iceberg:<namespace>.<table>@<snapshot>`` for a catalog's table, or the folder's uri."""
         if self.table is None:
             return self.uri
-        return f"{self.table['format']}:{self.uri}@{self.table['version']}"
+        return f"{self.name or self.table['format'] + ':' + self.uri}@{self.table['version']}"
 
 
 def plan_adoption(
@@ -78,12 +88,16 @@ def plan_adoption(
     id_column: str = "id",
     embedding_column: str = "embedding",
     as_of: str | None = None,
+    catalog_uri: str | None = None,
+    warehouse: str | None = None,
 ) -> AdoptionPlan:
     """Check names, find the files of the table at ``uri`` (a folder, an S3 prefix or one
-    file): a Delta or Iceberg snapshot's data files (the current one, or ``as_of``: a version
-    or snapshot number, or an ISO timestamp), or a plain folder's ``*.parquet`` files; other
-    table formats are refused (``table_formats.py``). Then check the version and the model's
-    grant; fails before any data file is read.
+    file, or ``iceberg:<namespace>.<table>`` in the SQL catalog at ``catalog_uri``, with its
+    ``warehouse``): a Delta or Iceberg snapshot's data files (the current one, or ``as_of``: a
+    version or snapshot number, or an ISO timestamp), or a plain folder's ``*.parquet`` files;
+    other table formats are refused (``table_formats.py``). Then check the version and the
+    model's grant; fails before any data file is read (AdoptOptionError: catalog options that
+    do not fit ``uri``).
 
     An existing version that is this same adoption (a rerun) sets ``published``; one that is
     not is a PublishConflictError naming what differs."""
@@ -91,7 +105,7 @@ def plan_adoption(
         check_name(kind, name)
     if id_column == embedding_column:
         raise SchemaError(f"the id and embedding columns are both {id_column!r}")
-    root, snapshot = _find_table(store, uri, as_of)
+    root, snapshot = _find_table(store, uri, as_of, catalog_uri, warehouse)
     plan = AdoptionPlan(
         gallery,
         version,
@@ -103,22 +117,29 @@ def plan_adoption(
         embedding_column,
         table=snapshot.identity(),
         sizes=snapshot.sizes,
+        name=uri if uri.startswith(CATALOG_PREFIX) else None,
     )
     plan.published = _published(store, plan)
     _check_model(store, gallery, model, version if plan.published else None)
     return plan
 
 
-def _find_table(store: GalleryStore, uri: str, as_of: str | None) -> tuple[str, TableSnapshot]:
+def _find_table(
+    store: GalleryStore,
+    uri: str,
+    as_of: str | None,
+    catalog_uri: str | None,
+    warehouse: str | None,
+) -> tuple[str, TableSnapshot]:
     """``(root, the snapshot's files relative to it)`` of the table at ``uri``."""
-    scheme, _, rest = uri.partition("://") if "://" in uri else ("file", "", uri)
-    if scheme != store.backend.scheme:
-        raise StoreError(
-            f"{uri}: a {store.backend.scheme} store adopts only {store.backend.scheme} tables "
-            f"(its readers open the files with the store's filesystem and credentials)"
+    if uri.startswith(CATALOG_PREFIX):
+        return _catalog_table(store, uri, as_of, catalog_uri, warehouse)
+    if catalog_uri or warehouse:
+        raise AdoptOptionError(
+            f"--catalog-uri and --warehouse apply to a table named iceberg:<namespace>.<table>; "
+            f"{uri} is a folder or file"
         )
-    root = os.path.abspath(rest) if scheme == "file" else rest.strip("/")
-    _check_outside_store(store, root, uri)
+    root = _table_root(store, uri)
     fs = store.backend.filesystem
     found = fs.get_file_info(root)
     if found.type == pafs.FileType.NotFound:
@@ -128,6 +149,40 @@ def _find_table(store: GalleryStore, uri: str, as_of: str | None) -> tuple[str, 
     if as_of is not None:
         raise StoreError(f"{uri}: --as-of applies to a table folder, not to one file")
     return root.rsplit("/", 1)[0], TableSnapshot("parquet", [root.rsplit("/", 1)[1]])
+
+
+def _catalog_table(
+    store: GalleryStore, uri: str, as_of: str | None, catalog_uri: str | None, warehouse: str | None
+) -> tuple[str, TableSnapshot]:
+    """The snapshot of the Iceberg table ``uri`` (``iceberg:<namespace>.<table>``) of the SQL
+    catalog at ``catalog_uri``, pinned under the table's location."""
+    from raycompat.store import adopt_iceberg
+
+    name = uri[len(CATALOG_PREFIX) :]
+    if not catalog_uri:
+        raise AdoptOptionError(
+            f"{uri} names a table in an Iceberg catalog: give --catalog-uri "
+            f"(sqlite:///path/catalog.db)"
+        )
+    if not name.rpartition(".")[0] or not name.rpartition(".")[2]:
+        raise AdoptOptionError(f"{uri}: name an Iceberg table as iceberg:<namespace>.<table>")
+    table = adopt_iceberg.load_catalog_table(store, name, catalog_uri, warehouse)
+    root = _table_root(store, adopt_iceberg.location_uri(table.location()))
+    moment = None if as_of is None else parse_as_of(as_of)
+    return root, adopt_iceberg.table_snapshot(table, root, uri, moment)
+
+
+def _table_root(store: GalleryStore, uri: str) -> str:
+    """The filesystem path of the table at ``uri``, on the store's filesystem and outside it."""
+    scheme, _, rest = uri.partition("://") if "://" in uri else ("file", "", uri)
+    if scheme != store.backend.scheme:
+        raise StoreError(
+            f"{uri}: a {store.backend.scheme} store adopts only {store.backend.scheme} tables "
+            f"(its readers open the files with the store's filesystem and credentials)"
+        )
+    root = os.path.abspath(rest) if scheme == "file" else rest.strip("/")
+    _check_outside_store(store, root, uri)
+    return root
 
 
 def _published(store: GalleryStore, plan: AdoptionPlan) -> VersionInfo | None:

@@ -8,10 +8,16 @@ size). Refused, with one line naming the table: delete files (v2 positional or e
 v3 deletion vectors: the data file alone would resurrect those rows), data files that are not
 Parquet, two metadata files of the same version (a failed commit left one; only the catalog
 knows which is current). Needs the ``iceberg`` extra.
+
+A table named through a catalog (``iceberg:<namespace>.<table>``, ``load_catalog_table``) is
+loaded from the SQL catalog ``raycompat export`` writes (name ``raycompat``), which knows its
+current metadata file; its snapshot then takes the same path (``table_snapshot``), with the
+table's location as the root.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -29,6 +35,7 @@ from raycompat.store.table_formats import (
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore
 
+LISTED = 20  # tables named in the error for a missing one
 METADATA_NAME = re.compile(r"^v?(\d+)[-.].*\.metadata\.json$")
 S3FS_TO_ICEBERG = {
     "key": "s3.access-key-id",
@@ -74,17 +81,31 @@ def read_snapshot(
     """The data files (relative to ``root``) and sizes of the Iceberg table at ``uri``, at its
     current snapshot or ``as_of``; StoreError if it cannot be read at that snapshot."""
     require("pyiceberg", "iceberg", "Iceberg")
-    from pyiceberg.manifest import FileFormat
     from pyiceberg.table import StaticTable
 
     metadata = store.backend.uri(newest_metadata(store.backend.filesystem, root, uri))
     try:
         table = StaticTable.from_metadata(metadata, iceberg_properties(store.storage_options))
+    except (OSError, ValueError) as error:
+        raise StoreError(
+            f"{uri}: the Iceberg table could not be read from {metadata}: "
+            f"{str(error).splitlines()[0]}"
+        ) from None
+    return table_snapshot(table, root, uri, as_of)
+
+
+def table_snapshot(table, root: str, uri: str, as_of: int | datetime | None) -> TableSnapshot:
+    """The data files (relative to ``root``, the table's location) and sizes of the loaded
+    pyiceberg ``table`` at its current snapshot or ``as_of``; delete files and data files that
+    are not Parquet are refused (UnsupportedTableError naming ``uri``)."""
+    from pyiceberg.manifest import FileFormat
+
+    try:
         snapshot = _snapshot(table, as_of, uri)
         tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
     except (OSError, ValueError) as error:
         raise StoreError(
-            f"{uri}: the Iceberg table could not be read from {metadata}: "
+            f"{uri}: the Iceberg table could not be read from {table.metadata_location}: "
             f"{str(error).splitlines()[0]}"
         ) from None
     at = f"snapshot {snapshot.snapshot_id} of this Iceberg table"
@@ -118,3 +139,85 @@ def _snapshot(table, as_of: int | datetime | None, uri: str):
     if found is None:
         raise StoreError(f"{uri}: the Iceberg table has no {what}")
     return found
+
+
+def load_catalog_table(
+    store: GalleryStore, name: str, catalog_uri: str, warehouse: str | None = None
+):
+    """The pyiceberg table ``name`` (``namespace.table``) of the SQL catalog at ``catalog_uri``
+    (a SQLAlchemy URL), under the catalog name ``raycompat export`` writes (``export_iceberg``).
+    The catalog is only read: its tables are never created. StoreError naming the catalog and
+    listing what it holds when the namespace or table is missing."""
+    require("pyiceberg", "iceberg", "Iceberg")
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from raycompat.store.export_iceberg import CATALOG_NAME
+
+    shown = _check_catalog_file(catalog_uri)
+    options = {"warehouse": warehouse} if warehouse else {}
+    try:
+        catalog = SqlCatalog(
+            CATALOG_NAME,
+            uri=catalog_uri,
+            init_catalog_tables="false",
+            **options,
+            **iceberg_properties(store.storage_options),
+        )
+        return catalog.load_table(name)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        pass
+    except (OSError, ValueError, SQLAlchemyError) as error:
+        raise StoreError(
+            f"the Iceberg catalog {shown} could not be read for table {name}: "
+            f"{str(error).splitlines()[0]}"
+        ) from None
+    raise _missing(catalog, shown, name)
+
+
+def _check_catalog_file(catalog_uri: str) -> str:
+    """``catalog_uri`` as shown in errors (no password); a SQLite catalog must exist (opening
+    a missing one would create an empty database file)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(catalog_uri)
+    except ArgumentError:
+        raise StoreError(
+            f"--catalog-uri {catalog_uri!r} is not a SQLAlchemy URL (sqlite:///path/catalog.db)"
+        ) from None
+    shown = url.render_as_string(hide_password=True)
+    memory = url.database in (None, "", ":memory:")
+    if url.get_backend_name() == "sqlite" and not memory and not os.path.isfile(url.database):
+        raise StoreError(f"the Iceberg catalog {shown}: no such SQLite file {url.database}")
+    return shown
+
+
+def _missing(catalog, shown: str, name: str) -> StoreError:
+    """The error for a table ``name`` the catalog lacks, listing what it holds."""
+    namespace = name.rpartition(".")[0]
+    spaces = sorted(".".join(n) for n in catalog.list_namespaces())
+    where = f"the Iceberg catalog {shown} (catalog name {catalog.name!r})"
+    if namespace not in spaces:
+        return StoreError(
+            f"{where} has no namespace {namespace!r} (for table {name}); its namespaces: "
+            f"{', '.join(spaces) or 'none'}"
+        )
+    tables = sorted(".".join(t) for ns in spaces for t in catalog.list_tables(ns))
+    listed = ", ".join(tables[:LISTED])
+    if len(tables) > LISTED:
+        listed += f" and {len(tables) - LISTED} more"
+    return StoreError(f"{where} has no table {name}; its tables: {listed or 'none'}")
+
+
+def location_uri(location: str) -> str:
+    """An Iceberg table's location as ``adopt`` names a table: a local path for ``file:``,
+    ``s3://bucket/key`` for ``s3:``, ``s3a:`` and ``s3n:`` (as Spark writes it)."""
+    scheme, colon, rest = location.partition(":")
+    if not colon or "/" in scheme:
+        return location
+    if scheme == "file":
+        return "/" + rest.lstrip("/")
+    return f"s3://{rest.lstrip('/')}" if scheme in ("s3", "s3a", "s3n") else location
