@@ -150,8 +150,13 @@ class VersionInfo:
         return info
 
     def file_sizes(self) -> dict[str, int]:
-        """``relative path -> byte size`` of the version's files (empty when not recorded)."""
-        return {entry["path"]: entry["bytes"] for entry in self.file_info or []}
+        """``relative path -> byte size`` of the version's files (empty when not recorded).
+        Built once per record object: every file open of a read asks it."""
+        sizes = self.__dict__.get("_file_sizes")
+        if sizes is None:
+            sizes = {entry["path"]: entry["bytes"] for entry in self.file_info or []}
+            self.__dict__["_file_sizes"] = sizes
+        return sizes
 
 
 def _check_file_info(info: VersionInfo, source: str) -> None:

@@ -26,18 +26,17 @@ def open_parquet(
 ) -> Iterator[pq.ParquetFile]:
     """Open ``path`` and parse its footer; ``source`` (its URI) is named in errors. With
     ``size`` (the byte size a version record gives the file), a file of another size is a
-    :class:`ChangedFileError` (the stat is the one the open needs anyway)."""
-    info = fs.get_file_info(path) if size is not None else None
-    if info is not None and info.type == pafs.FileType.File and info.size != size:
-        raise ChangedFileError(
-            f"{source}: {info.size} bytes, but the version record says {size}: the file was "
-            f"replaced after the version was published"
-        )
+    :class:`ChangedFileError` (the opened file's own size: no extra stat or HEAD)."""
     try:
         handle = fs.open_input_file(path)
     except FileNotFoundError:
         raise ManifestError(f"{source}: part file does not exist") from None
     with handle:
+        if size is not None and handle.size() != size:
+            raise ChangedFileError(
+                f"{source}: {handle.size()} bytes, but the version record says {size}: the "
+                f"file was replaced after the version was published"
+            )
         try:
             parquet = pq.ParquetFile(handle, page_checksum_verification=True)
         except (pa.ArrowException, OSError) as error:
