@@ -24,6 +24,7 @@ grant is missing (the same content again is a no-op). Any difference is a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
@@ -191,12 +192,23 @@ def _published(store: GalleryStore, plan: AdoptionPlan) -> VersionInfo | None:
     if store.backend.filesystem.get_file_info(path).type == pafs.FileType.NotFound:
         return None
     info = store.version(plan.gallery, plan.version)
+    return _same_adoption(
+        store,
+        plan,
+        info,
+        lambda differ: f"gallery {plan.gallery!r} already has version {plan.version!r}, which "
+        f"is not this adoption ({differ}); adopt under a new version name",
+    )
+
+
+def _same_adoption(
+    store: GalleryStore, plan: AdoptionPlan, info: VersionInfo, refusal: Callable[[str], str]
+) -> VersionInfo:
+    """``info`` if it records this very adoption, else ``PublishConflictError`` whose message
+    is ``refusal(what differs)``."""
     differ = adoption_differences(store, plan, info)
     if differ:
-        raise PublishConflictError(
-            f"gallery {plan.gallery!r} already has version {plan.version!r}, which is not this "
-            f"adoption ({'; '.join(differ)}); adopt under a new version name"
-        )
+        raise PublishConflictError(refusal("; ".join(differ)))
     return info
 
 
@@ -366,13 +378,14 @@ def publish_version(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) 
         store.backend.create_exclusive(record, info.to_json())
     except FileExistsError:
         winner = store.version(plan.gallery, plan.version)
-        differ = adoption_differences(store, plan, winner)
-        if differ:
-            raise PublishConflictError(
-                f"{store.backend.uri(record)} was published by another writer first, with "
-                f"other content ({'; '.join(differ)})"
-            ) from None
-        return winner
+        uri = store.backend.uri(record)
+        return _same_adoption(
+            store,
+            plan,
+            winner,
+            lambda differ: f"{uri} was published by another writer first, with other content "
+            f"({differ})",
+        )
     return info
 
 
