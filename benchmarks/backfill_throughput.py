@@ -37,17 +37,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.pipelines import (  # noqa: E402
+from raycompat.cluster.pipelines import (  # noqa: E402
     RunOptions,
     SourceSpec,
     extract_version,
     partial_backfill_version,
     save_transformation,
 )
+from raycompat.config.train import ModelSpec  # noqa: E402
+from raycompat.fct.transformation import fct_transformation  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo  # noqa: E402
-from raycompat.train.config import ModelSpec  # noqa: E402
 from raycompat.train.export import build_model, export_model  # noqa: E402
-from raycompat.transformation import fct_transformation  # noqa: E402
 
 D_OLD, D_NEW, WIDTH = 32, 64, 128
 

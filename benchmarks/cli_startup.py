@@ -15,7 +15,7 @@ ours and its baseline alternate, ``--pairs`` pairs, medians of each and of the r
 - ``search_ids``: ``raycompat search --ids`` (finds the stored rows by a scan of the version:
   O(N), reported without a baseline).
 
-Also reported: ``python -X importtime -c "import raycompat.cli"``: the total and the slowest
+Also reported: ``python -X importtime -c "import raycompat.cli.app"``: the total and the slowest
 imports, and whether torch or Ray appear in it.
 """
 
@@ -36,9 +36,9 @@ from _gallery import GALLERY, centres_of, load, mixture, publish_mixture  # noqa
 from _machine import emit, machine_info  # noqa: E402
 from search_latency import _build_folder  # noqa: E402
 
+from raycompat.index.version_index import build_version_index, load_version_index  # noqa: E402
 from raycompat.store import GalleryStore, StoreError  # noqa: E402
-from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant  # noqa: E402
-from raycompat.store.index import build_version_index, load_version_index  # noqa: E402
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant  # noqa: E402
 
 CLI = str(Path(sys.executable).with_name("raycompat"))
 TIME = "/usr/bin/time"  # GNU time: peak RSS of the command alone
@@ -106,10 +106,10 @@ def prepare(root: str, rows: int, width: int) -> None:
 
 
 def import_profile() -> dict:
-    """``-X importtime`` of ``import raycompat.cli``: total, and the modules slowest to load
+    """``-X importtime`` of ``import raycompat.cli.app``: total, and the modules slowest to load
     themselves (their own time, without what they import)."""
     err = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import raycompat.cli"],
+        [sys.executable, "-X", "importtime", "-c", "import raycompat.cli.app"],
         capture_output=True,
         text=True,
         check=True,

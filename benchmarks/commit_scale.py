@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.pipelines.parts import PartWriter  # noqa: E402
+from raycompat.cluster.pipelines.parts import PartWriter  # noqa: E402
 from raycompat.store import (  # noqa: E402
     GalleryStore,
     VersionInfo,

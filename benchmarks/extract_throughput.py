@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
+from raycompat.cluster.pipelines import RunOptions, SourceSpec, extract_version  # noqa: E402
+from raycompat.config.train import ModelSpec  # noqa: E402
 from raycompat.data import create_dataset, read_image  # noqa: E402
-from raycompat.pipelines import RunOptions, SourceSpec, extract_version  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo  # noqa: E402
-from raycompat.train.config import ModelSpec  # noqa: E402
 from raycompat.train.export import build_model, export_model  # noqa: E402
 
 

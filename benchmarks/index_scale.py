@@ -49,9 +49,9 @@ def hwm_mb():
     with open("/proc/self/status") as handle:
         return int(next(x for x in handle if x.startswith("VmHWM:")).split()[1]) / 1024
 import ray
-from raycompat.pipelines.index import RayTasks
+from raycompat.cluster.pipelines.index import RayTasks
 from raycompat.store import GalleryStore
-from raycompat.store.index import build_version_index
+from raycompat.index.version_index import build_version_index
 marks = []
 class Marks(logging.Handler):
     def emit(self, record):
@@ -80,7 +80,7 @@ import json, sys, time
 import numpy as np
 root, queries_path, truth_path, version = sys.argv[1:5]
 from raycompat.store import GalleryStore
-from raycompat.store.index import load_version_index
+from raycompat.index.version_index import load_version_index
 def hwm_mb():
     with open("/proc/self/status") as handle:
         return int(next(x for x in handle if x.startswith("VmHWM:")).split()[1]) / 1024

@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 from index_scale import BUILD, CENTRES, SEARCH, K, exact_ids, mixture, publish, run, unit  # noqa: E402
 
-from raycompat.pipelines.models import load_transformation, save_transformation  # noqa: E402
-from raycompat.transformation import fct_transformation  # noqa: E402
+from raycompat.fct.models import load_transformation, save_transformation  # noqa: E402
+from raycompat.fct.transformation import fct_transformation  # noqa: E402
 
 STAGES = ("transform", "index", "search")
 RSS_RATIO_TARGET, RECALL_TARGET = 1.2, 0.95
@@ -64,7 +64,7 @@ def hwm_mb():
     with open("/proc/self/status") as handle:
         return int(next(x for x in handle if x.startswith("VmHWM:")).split()[1]) / 1024
 import ray
-from raycompat.pipelines import RunOptions, transform_version
+from raycompat.cluster.pipelines import RunOptions, transform_version
 from raycompat.store import GalleryStore, VersionInfo
 marks = {}
 class Marks(logging.Handler):

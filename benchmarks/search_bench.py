@@ -1,4 +1,4 @@
-"""Benchmark raycompat.search: exact faiss flat vs a NumPy brute force, and IVF-PQ recall/QPS.
+"""Benchmark raycompat.index.search: exact faiss flat vs a NumPy brute force, and IVF-PQ recall/QPS.
 
     .venv/bin/python benchmarks/search_bench.py --out benchmarks/results/search_bench_cpu.json
 
@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _machine import emit  # noqa: E402
 
-from raycompat.search import build_index  # noqa: E402
+from raycompat.index.search import build_index  # noqa: E402
 
 
 def synthetic_embeddings(n: int, dim: int, seed: int, chunk: int = 100_000) -> np.ndarray:

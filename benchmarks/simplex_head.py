@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def worker(k: int, variant: str, batch: int, repeats: int, device: str) -> dict:
     import torch
 
-    from raycompat.heads import create_head
+    from raycompat.nn.heads import create_head
 
     torch.manual_seed(0)
     start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

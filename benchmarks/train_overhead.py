@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
 from raycompat.config import load_config  # noqa: E402
+from raycompat.config.train import TrainConfig  # noqa: E402
 from raycompat.methods import create_method  # noqa: E402
 from raycompat.parallel import create_strategy  # noqa: E402
 from raycompat.train import data, schedule  # noqa: E402
-from raycompat.train.config import TrainConfig  # noqa: E402
 from raycompat.train.export import build_model, export_model, save_features  # noqa: E402
 from raycompat.train.scenarios import plan_steps  # noqa: E402
 
@@ -153,7 +153,7 @@ def plain_run(args) -> dict:
 def ray_run(args) -> dict:
     import ray
 
-    from raycompat.train.driver import run_training
+    from raycompat.cluster.train.driver import run_training
 
     work = tempfile.mkdtemp(prefix="overhead-ray-")  # fresh storage: never resume a run
     cfg = make_config(args, work)

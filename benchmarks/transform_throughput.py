@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.pipelines import RunOptions, apply_transformation, transform_version  # noqa: E402
-from raycompat.pipelines.models import load_transformation, save_transformation  # noqa: E402
+from raycompat.cluster.pipelines import RunOptions, apply_transformation, transform_version  # noqa: E402
+from raycompat.fct.models import load_transformation, save_transformation  # noqa: E402
+from raycompat.fct.transformation import fct_transformation, side_info_transformation  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo, embedding_table  # noqa: E402
-from raycompat.transformation import fct_transformation, side_info_transformation  # noqa: E402
 
 D = 128
 

@@ -5,7 +5,7 @@
 The upgrade job (``jobs/upgrade.py``) replaces this as the main entry point in a later issue.
 """
 
-from raycompat.demo import main
+from raycompat.cli.demo import main
 
 if __name__ == "__main__":
     main()

@@ -18,21 +18,21 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
-from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
-from raycompat.train.config import TrainConfig  # noqa: E402
+from raycompat.cli.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
+from raycompat.config.train import TrainConfig  # noqa: E402
+from raycompat.io.credentials import configure_logging, register_secrets  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = job_parser(__doc__, "TrainConfig").parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
-    default = "the built-in TrainConfig defaults (TrainConfig() in raycompat/train/config.py)"
+    default = "the built-in TrainConfig defaults (TrainConfig() in raycompat/config/train.py)"
     cfg = job_config(TrainConfig, args, default=default, outputs=("run.storage_path",))
     register_secrets(cfg)
 
-    from raycompat.ray_console import init_ray
+    from raycompat.cluster.console import init_ray
+    from raycompat.cluster.train.driver import run_training
     from raycompat.train.data import check_weight_files
-    from raycompat.train.driver import run_training
 
     check_weight_files(cfg)  # before Ray starts: a missing weights file is one line
     announce_outputs(cfg, ("run.storage_path",))
@@ -44,6 +44,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from raycompat.cli_errors import run_main
+    from raycompat.cli.errors import run_main
 
     run_main(main)  # a config error: one line naming the file and key, exit 2

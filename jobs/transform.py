@@ -20,10 +20,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from raycompat.cli.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
 from raycompat.config import ConfigError  # noqa: E402
-from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
-from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
-from raycompat.pipelines.config import TransformJobConfig  # noqa: E402
+from raycompat.config.pipelines import TransformJobConfig  # noqa: E402
+from raycompat.io.credentials import configure_logging, register_secrets  # noqa: E402
 
 logger = logging.getLogger("raycompat.jobs.transform")
 
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> dict:
         if not getattr(cfg.store, key):
             raise ConfigError(f"store.{key} must be set")
 
-    from raycompat.pipelines import extract_version, identity_upgrade, transform_version
-    from raycompat.pipelines.preflight import already_published, check_inputs
-    from raycompat.ray_console import init_ray, set_log_level
+    from raycompat.cluster.console import init_ray, set_log_level
+    from raycompat.cluster.pipelines import extract_version, identity_upgrade, transform_version
+    from raycompat.cluster.pipelines.preflight import already_published, check_inputs
     from raycompat.store import GalleryStore, VersionInfo
 
     set_log_level(args.verbose)  # our DEBUG lines with --verbose, before Ray starts (or not)
@@ -120,6 +120,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from raycompat.cli_errors import run_main
+    from raycompat.cli.errors import run_main
 
     run_main(main)  # a config error: one line naming the file and key, exit 2

@@ -20,9 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.credentials import configure_logging  # noqa: E402
-from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
-from raycompat.tune.config import SweepConfig  # noqa: E402
+from raycompat.cli.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
+from raycompat.config.tune import SweepConfig  # noqa: E402
+from raycompat.io.credentials import configure_logging  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -33,19 +33,19 @@ def main(argv: list[str] | None = None) -> dict:
     default = "the built-in SweepConfig defaults (a grid over configs/train_mnist_cores.yaml)"
     sweep = job_config(SweepConfig, args, default=default, outputs=("storage_path",))
 
-    from raycompat.ray_console import init_ray
-    from raycompat.tune.results import publish_outputs
-    from raycompat.tune.sweep import run_sweep
+    from raycompat.cluster.console import init_ray
+    from raycompat.cluster.tune.results import publish_outputs
+    from raycompat.cluster.tune.sweep import run_sweep
 
     announce_outputs(sweep, ("storage_path",))
     init_ray(args.address, args.verbose)  # quiet console unless --verbose
     results = run_sweep(sweep)
     summary = publish_outputs(results, sweep)
-    logging.getLogger("raycompat.tune").info("sweep summary: %s", json.dumps(summary))
+    logging.getLogger("raycompat.cluster.tune").info("sweep summary: %s", json.dumps(summary))
     return summary
 
 
 if __name__ == "__main__":
-    from raycompat.cli_errors import run_main
+    from raycompat.cli.errors import run_main
 
     run_main(main)  # a config error: one line naming the file and key, exit 2

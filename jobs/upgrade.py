@@ -35,10 +35,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from raycompat.cli.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
 from raycompat.config import to_dict  # noqa: E402
-from raycompat.credentials import configure_logging, register_secrets  # noqa: E402
-from raycompat.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
-from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config  # noqa: E402
+from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config  # noqa: E402
+from raycompat.io.credentials import configure_logging, register_secrets  # noqa: E402
 
 log = logging.getLogger("raycompat.jobs.upgrade")
 REFUSED_EXIT = 3
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
     check_upgrade_config(cfg)
     announce_outputs(cfg, outputs)
 
-    from raycompat.cli_errors import error_line
+    from raycompat.cli.errors import error_line
     from raycompat.store import GalleryStore
     from raycompat.upgrade.lock import UpgradeRunningError, upgrade_lease
 
@@ -86,12 +86,12 @@ def main(argv: list[str] | None = None) -> dict:
 
 def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     """Steps 1-4 under the job lease: every entry of the history, then the report."""
-    from raycompat.cli import gallery_versions
-    from raycompat.ray_console import init_ray
-    from raycompat.store.catalog import Catalog
+    from raycompat.cli.app import gallery_versions
+    from raycompat.cluster.console import init_ray
+    from raycompat.cluster.upgrade.job import Upgrader
+    from raycompat.store.model_catalog import Catalog
     from raycompat.train.data import describe_split
     from raycompat.upgrade.evaluate import eval_data, history_matrix
-    from raycompat.upgrade.history import Upgrader
     from raycompat.upgrade.report import Report, write_report
 
     init_ray(args.address or cfg.ray_address, args.verbose)  # quiet console unless --verbose
@@ -121,6 +121,6 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
 
 
 if __name__ == "__main__":
-    from raycompat.cli_errors import run_main
+    from raycompat.cli.errors import run_main
 
     run_main(main)  # a config error: one line naming the file and key, exit 2

@@ -1,7 +1,7 @@
 """Plain-PyTorch training and extraction loops shared by the demo and the Ray Train workers.
 
 Nothing here knows about Ray: the demo calls :func:`train_epoch`; a Ray worker steps its own
-strategy-wrapped model under the same :class:`StepGuard` (``raycompat.train.loop``).
+strategy-wrapped model under the same :class:`StepGuard` (``raycompat.cluster.train.loop``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class NonFiniteError(FloatingPointError):
 
     The message names the epoch, the step and what was hit. The failure is deterministic (the
     same step from the same checkpoint hits it again), so the Ray layer stops the run at once
-    instead of retrying it (``raycompat.train.guard``).
+    instead of retrying it (``raycompat.cluster.train.guard``).
     """
 
 

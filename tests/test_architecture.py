@@ -1,12 +1,17 @@
-"""The layers of docs/architecture.md hold: the core imports without Ray, jobs are recipes.
+"""The folder is the layer (docs/architecture.md): nothing outside the Ray layer imports Ray.
 
-The core is imported in a fresh interpreter whose import system refuses ``ray`` (a meta-path
-finder placed first), so an import of Ray anywhere below a core module, direct or through another
-module, is caught and named, even when Ray is installed, as it is here.
+Two checks. Statically, no module outside ``raycompat/cluster/`` (and the entry points under
+``raycompat/cli/``, which import the Ray layer inside a command) has an ``import ray`` or an
+import of ``raycompat.cluster`` anywhere in it, at module level or inside a function. Dynamically,
+every such module is imported in a fresh interpreter whose import system refuses ``ray`` (a
+meta-path finder placed first), so an import of Ray below any of them, direct or through
+another module, is caught and named, even though Ray is installed here. Deprecated old paths
+(files that only call ``raycompat._moved``) are checked by ``tests/test_api.py``.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import json
@@ -17,39 +22,55 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# docs/architecture.md, "Core": every module under these packages, and these single modules.
-CORE_PACKAGES = [
-    "raycompat.backbones",
-    "raycompat.backfill",
-    "raycompat.data",
-    "raycompat.heads",
-    "raycompat.methods",
-    "raycompat.metrics",
-    "raycompat.parallel",
-    "raycompat.side_info",
-    "raycompat.store",
-]
-CORE_MODULES = [
-    "raycompat",
-    "raycompat.cli",
-    "raycompat.cli_errors",
-    "raycompat.config",
-    "raycompat.credentials",
-    "raycompat.demo",
-    "raycompat.distances",
-    "raycompat.engine",
-    "raycompat.evaluation",
-    "raycompat.models",
-    "raycompat.registry",
-    "raycompat.search",
-    "raycompat.transformation",
-    "raycompat.weights",
-]
-# Ray-layer modules that must stay cheap: the upgrade and Tune configs read them before Ray starts
-CHEAP_RAY_LAYER = ["raycompat.fct", "raycompat.fct.config", "raycompat.fct.export"]
+PACKAGE = ROOT / "raycompat"
+RAY_LAYER = PACKAGE / "cluster"
+ENTRY_POINTS = PACKAGE / "cli"
 # A Ray-layer module, imported last: proves the finder really refuses Ray (no vacuous pass).
-CONTROL = "raycompat.train.driver"
+CONTROL = "raycompat.cluster.train.driver"
+
+
+def _is_shim(path: Path) -> bool:
+    return "from raycompat._moved import" in path.read_text()
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def core_files() -> list[Path]:
+    """Every module outside the Ray layer and the entry points, old-path shims left out."""
+    return [p for p in sorted(PACKAGE.rglob("*.py"))
+            if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)
+            and not _is_shim(p)]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_no_module_outside_the_ray_layer_imports_ray_even_inside_a_function():
+    offenders = [f"{path.relative_to(ROOT)}:{line}: {name}"
+                 for path in core_files() for line, name in _imports(path)
+                 if name == "ray" or name.startswith(("ray.", "raycompat.cluster"))]
+    assert not offenders, offenders
+    assert len(core_files()) > 100  # the walk found the core, not an empty folder
+
+
+def test_every_module_that_imports_ray_lives_under_the_ray_layer():
+    importers = {path for path in PACKAGE.rglob("*.py") if not _is_shim(path)
+                 for _, name in _imports(path) if name == "ray" or name.startswith("ray.")}
+    assert importers, "no module imports Ray: the scan is broken"
+    outside = [str(p.relative_to(ROOT)) for p in importers
+               if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)]
+    assert not outside, outside
+
 
 _IMPORT_WITHOUT_RAY = r"""
 import importlib, json, pkgutil, sys
@@ -69,18 +90,8 @@ class RefuseRay:
 
 
 sys.meta_path.insert(0, RefuseRay())
-packages, modules, control = json.loads(sys.argv[1])
-names, errors = list(modules), {}
-for package in packages:
-    names.append(package)
-    try:
-        path = importlib.import_module(package).__path__
-    except Exception as error:
-        errors[package] = f"{type(error).__name__}: {error}"
-        continue
-    def failed(name):
-        errors[name] = f"{sys.exc_info()[0].__name__}: {sys.exc_info()[1]}"
-    names += [m.name for m in pkgutil.walk_packages(path, package + ".", onerror=failed)]
+names, control = json.loads(sys.argv[1])
+errors = {}
 for name in names:
     try:
         importlib.import_module(name)
@@ -100,17 +111,10 @@ print(json.dumps({"modules": names, "errors": errors, "attempts": core_attempts,
 
 @pytest.fixture(scope="module")
 def core_import():
+    names = [_module_name(path) for path in core_files()]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _IMPORT_WITHOUT_RAY,
-            json.dumps([CORE_PACKAGES, CORE_MODULES + CHEAP_RAY_LAYER, CONTROL]),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", _IMPORT_WITHOUT_RAY, json.dumps([names, CONTROL])],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -121,9 +125,8 @@ def test_core_imports_without_ray(core_import):
     assert not core_import["attempts"], f"core modules import Ray: {who}"
     assert not core_import["errors"], core_import["errors"]
     assert not core_import["ray_loaded"]
-    for package in CORE_PACKAGES:  # the walk found the packages' modules, not just __init__
-        assert any(m.startswith(package + ".") for m in core_import["modules"]), package
     assert "raycompat.data.verification_bin" in core_import["modules"]
+    assert "raycompat.config.upgrade" in core_import["modules"]  # configs validate without Ray
 
 
 def test_the_ray_refusal_is_real(core_import):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from raycompat import ray_console
-from raycompat.ray_console import (
+from raycompat.cluster import console as ray_console
+from raycompat.cluster.console import (
     PRINT_HANDLER,
     VERBOSE_ENV,
     filtered,
@@ -24,7 +24,7 @@ from raycompat.ray_console import (
     is_harmless,
     worker_env,
 )
-from raycompat.train.epoch_log import EpochClock, epoch_line, images_per_s
+from raycompat.cluster.train.epoch_log import EpochClock, epoch_line, images_per_s
 
 ROOT = Path(__file__).resolve().parents[1]
 HARMLESS = (
@@ -140,7 +140,7 @@ def test_log_level_follows_verbose(monkeypatch):
     monkeypatch.setattr(ours, "level", ours.level)  # restored after the test
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
     ray_console.set_log_level(False)
-    assert logging.getLogger("raycompat.weights").getEffectiveLevel() == logging.INFO
+    assert logging.getLogger("raycompat.io.weights").getEffectiveLevel() == logging.INFO
     assert ray_console.train_logging_config().log_level == "WARNING"
     # Ray Train's worker context logs its reports under its file name, not ray.train.*
     from ray.train.v2._internal.execution import context
@@ -151,7 +151,7 @@ def test_log_level_follows_verbose(monkeypatch):
     assert reports.getEffectiveLevel() == logging.WARNING
     monkeypatch.setenv(VERBOSE_ENV, "1")  # what a Ray worker of a --verbose job sees
     ray_console.set_log_level()
-    assert logging.getLogger("raycompat.weights").getEffectiveLevel() == logging.DEBUG
+    assert logging.getLogger("raycompat.io.weights").getEffectiveLevel() == logging.DEBUG
     assert ray_console.train_logging_config().log_level == "INFO"
     assert reports.getEffectiveLevel() == logging.INFO
 
@@ -175,7 +175,7 @@ def test_eta_is_the_mean_epoch_time_times_the_epochs_left():
 def test_metrics_log_appends_rank_0s_report_to_the_run_directory(tmp_path):
     import pyarrow.fs as pafs
 
-    from raycompat.train.epoch_log import MetricsLog
+    from raycompat.cluster.train.epoch_log import MetricsLog
 
     path = f"{tmp_path}/run/metrics.jsonl"
     callback = MetricsLog(pafs.LocalFileSystem(), path, "step_1")

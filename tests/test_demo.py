@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from raycompat.config import ConfigError
-from raycompat.demo import main
+from raycompat.cli.demo import main
 
 pytestmark = pytest.mark.slow
 

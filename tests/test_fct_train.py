@@ -16,9 +16,9 @@ import torch
 from raycompat.config import ConfigError, load_config
 from raycompat.data import create_dataset
 from raycompat.evaluation import EvalSet, score
-from raycompat.fct.config import SideInfoTrainConfig, TransformationTrainConfig
+from raycompat.config.fct import SideInfoTrainConfig, TransformationTrainConfig
 from raycompat.fct.export import export_transformation
-from raycompat.fct.train import (
+from raycompat.cluster.train.fct_loop import (
     compute_triples,
     load_side_info,
     load_transformation,
@@ -26,10 +26,10 @@ from raycompat.fct.train import (
     train_transformation,
 )
 from raycompat.fct.triples import Triples
-from raycompat.side_info import create_side_info
-from raycompat.train.config import ModelSpec
+from raycompat.nn.side_info import create_side_info
+from raycompat.config.train import ModelSpec
 from raycompat.train.export import build_model, export_model, load_exported_model
-from raycompat.transformation import fct_transformation
+from raycompat.fct.transformation import fct_transformation
 
 IMAGES = "{num_classes: 4, images_per_class: 16, image_size: 28, channels: 1, seed: 0}"
 

@@ -19,7 +19,7 @@ import torch
 
 from raycompat.data.base import CorruptDataError
 from raycompat.data.cifar import load_pickle
-from raycompat.weights import load_state_dict
+from raycompat.io.weights import load_state_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -203,7 +203,7 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
 
     import yaml
 
-    from raycompat.credentials import REDACTED
+    from raycompat.io.credentials import REDACTED
 
     caplog.set_level(logging.INFO)
     bucket, options = s3_bucket

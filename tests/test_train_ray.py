@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from raycompat.config import load_config
-from raycompat.train.config import TrainConfig
+from raycompat.config.train import TrainConfig
 from raycompat.train.data import make_splits, open_dataset, step_rows
 from raycompat.train.export import load_exported_model
 from raycompat.train.scenarios import plan_steps
@@ -39,7 +39,7 @@ def toy_config(tmp_path, *overrides) -> TrainConfig:
 
 
 def run(cfg):
-    from raycompat.train.driver import run_training
+    from raycompat.cluster.train.driver import run_training
 
     return run_training(cfg)
 

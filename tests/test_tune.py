@@ -9,18 +9,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import bucket_objects
+from tests.conftest import bucket_objects
 
 from raycompat.config import ConfigError, load_config
-from raycompat.fct.config import FCTSpec
+from raycompat.config.fct import FCTSpec
 from raycompat.metrics.compatibility import CompatibilityMatrix
-from raycompat.train.config import TrainConfig
+from raycompat.config.train import TrainConfig
 from raycompat.train.scenarios import plan_steps
-from raycompat.tune.config import ParamSpec, SweepConfig
-from raycompat.tune.fct import check_transformation, split_params, transformation_of
-from raycompat.tune.objectives import OBJECTIVES
-from raycompat.tune.results import pareto_front
-from raycompat.tune.space import param_space, trial_overrides
+from raycompat.config.tune import ParamSpec, SweepConfig
+from raycompat.cluster.tune.fct import check_transformation, split_params, transformation_of
+from raycompat.cluster.tune.objectives import OBJECTIVES
+from raycompat.cluster.tune.results import pareto_front
+from raycompat.cluster.tune.space import param_space, trial_overrides
 
 ROOT = Path(__file__).parent.parent
 
@@ -108,10 +108,10 @@ def test_backfill_objectives_score_the_validation_curve_of_hand_made_features():
     """Four validation images of two classes; h maps image 0 into class 1's direction and is
     most uncertain about it. By hand (cosine, query excluded by index), on the grid 0, 0.5, 1:
     top-1 0.25 with h(old) alone, 1.0 once images 0 and 1 are re-extracted."""
-    from raycompat.tune.fct import backfill_metrics
-    from raycompat.tune.sweep import final_metrics
+    from raycompat.cluster.tune.fct import backfill_metrics
+    from raycompat.cluster.tune.sweep import final_metrics
     from raycompat.upgrade.backfill_eval import backfill_evaluation
-    from raycompat.upgrade.config import PartialBackfillSpec
+    from raycompat.config.upgrade import PartialBackfillSpec
 
     labels = np.array([0, 0, 1, 1])
     new = np.array([[1, 0.1], [1, -0.1], [0.1, 1], [-0.1, 1]], np.float32)
@@ -138,8 +138,8 @@ def test_backfill_objectives_score_the_validation_curve_of_hand_made_features():
 
 
 def test_backfill_sweeps_are_checked_before_any_trial():
-    from raycompat.tune.fct import backfill_of
-    from raycompat.upgrade.config import PartialBackfillSpec
+    from raycompat.cluster.tune.fct import backfill_of
+    from raycompat.config.upgrade import PartialBackfillSpec
 
     fct = load_config(TrainConfig, ROOT / "configs" / "train_mnist_two_model.yaml", ["method=fct"])
     weight = [ParamSpec("backfill.uncertainty_weight", values=[0.0, 1.0])]
@@ -164,8 +164,8 @@ def test_backfill_sweeps_are_checked_before_any_trial():
 
 
 def test_best_backfill_trial_becomes_an_upgrade_history_with_its_partial_backfill(tmp_path):
-    from raycompat.tune.results import write_best_config
-    from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
+    from raycompat.cluster.tune.results import write_best_config
+    from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
 
     sweep = load_config(SweepConfig, ROOT / "configs" / "tune_backfill.yaml")
     write_best_config(sweep, {"backfill.uncertainty_weight": 0.3}, tmp_path / "best.yaml")
@@ -177,8 +177,8 @@ def test_best_backfill_trial_becomes_an_upgrade_history_with_its_partial_backfil
 
 
 def test_best_fct_trial_becomes_an_upgrade_history_with_its_transformation(tmp_path):
-    from raycompat.tune.results import write_best_config
-    from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
+    from raycompat.cluster.tune.results import write_best_config
+    from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
 
     sweep = load_config(SweepConfig, ROOT / "configs" / "tune_fct_width.yaml")
     write_best_config(sweep, {"transformation.width": 64}, tmp_path / "best_config.yaml")
@@ -194,8 +194,8 @@ def test_best_fct_trial_becomes_an_upgrade_history_with_its_transformation(tmp_p
 def test_best_config_drops_a_searched_failure_injection(tmp_path):
     """A trial that ran with run.inject_failure (and recovered) can be the best; its config
     must still train cleanly, alone and as an upgrade history."""
-    from raycompat.tune.results import write_best_config
-    from raycompat.upgrade.config import UpgradeConfig
+    from raycompat.cluster.tune.results import write_best_config
+    from raycompat.config.upgrade import UpgradeConfig
 
     sweep = load_config(SweepConfig, ROOT / "configs" / "tune_hoc_lambda.yaml")
     params = {"method_options.lam": 0.5, "run.inject_failure": {"step": 1, "epoch": 0}}
@@ -291,7 +291,7 @@ def test_four_trial_sweep_on_s3_survives_a_failing_trial_and_resumes_from_the_bu
     assert set(table["trial"]) == set(table_again["trial"])  # the same trials, restored
 
     # The best trial as an upgrade history: it validates and runs through jobs/upgrade.py.
-    from raycompat.upgrade.config import UpgradeConfig, check_upgrade_config
+    from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
 
     history = load_config(UpgradeConfig, results / "best_upgrade.yaml")
     check_upgrade_config(history)
@@ -326,7 +326,7 @@ def test_four_trial_sweep_on_s3_survives_a_failing_trial_and_resumes_from_the_bu
 
 
 def test_optuna_search_refuses_grid_parameters():
-    from raycompat.tune.sweep import search_algorithm
+    from raycompat.cluster.tune.sweep import search_algorithm
 
     sweep = SweepConfig(search="optuna", space=[ParamSpec("epochs", "grid", values=[1, 2])])
     with pytest.raises(ValueError, match="use choice, not grid"):
@@ -353,10 +353,10 @@ def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, 
     """Two widths: each trial learns h after training and its cross-test is M(new, h(old)),
     recomputed here from the trial's stored features and h with a naive top-1."""
     from raycompat.fct.export import load_transformation
-    from raycompat.fct.fit import transform_features
+    from raycompat.cluster.train.fct_fit import transform_features
     from raycompat.train.data import make_splits, open_dataset
     from raycompat.train.export import load_features
-    from raycompat.upgrade.config import UpgradeConfig
+    from raycompat.config.upgrade import UpgradeConfig
 
     base = [
         "method=fct",
@@ -404,7 +404,7 @@ def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, 
 
 
 def test_sweep_locations_local_and_s3(tmp_path):
-    from raycompat.tune.sweep import runs_path, sweep_path
+    from raycompat.cluster.tune.sweep import runs_path, sweep_path
 
     local = SweepConfig(storage_path=str(tmp_path / "sweeps"), name="a")
     assert sweep_path(local) == str(tmp_path / "sweeps" / "a")
@@ -419,7 +419,7 @@ def test_sweep_storage_with_refused_credentials_fails_naming_the_location(
 ):
     import os
 
-    from raycompat.tune.sweep import check_storage
+    from raycompat.cluster.tune.sweep import check_storage
 
     bucket, _ = s3_bucket
     sweep = SweepConfig(storage_path=f"s3://{bucket}/sweeps", endpoint_url=s3_server, name="x")
@@ -431,7 +431,7 @@ def test_sweep_storage_with_refused_credentials_fails_naming_the_location(
 
 
 def test_trial_scratch_is_kept_locally_and_removed_for_s3_sweeps(tmp_path):
-    from raycompat.tune.sweep import scratch_dir
+    from raycompat.cluster.tune.sweep import scratch_dir
 
     with scratch_dir(SweepConfig(storage_path=str(tmp_path), name="a")) as work:
         assert work == str(tmp_path / "a" / "work")
@@ -445,7 +445,7 @@ def test_trial_table_tells_finished_stopped_and_failed_trials_apart():
     cannot be the best; an errored one keeps its message."""
     from types import SimpleNamespace
 
-    from raycompat.tune.results import best_params, trial_table
+    from raycompat.cluster.tune.results import best_params, trial_table
 
     sweep = SweepConfig(space=[ParamSpec("optim.lr", "loguniform", low=1e-4, high=1e-1)])
     final = {"final": True, "objective": 0.5, "AC": 0.0, "AA": 0.5, "run_path": "/runs/a"}
@@ -470,8 +470,8 @@ def test_trial_table_tells_finished_stopped_and_failed_trials_apart():
 
 
 def test_asha_max_t_must_leave_room_for_the_final_report():
-    from raycompat.tune.config import ASHASpec
-    from raycompat.tune.sweep import check_asha
+    from raycompat.config.tune import ASHASpec
+    from raycompat.cluster.tune.sweep import check_asha
 
     base = load_config(TrainConfig, ROOT / "configs" / "train_mnist_two_model.yaml")  # 3 + 3
     check_asha(SweepConfig(asha=ASHASpec(max_t=7)), base)
@@ -483,7 +483,7 @@ def test_asha_max_t_must_leave_room_for_the_final_report():
 
 
 def test_unwritable_local_sweep_storage_fails_naming_the_folder(tmp_path):
-    from raycompat.tune.sweep import check_storage
+    from raycompat.cluster.tune.sweep import check_storage
 
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the sweep folder should go")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from raycompat.train.config import ScalingSpec
-from raycompat.tune.sweep import DRIVER_CPUS, trials_that_fit
+from raycompat.config.train import ScalingSpec
+from raycompat.cluster.tune.sweep import DRIVER_CPUS, trials_that_fit
 
 ROOT = Path(__file__).parent.parent
 
@@ -61,7 +61,7 @@ def test_reaper_removes_a_dead_controllers_group_and_a_released_watch_touches_no
     from ray.util import placement_group, remove_placement_group
     from ray.util.placement_group import PlacementGroup
 
-    from raycompat.tune.reaper import ControllerWatch
+    from raycompat.cluster.tune.reaper import ControllerWatch
 
     @ray.remote(num_cpus=0)
     class Controller:  # busy in a long async run(), as Ray Train's controller is

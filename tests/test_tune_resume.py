@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_tune import load_job, toy_cl2r
+from tests.test_tune import load_job, toy_cl2r
 
 ROOT = Path(__file__).parent.parent
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from raycompat.store import GalleryStore
-from raycompat.store.catalog import Catalog
+from raycompat.store.model_catalog import Catalog
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 ROOT = Path(__file__).resolve().parent.parent
@@ -248,12 +248,12 @@ def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, 
     import torch
 
     from raycompat.evaluation import EvalSet
-    from raycompat.pipelines import RunOptions, save_transformation
+    from raycompat.cluster.pipelines import RunOptions, save_transformation
     from raycompat.store import VersionInfo, embedding_table
-    from raycompat.transformation import fct_transformation
-    from raycompat.upgrade.config import UpgradeConfig
+    from raycompat.fct.transformation import fct_transformation
+    from raycompat.config.upgrade import UpgradeConfig
     from raycompat.upgrade.evaluate import EvalData
-    from raycompat.upgrade.history import Upgrader
+    from raycompat.cluster.upgrade.job import Upgrader
     from raycompat.upgrade.policy import Decision
 
     rng = np.random.default_rng(0)
@@ -338,7 +338,7 @@ def test_an_fct_upgrade_with_a_partial_backfill_publishes_half_the_gallery_re_ex
 
     sys.path.insert(0, str(ROOT))
     from jobs.upgrade import main
-    from raycompat.cli import main as cli
+    from raycompat.cli.app import main as cli
 
     config = tmp_path / "partial.yaml"
     cfg = toy_config(

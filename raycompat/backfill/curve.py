@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from raycompat.backfill.budget import check_budget
-from raycompat.distances import Distance, as_features, get_distance
+from raycompat.index.distances import Distance, as_features, get_distance
 from raycompat.metrics.retrieval import cmc, mean_average_precision
 
 METRICS = ("top1", "mean_ap")

@@ -1,13 +1,13 @@
 """Fit FastFill's transformation: FCT's ``h`` plus a per-row uncertainty (Jaeckle et al., ICLR
 2023).
 
-The model is :class:`~raycompat.transformation.FCTTransformation` built with
+The model is :class:`~raycompat.fct.transformation.FCTTransformation` built with
 ``uncertainty=True`` (one extra Linear on the mixer's hidden features), trained with
-:func:`~raycompat.transformation.uncertain_transformation_loss` by a plain, seeded PyTorch loop
+:func:`~raycompat.fct.transformation.uncertain_transformation_loss` by a plain, seeded PyTorch loop
 under :class:`~raycompat.engine.StepGuard`, with FCT appendix D's recipe and defaults: Adam,
 linear warm-up then cosine (evaluated per step), BatchNorm running statistics frozen from half
 the epochs on, full mini-batches only. No Ray: this is the in-process counterpart of
-``raycompat.fct.train`` for arrays that fit in memory.
+``raycompat.cluster.train.fct_loop`` for arrays that fit in memory.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import torch
 from torch import nn
 
 from raycompat.config import ConfigError
-from raycompat.distances import as_features
 from raycompat.engine import StepGuard
-from raycompat.transformation import (
+from raycompat.fct.transformation import (
     FCTTransformation,
     fct_transformation,
     freeze_batchnorm_statistics,
     uncertain_transformation_loss,
     warmup_cosine,
 )
+from raycompat.index.distances import as_features
 
 
 @dataclass

@@ -94,7 +94,7 @@ def decode_images(
     ``torch.stack([read_image(s, mode=mode, size=size) for s in sources])``, bit for bit.
 
     Complete JPEGs (SOI ... EOI) are decoded by torchvision's libjpeg-turbo, which returns
-    Pillow's RGB pixels exactly (``tests/test_data_readers.py`` checks baseline, progressive,
+    Pillow's RGB pixels exactly (``tests/data/test_readers.py`` checks baseline, progressive,
     grey, CMYK and subsampled files); "L" applies Pillow's own integer luma formula to them.
     Everything else goes through Pillow as in :func:`read_image`: PNG (torchvision 0.29's PNG
     decoder crashes the process on a PNG with a bad CRC), other formats, truncated JPEGs

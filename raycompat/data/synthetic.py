@@ -13,7 +13,7 @@ Generative model (all draws seeded by ``(seed, what, index)``, so any row is rep
 
 ``difficulty`` scales every nuisance (``s_w``, shift, contrast, brightness, noise) together;
 at the default 1.0 a nearest-class-mean classifier on raw pixels is well above chance and well
-below perfect (see ``tests/test_data_readers.py``).
+below perfect (see ``tests/data/test_readers.py``).
 """
 
 from __future__ import annotations

@@ -3,13 +3,14 @@ model ``psi`` and the optional ``g``, trained and exported for the forward-trans
 
 The package imports nothing at load time, so its Ray-free modules stay cheap to import:
 
-- :mod:`raycompat.fct.config`: typed configs (``FCTSpec``, ``TransformationTrainConfig``, ...),
+- :mod:`raycompat.config.fct`: typed configs (``FCTSpec``, ``TransformationTrainConfig``, ...),
   read by the upgrade and Tune configs before Ray starts;
 - :mod:`raycompat.fct.checks`: the checks run before a run starts (sources, widths, triples);
 - :mod:`raycompat.fct.triples`: ``(phi_old, psi, phi_new)`` of a training set, in process;
 - :mod:`raycompat.fct.export`: save and load ``h``/``g``/``psi`` as safetensors + JSON;
-- :mod:`raycompat.fct.fit`: fit ``h`` from arrays (Ray Train when called) and apply it;
-- :mod:`raycompat.fct.train`: the Ray Train V2 runs (Ray layer).
+- :mod:`raycompat.cluster.train.fct_fit`: fit ``h`` from arrays (Ray Train when called) and apply
+  it;
+- :mod:`raycompat.cluster.train.fct_loop`: the Ray Train V2 runs (Ray layer).
 
-The model and loss themselves are core: :mod:`raycompat.transformation`.
+The model and loss themselves are core: :mod:`raycompat.fct.transformation`.
 """

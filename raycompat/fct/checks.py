@@ -13,10 +13,10 @@ import os
 import numpy as np
 import torch
 
+from raycompat.config.fct import ImageSource, SideInfoTrainConfig, TransformationTrainConfig
 from raycompat.data import create_dataset
-from raycompat.fct.config import ImageSource, SideInfoTrainConfig, TransformationTrainConfig
 from raycompat.fct.triples import Triples, check_triples
-from raycompat.side_info import create_side_info
+from raycompat.nn.side_info import create_side_info
 
 log = logging.getLogger(__name__)
 

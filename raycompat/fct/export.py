@@ -15,10 +15,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from raycompat.config import _build
-from raycompat.fct.config import SideInfoSpec
-from raycompat.side_info import create_side_info
-from raycompat.transformation import FCTTransformation
-from raycompat.weights import load_state_dict, load_state_dict_into
+from raycompat.config.fct import SideInfoSpec
+from raycompat.fct.transformation import FCTTransformation
+from raycompat.io.weights import load_state_dict, load_state_dict_into
+from raycompat.nn.side_info import create_side_info
 
 SIDE_INFO = "side_info"
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raycompat.models import features_and_logits
+from raycompat.nn.models import features_and_logits
 from raycompat.registry import Registry
 
 METHODS: Registry = Registry("compatibility method")
@@ -76,7 +76,7 @@ class OldModel:
     def from_model(
         cls, model: nn.Module, classes: Iterable[int] | None = None, with_classifier: bool = True
     ) -> OldModel:
-        """Freeze a :class:`~raycompat.models.CompatModel` (eval mode, no grad)."""
+        """Freeze a :class:`~raycompat.nn.models.CompatModel` (eval mode, no grad)."""
         model.eval()
         for p in model.parameters():
             p.requires_grad_(False)

@@ -23,7 +23,7 @@ from raycompat.methods.base import (
     classification_terms,
     first_coordinates,
 )
-from raycompat.models import features_and_logits
+from raycompat.nn.models import features_and_logits
 
 
 @METHODS.register("independent")

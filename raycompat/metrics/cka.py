@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from raycompat.distances import as_features
+from raycompat.index.distances import as_features
 
 
 def linear_cka(x: Any, y: Any) -> float:

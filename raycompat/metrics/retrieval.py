@@ -5,7 +5,7 @@ full ``Q x G`` matrix is never built; inside a chunk everything is vectorised.
 
 Conventions, shared by all functions here:
 
-- ``distance`` is a name in :data:`raycompat.distances.DISTANCES` (HOC: ``"cosine"``, FCT:
+- ``distance`` is a name in :data:`raycompat.index.distances.DISTANCES` (HOC: ``"cosine"``, FCT:
   ``"l2"`` on raw features).
 - ``exclude_self=True`` says that query ``i`` IS gallery item ``i`` (same images, possibly
   embedded by different models); item ``i`` is removed from query ``i``'s ranking by index.
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raycompat.distances import Distance, check_same_width, get_distance
+from raycompat.index.distances import Distance, check_same_width, get_distance
 
 logger = logging.getLogger(__name__)
 

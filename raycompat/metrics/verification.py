@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raycompat.distances import as_features, check_same_width
+from raycompat.index.distances import as_features, check_same_width
 
 __all__ = ["make_pairs", "pair_distances", "best_threshold", "verification_accuracy"]
 

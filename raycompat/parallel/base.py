@@ -64,7 +64,7 @@ class Prepared:
 
     Attributes:
         module: call as ``module(images, output="both") -> (features, logits)``.
-        model: the inner :class:`~raycompat.models.CompatModel` (``.head``, ``.embed_dim``).
+        model: the inner :class:`~raycompat.nn.models.CompatModel` (``.head``, ``.embed_dim``).
         optimizer: the optimizer that actually steps.
     """
 

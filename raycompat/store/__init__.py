@@ -5,7 +5,7 @@
 - :mod:`~raycompat.store.staging` / :mod:`~raycompat.store.gallery`: write, publish, read.
 - :mod:`~raycompat.store.lease` / :mod:`~raycompat.store.part_record`: one writer per staging
   area, and what each writer says it wrote (checked at commit).
-- :mod:`~raycompat.store.index`: a faiss index per version, and queries that return ids.
+- :mod:`~raycompat.index.version_index`: a faiss index per version, and queries that return ids.
 - :mod:`~raycompat.store.adopt` / :mod:`~raycompat.store.external`: an existing Parquet table
   published in place, its files pinned by the record.
 """

@@ -6,7 +6,8 @@
     # ids unique across files, unless proven_unique(reports): Ray Data, pipelines/unique.py
     info = publish_adopted(store, plan, summarize(plan, reports))
 
-``raycompat.pipelines.adopt.adopt_version`` runs these with the scans as Ray tasks; this module
+``raycompat.cluster.pipelines.adopt.adopt_version`` runs these with the scans as Ray tasks; this
+module
 imports no Ray. Each scan (``adopt_scan.py``) streams one file and returns a constant-size
 :class:`FileReport`: its pin (bytes, ETag or mtime), rows, id fingerprint, min/max id, width,
 dtype. Nothing is written until every file has passed; then the record is created
@@ -30,11 +31,11 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from raycompat.store.adopt_scan import FileReport
-from raycompat.store.catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.errors import CorruptFileError, PublishConflictError, SchemaError, StoreError
 from raycompat.store.external import ExternalFiles, FilePin, stat_file
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo, now_utc, record_path
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.paths import check_name, join
 from raycompat.store.table_formats import TableSnapshot, parse_as_of, read_snapshot

@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.store.catalog import QUERIES_DIR
 from raycompat.store.errors import CorruptFileError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import now_utc
+from raycompat.store.model_catalog import QUERIES_DIR
 from raycompat.store.paths import check_name, join
 from raycompat.store.records import check_record, load_object
 

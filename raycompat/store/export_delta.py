@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from raycompat.io.filesystems import open_backend
 from raycompat.store.adopt_delta import delta_storage_options
 from raycompat.store.errors import StoreError
 from raycompat.store.export import ExportOptionError, check_outside_store
-from raycompat.store.filesystems import open_backend
 from raycompat.store.table_formats import require
 
 if TYPE_CHECKING:

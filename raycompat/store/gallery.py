@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from raycompat.credentials import drop_redacted, register_secrets
+from raycompat.io.credentials import drop_redacted, register_secrets
+from raycompat.io.filesystems import Backend, open_backend
 from raycompat.store.errors import (
     ManifestError,
     MissingStoreError,
@@ -29,7 +30,6 @@ from raycompat.store.errors import (
 )
 from raycompat.store.external import open_adopted
 from raycompat.store.external import root_path as external_root
-from raycompat.store.filesystems import Backend, open_backend
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
 from raycompat.store.marker import ensure_marker

@@ -43,13 +43,13 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.store.catalog import Catalog
+from raycompat.io.filesystems import Backend
 from raycompat.store.errors import StoreError
-from raycompat.store.filesystems import Backend
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LEASE_DIR, LeaseRecord, read_newest
 from raycompat.store.manifest import DATA_DIR, INDEX_DIR, VERSIONS_DIR, VersionInfo
 from raycompat.store.marker import require_marker
+from raycompat.store.model_catalog import Catalog
 from raycompat.store.paths import SAFE_NAME, join
 
 logger = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from raycompat.io.filesystems import Backend
 from raycompat.store.errors import CorruptFileError, MissingStoreError
-from raycompat.store.filesystems import Backend
 from raycompat.store.manifest import VERSIONS_DIR, now_utc
 from raycompat.store.paths import SAFE_NAME, join
 from raycompat.store.records import load_object

@@ -2,7 +2,8 @@
 
 Columns: ``id`` (string or int64, unique, non-null), ``embedding`` (``fixed_size_list<float32>``
 of the model's width), optional ``side_info`` (``fixed_size_list<float32>``), optional ``label``
-(int64), and in a partial backfill's version (``raycompat.pipelines.backfill``) ``provenance``
+(int64), and in a partial backfill's version (``raycompat.cluster.pipelines.backfill``)
+``provenance``
 (string, ``"transformed"`` or ``"extracted"``) and optional ``uncertainty`` (float32, the sigma of
 h). Schema metadata (``raycompat.*`` keys) records the version, model version, width,
 normalisation and lineage, so a part file read on its own still says what it holds. The checks

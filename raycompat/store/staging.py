@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from raycompat.io.filesystems import Backend
 from raycompat.store.commit_checks import (
     RECORD_READERS,
     check_expected,
@@ -44,7 +45,6 @@ from raycompat.store.commit_checks import (
     sum_records,
 )
 from raycompat.store.errors import PublishConflictError, StoreError
-from raycompat.store.filesystems import Backend
 from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef
 from raycompat.store.manifest import VersionInfo, now_utc, record_path, staging_path
 from raycompat.store.parquet import dictionary_columns, group_rows

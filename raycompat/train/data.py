@@ -7,7 +7,7 @@ worker compute the same splits without exchanging index arrays. Two loaders feed
   split by rank (padded so every rank runs the same number of steps, as DistributedSampler does).
   Fully deterministic: a resumed run sees exactly the batches an uninterrupted one would.
 - ``ray_data``: the driver builds Ray Data datasets of row ids, decoded and augmented by actors
-  (:mod:`raycompat.train.ray_data`); workers read ``get_dataset_shard(...)``.
+  (:mod:`raycompat.cluster.train.ray_data`); workers read ``get_dataset_shard(...)``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import torch
 import torch.distributed as dist
 
 from raycompat.config import ConfigError
+from raycompat.config.train import DataSpec, TrainConfig
 from raycompat.data import LFWPairs, create_dataset
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.data.splits import holdout_split, replay_buffer
 from raycompat.evaluation import EvalSet, verification_eval_set
 from raycompat.methods import Batch
-from raycompat.train.config import DataSpec, TrainConfig
 from raycompat.train.scenarios import StepPlan
 
 
@@ -82,7 +82,7 @@ def check_unseen(cfg: TrainConfig, trained: list[int], what: str) -> None:
 def check_weight_files(cfg: TrainConfig, prefix: str = "") -> None:
     """Every weights file the config names opens, before Ray starts (a missing one is one line
     naming the key, ``prefix`` + key, not a worker traceback after retries)."""
-    from raycompat.weights import check_uri
+    from raycompat.io.weights import check_uri
 
     named = [("model.weights", cfg.model.weights)]
     named += [

@@ -16,9 +16,9 @@ import torch
 from safetensors.torch import save_file
 
 from raycompat.config import _build
-from raycompat.models import CompatModel, create_model
-from raycompat.train.config import ModelSpec
-from raycompat.weights import load_state_dict, load_state_dict_into
+from raycompat.config.train import ModelSpec
+from raycompat.io.weights import load_state_dict, load_state_dict_into
+from raycompat.nn.models import CompatModel, create_model
 
 MODEL_FILE, SPEC_FILE = "model.safetensors", "model.json"
 

@@ -1,4 +1,4 @@
-"""Scenarios: a :class:`~raycompat.train.config.TrainConfig` -> the list of models to train.
+"""Scenarios: a :class:`~raycompat.config.train.TrainConfig` -> the list of models to train.
 
 Each scenario of the papers is a plan builder in :data:`SCENARIOS`; the driver runs the plans in
 order and never branches on the scenario's name.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from raycompat.config.train import ModelSpec, OldModelSpec, TrainConfig
 from raycompat.methods import METHODS
 from raycompat.registry import Registry
-from raycompat.train.config import ModelSpec, OldModelSpec, TrainConfig
 
 SCENARIOS: Registry = Registry("scenario")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from raycompat.train.config import OptimSpec
+from raycompat.config.train import OptimSpec
 
 OPTIMIZERS: dict[str, Callable] = {
     "sgd": lambda params, s: torch.optim.SGD(

@@ -1,1 +1,5 @@
-"""Ray Tune sweeps over the training driver (Ray layer). See ``docs/tune.md``."""
+"""Deprecated path (removed in the next release): use :mod:`raycompat.cluster.tune`."""
+
+from raycompat._moved import reexport_package
+
+reexport_package(globals(), "raycompat.cluster.tune")

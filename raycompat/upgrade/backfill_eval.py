@@ -10,7 +10,7 @@ its accuracy at the configured budget, and the budget that reaches ``target`` x 
 
 The upgrade job runs it on the test images (``Outcome.backfill``, the report's "Partial
 backfill" section); FCT sweeps run it on the validation images (the ``backfill_*``
-objectives of :mod:`raycompat.tune.objectives`).
+objectives of :mod:`raycompat.cluster.tune.objectives`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from raycompat.backfill import budget_to_reach, compare_orders, value_at_budget
-from raycompat.upgrade.config import PartialBackfillSpec
+from raycompat.config.upgrade import PartialBackfillSpec
 
 ORDERS = ("uncertainty", "random", "oracle")
 RANDOM_SEEDS = (0, 1, 2)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from raycompat.config.train import TrainConfig
 from raycompat.evaluation import EvalSet, grow_matrix, score
 from raycompat.metrics.compatibility import CompatibilityMatrix, ecc, update_gain
-from raycompat.train.config import TrainConfig
 from raycompat.train.data import load_images, make_splits, open_dataset, test_source
 
 

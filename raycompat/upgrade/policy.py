@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raycompat.upgrade.config import PartialBackfillSpec, PolicySpec
+from raycompat.config.upgrade import PartialBackfillSpec, PolicySpec
 from raycompat.upgrade.evaluate import Evidence
 
 

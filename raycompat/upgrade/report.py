@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from raycompat.config import dump_config
-from raycompat.credentials import write_private
+from raycompat.io.credentials import write_private
 from raycompat.metrics.compatibility import (
     CompatibilityMatrix,
     average_accuracy,

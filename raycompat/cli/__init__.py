@@ -1,0 +1,20 @@
+"""The ``raycompat`` command and the jobs' shared preamble (entry points, no Ray at import).
+
+``raycompat.cli:main`` is the console script; the commands live in :mod:`raycompat.cli.app`,
+which is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+
+def main(argv: list[str] | None = None) -> int:
+    from raycompat.cli.app import main as run
+
+    return run(argv)
+
+
+def __getattr__(name: str):
+    # The names of the former module ``raycompat.cli`` (now ``raycompat.cli.app``).
+    from raycompat.cli import app
+
+    return getattr(app, name)

@@ -1,0 +1,78 @@
+"""One-line errors for the ``raycompat`` CLI and the jobs' entry points.
+
+An expected error (a config key that is unknown or of the wrong type, an unknown registered
+name, a missing store, a corrupt or missing record) is the user's to fix, and its message names
+what to fix; a Python traceback around it only hides that line. So it is printed as
+``<prog>: error: <message>`` (scrubbed of credentials) with exit status 2 for usage and config
+errors, 1 for store and data errors. The traceback is shown with ``--debug`` or
+``RAYCOMPAT_DEBUG=1``; any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from raycompat.config import ConfigError
+from raycompat.io.credentials import scrub
+from raycompat.registry import UnknownNameError
+from raycompat.store.errors import MissingStoreError
+
+USAGE_ERRORS = (ConfigError, UnknownNameError, MissingStoreError)  # exit 2
+DEBUG_FLAG, DEBUG_ENV = "--debug", "RAYCOMPAT_DEBUG"
+
+
+def debug_requested(argv: Sequence[str] = ()) -> bool:
+    """``--debug`` in ``argv``, or ``RAYCOMPAT_DEBUG=1`` in the environment."""
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV) == "1"
+
+
+def error_line(prog: str, error: BaseException | str) -> str:
+    """``prog: error: message`` on one line, scrubbed of registered credentials."""
+    return f"{prog}: error: {scrub(error)}"
+
+
+def _config_path(argv: list[str]) -> str | None:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config")
+    known, _ = parser.parse_known_args(argv)
+    return known.config
+
+
+def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None) -> None:
+    """Run a job's ``main(argv)`` from its ``__main__`` block: a config error is one line on
+    stderr naming the config file and the key, and exit status 2; a training run stopped by a
+    non-finite loss, gradient or feature is one line naming epoch, step and term, exit 1.
+
+    ``--debug`` is taken out of ``argv`` (the jobs' parsers do not know it) and, like
+    ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback.
+    """
+    from raycompat.engine import NonFiniteError  # torch: jobs load it, the CLI does not
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(argv)
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    prog = os.path.basename(sys.argv[0]) or "raycompat"
+    config = _config_path(argv)
+    if config is not None and not Path(config).is_file() and not debug:
+        print(error_line(prog, f"config file {config} does not exist"), file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        main(argv)
+    except USAGE_ERRORS as error:
+        if debug:
+            raise
+        message = str(error)
+        # load_config names the file; checks made after loading name only the key.
+        if config is not None and config not in message:
+            message = f"{config}: {message}"
+        print(error_line(prog, message), file=sys.stderr)
+        raise SystemExit(2) from None
+    except NonFiniteError as error:  # a diverged run: its message names epoch, step and term
+        if debug:
+            raise
+        print(error_line(prog, error), file=sys.stderr)
+        raise SystemExit(1) from None

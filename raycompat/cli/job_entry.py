@@ -1,0 +1,137 @@
+"""The preamble every job in ``jobs/`` shares: its arguments, its config, where its outputs go.
+
+    parser = job_parser(__doc__, "UpgradeConfig")
+    args = parser.parse_args(argv)
+    cfg = job_config(UpgradeConfig, args, default=UPGRADE_DEFAULT, outputs=("store.root",))
+    ...  # the job's own checks
+    announce_outputs(cfg, ("store.root",))  # "outputs: store.root=/abs/store"
+
+- ``--config FILE`` and ``key.sub=value`` overrides (list entries too: ``upgrades.0.epochs=1``
+  or ``upgrades[0].epochs=1``); without ``--config`` the job says which default it runs.
+- ``--print-config`` prints the merged, validated config (credentials redacted) and exits 0.
+- Outputs never land in Ray's temporary copy of the working dir: a job started by
+  ``ray job submit --working-dir`` runs inside that copy, which Ray deletes, so a relative local
+  output path there is refused with one line saying what to pass, unless ``--output-root DIR``
+  (or ``RAYCOMPAT_OUTPUT_ROOT``) resolves relative outputs against ``DIR``. The job logs
+  where its outputs go before it starts (:func:`announce_outputs`).
+
+This module imports neither torch nor Ray: ``--help``, ``--print-config`` and a config typo
+answer before either loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from raycompat.config import ConfigError, dump_config, load_config
+
+C = TypeVar("C")
+log = logging.getLogger("raycompat.jobs")
+OUTPUT_ROOT_ENV = "RAYCOMPAT_OUTPUT_ROOT"
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
+
+
+def job_parser(doc: str, config_type: str, *, address: bool = True) -> argparse.ArgumentParser:
+    """The arguments every job takes (``address``: whether it has ``--address``)."""
+    parser = argparse.ArgumentParser(
+        description=doc.splitlines()[0],
+        epilog="Overrides reach list entries: upgrades.0.epochs=1 (or upgrades[0].epochs=1).",
+    )
+    parser.add_argument(
+        "--config",
+        help=f"YAML file with {config_type} keys (without it the job runs its defaults and says "
+        "which)",
+    )
+    if address:
+        parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Ray's progress lines and our debug lines"
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the merged, validated config (credentials redacted) and exit",
+    )
+    parser.add_argument(
+        "--output-root",
+        default=os.environ.get(OUTPUT_ROOT_ENV),
+        help=f"resolve relative local output paths against this folder (env {OUTPUT_ROOT_ENV}); "
+        "needed for relative paths under `ray job submit --working-dir`",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (RAYCOMPAT_DEBUG=1)"
+    )
+    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. epochs=2")
+    return parser
+
+
+def job_config(
+    cls: type[C], args: argparse.Namespace, *, default: str, outputs: tuple[str, ...] = ()
+) -> C:
+    """Load ``cls`` from ``args``; handle ``--print-config`` (prints, then ``SystemExit(0)``)
+    and the output paths named by ``outputs`` (dotted keys, see :func:`resolve_outputs`)."""
+    if args.config is None:
+        log.info("no --config given: running %s", default)
+    cfg = load_config(cls, args.config, args.overrides)
+    cfg = resolve_outputs(cfg, outputs, args.output_root)
+    if args.print_config:
+        print(dump_config(cfg), end="")
+        raise SystemExit(0)
+    return cfg
+
+
+def announce_outputs(cfg: Any, outputs: tuple[str, ...]) -> None:
+    """Log where the job's outputs go (after its checks, so that a config error stays the
+    only line a failing job prints)."""
+    log.info("outputs: %s", ", ".join(f"{key}={_get(cfg, key)}" for key in outputs))
+
+
+def submitted_working_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """Ray's temporary copy of the working dir this process runs in (a job submitted with a
+    ``working_dir``), or None."""
+    raw = (os.environ if environ is None else environ).get(JOB_CONFIG_ENV)
+    if not raw:
+        return None
+    try:
+        runtime_env = json.loads(raw).get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return None
+    return os.getcwd() if runtime_env.get("working_dir") else None
+
+
+def resolve_outputs(
+    cfg: C, keys: tuple[str, ...], output_root: str | None, environ: Mapping[str, str] | None = None
+) -> C:
+    """Make the local output paths named by ``keys`` absolute against ``output_root``; without
+    one, refuse a relative path when the job runs in Ray's temporary working-dir copy."""
+    copy = submitted_working_dir(environ)
+    for key in keys:
+        value = _get(cfg, key)
+        if not isinstance(value, str) or not value or "://" in value or os.path.isabs(value):
+            continue
+        if output_root:
+            _set(cfg, key, os.path.abspath(os.path.join(output_root, value)))
+        elif copy is not None:
+            raise ConfigError(
+                f"{key}={value!r} is relative, and this job runs in Ray's temporary copy of "
+                f"its working dir ({copy}), which Ray deletes: pass an absolute path or s3:// "
+                f"URI ({key}=/shared/...), or --output-root DIR (env {OUTPUT_ROOT_ENV})"
+            )
+    return cfg
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _set(cfg: Any, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    setattr(_get(cfg, ".".join(parents)) if parents else cfg, last, value)

@@ -1,0 +1,48 @@
+"""Ray Data pipelines that write gallery versions into the store (the Ray layer).
+
+- :mod:`~raycompat.cluster.pipelines.extract`: images -> model actors -> a new version (backfill,
+  initial index).
+- :mod:`~raycompat.cluster.pipelines.transform`: a version -> FCT transformation actors -> a new
+  version; :func:`identity_upgrade` for backward-compatible upgrades (no rewrite).
+- :mod:`~raycompat.cluster.pipelines.backfill`: a version -> h(old), a budgeted fraction
+  re-extracted from the images (FastFill's partial backfill) -> a new version.
+- :mod:`~raycompat.cluster.pipelines.resume`: the per-chunk commit log that makes both resumable.
+
+Both stream (memory bounded by actors x batch rows) and publish only after ``Staging.commit``
+has verified every part. See ``docs/pipelines.md``.
+"""
+
+from raycompat.cluster.pipelines.backfill import partial_backfill_version
+from raycompat.cluster.pipelines.extract import embed, extract_version
+from raycompat.cluster.pipelines.resume import PlanMismatchError
+from raycompat.cluster.pipelines.runner import PipelineError, RunOptions
+from raycompat.cluster.pipelines.sources import SOURCES, SourceSpec
+from raycompat.cluster.pipelines.transform import (
+    IdentityUpgrade,
+    apply_transformation,
+    identity_upgrade,
+    transform_version,
+)
+from raycompat.fct.models import (
+    load_transformation,
+    read_transformation_spec,
+    save_transformation,
+)
+
+__all__ = [
+    "SOURCES",
+    "IdentityUpgrade",
+    "PipelineError",
+    "PlanMismatchError",
+    "RunOptions",
+    "SourceSpec",
+    "apply_transformation",
+    "embed",
+    "extract_version",
+    "identity_upgrade",
+    "load_transformation",
+    "partial_backfill_version",
+    "read_transformation_spec",
+    "save_transformation",
+    "transform_version",
+]

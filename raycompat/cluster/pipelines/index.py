@@ -1,0 +1,90 @@
+"""The sharded index build on Ray: its tasks (sample, check, add, merge) as Ray tasks.
+
+    from raycompat.cluster.pipelines.index import RayTasks
+    build_version_index(store, "faces", "v3", runner=RayTasks(workers=8))   # kind="auto"
+
+The build itself (plan, training, resume, publishing) is the core's
+(:mod:`raycompat.index.sharded`); this runner only decides where its task functions run:
+at most ``workers`` Ray tasks at a time, each reserving ``cpus_per_task`` CPUs and running faiss
+with as many threads. Results come back in call order; the add phase logs its progress
+(rows done, rows/s, ETA) with :class:`~raycompat.cluster.pipelines.progress.Progress` as shards
+finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import ray
+
+from raycompat.cluster.pipelines.progress import Progress
+from raycompat.cluster.pipelines.runner import PipelineError, _root_message
+
+T = TypeVar("T")
+
+
+class RayTasks:
+    """Runs the sharded build's task functions as Ray tasks (``LocalTasks``' interface).
+
+    Args:
+        workers: tasks in flight at once (each holds one shard's index in memory).
+        cpus_per_task: CPUs each task reserves, and the faiss threads it uses.
+        progress_every_s: seconds between progress lines of the add phase.
+    """
+
+    def __init__(
+        self, workers: int = 2, cpus_per_task: int = 1, progress_every_s: float = 10.0
+    ) -> None:
+        if workers < 1 or cpus_per_task < 1:
+            raise ValueError(
+                f"workers and cpus_per_task must be >= 1, got {workers}, {cpus_per_task}"
+            )
+        self.workers, self.threads, self.progress_every_s = workers, cpus_per_task, progress_every_s
+
+    def gpus_available(self) -> int:
+        """GPUs in the Ray cluster: the k-means task asks for one when there is any."""
+        return int(ray.cluster_resources().get("GPU", 0))
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        calls: Sequence[tuple],
+        *,
+        name: str,
+        rows: Sequence[int] | None = None,
+        skipped: int = 0,
+        gpus: int = 0,
+    ) -> list[T]:
+        """``[fn(*call) for call in calls]``, run as Ray tasks; with ``rows`` (rows of each
+        call) progress is logged, ``skipped`` rows counting as done by an earlier run; each
+        task reserves ``gpus`` GPUs (the index's k-means task asks for one).
+
+        Raises:
+            PipelineError: a task failed; the message is the task's own error line.
+        """
+        task = ray.remote(num_cpus=self.threads, num_gpus=gpus)(fn)
+        progress = None
+        if rows is not None:
+            progress = Progress(name, skipped + sum(rows), skipped, self.progress_every_s)
+        results: list = [None] * len(calls)
+        running: dict = {}
+        waiting = iter(enumerate(calls))
+        try:
+            while True:
+                while len(running) < self.workers:
+                    item = next(waiting, None)
+                    if item is None:
+                        break
+                    running[task.remote(*item[1])] = item[0]
+                if not running:
+                    return results
+                [done], _ = ray.wait(list(running), num_returns=1)
+                k = running.pop(done)
+                results[k] = ray.get(done)
+                if progress is not None:
+                    progress.update(rows[k])
+        except ray.exceptions.RayError as error:
+            for ref in running:
+                ray.cancel(ref)
+            raise PipelineError(f"{name} failed: {_root_message(error)}") from error

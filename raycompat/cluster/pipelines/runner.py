@@ -1,0 +1,209 @@
+"""Run chunks through a pool of model actors with Ray Data, then publish the staged version.
+
+    chunks (one row each) -> map_batches(Worker, compute=ActorPoolStrategy, batch_size=1)
+                          -> one output part file per chunk, written by the actor
+                          -> driver: progress and the part records from the (tiny) result
+                             rows -> Staging.commit of exactly those parts
+
+Why the actors write the parts themselves rather than ``read_parquet -> map_batches ->
+write_parquet``: resuming needs each output file to be a deterministic function of its input
+chunk (``resume.py``), which Ray Data's writers do not offer (their file names and block
+boundaries depend on the run). Each actor streams its chunk batch by batch, so memory is
+bounded by ``actors x batch_size`` rows whatever the table size, and the model is loaded once
+per actor, never per batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import asdict
+
+import pyarrow as pa
+import ray
+import torch
+
+from raycompat.cluster.pipelines.parts import Chunk, PartWriter
+from raycompat.cluster.pipelines.progress import Progress
+from raycompat.cluster.pipelines.resume import pending_chunks, record_plan
+from raycompat.cluster.pipelines.unique import check_unique_distributed
+from raycompat.config.pipelines import RunOptions  # noqa: F401  (part of this module's API)
+from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
+from raycompat.store.lease import LeaseRef
+from raycompat.store.part_record import IdFingerprint, PartRecord
+
+logger = logging.getLogger(__name__)
+
+
+class PipelineError(RuntimeError):
+    """A chunk failed in an actor; the message carries the actor's error (file, row...)."""
+
+
+DISTRIBUTED_UNIQUE_ROWS = 1_000_000
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for a precision setting on a device (None: plain fp32)."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+class ChunkWorker:
+    """Stateful ``map_batches`` callable: one chunk in, one part file out, one result row back.
+
+    Subclasses load their model once in ``__init__`` and implement :meth:`fill`.
+    """
+
+    def __init__(
+        self,
+        *,
+        root: str,
+        storage_options: dict,
+        gallery: str,
+        info: VersionInfo,
+        staging_name: str,
+        schema: pa.Schema,
+        run: RunOptions,
+        lease: LeaseRef,
+    ) -> None:
+        torch.set_num_threads(run.threads_per_actor)
+        self.store = GalleryStore(root, storage_options)
+        # Not store.begin(): the driver holds the lease; actors only check it (and that the
+        # version is unpublished) before publishing each part.
+        gallery_path = self.store.path(gallery)
+        self.staging = Staging(self.store.backend, gallery_path, info, staging_name, lease)
+        self.schema, self.run = schema, run
+        self.device = torch.device("cuda" if run.num_gpus_per_actor > 0 else "cpu")
+        self.autocast = autocast_dtype(run.precision, self.device)
+
+    def fill(self, chunk: Chunk, writer: PartWriter) -> None:
+        raise NotImplementedError
+
+    def __call__(self, batch: dict) -> dict:
+        results = {"part": [], "rows": [], "record": []}
+        for item in batch["chunk"]:
+            chunk = Chunk(**json.loads(item))
+            writer = PartWriter(self.staging, chunk.part, self.schema)
+            try:
+                self.fill(chunk, writer)
+            except BaseException:
+                writer.abort()
+                raise
+            if writer.rows != chunk.rows:
+                writer.abort()
+                raise StoreError(
+                    f"{writer.source}: wrote {writer.rows} rows, the chunk has {chunk.rows}"
+                )
+            record = writer.close()
+            results["part"].append(chunk.part)
+            results["rows"].append(chunk.rows)
+            results["record"].append(record.to_json().decode())
+        return results
+
+
+def run_chunks(
+    chunks: list[Chunk],
+    worker: type[ChunkWorker],
+    worker_kwargs: dict,
+    run: RunOptions,
+    progress: Progress,
+    staging: Staging | None = None,
+) -> None:
+    """Process ``chunks`` in an actor pool; raise :class:`PipelineError` if any chunk fails.
+    The part records the actors return are added to ``staging``'s list of parts (the driver's
+    own list, which its commit publishes)."""
+    if not chunks:
+        return
+    items = [{"chunk": json.dumps(asdict(c))} for c in chunks]
+    actors = min(run.actors, len(chunks))
+    dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        worker,
+        fn_constructor_kwargs={**worker_kwargs, "run": run},
+        batch_size=1,
+        # Start every actor at once (an autoscaling pool grows only after its first actor has
+        # loaded its model: seconds of one actor working alone), and hand each one chunk at a
+        # time (a chunk queued behind a busy actor leaves another idle at the end).
+        compute=ray.data.ActorPoolStrategy(
+            min_size=1, max_size=actors, initial_size=actors, max_tasks_in_flight_per_actor=1
+        ),
+        num_cpus=run.threads_per_actor,
+        num_gpus=run.num_gpus_per_actor or None,
+    )
+    try:
+        for row in dataset.iter_rows():
+            if staging is not None:
+                staging.add_part(PartRecord.from_json(row["record"], staging.uri))
+            progress.update(int(row["rows"]))
+    except Exception as error:  # Ray wraps the actor's error; keep its message, drop the noise
+        raise PipelineError(f"{progress.name} failed: {_root_message(error)}") from error
+
+
+def run_staged(
+    store: GalleryStore,
+    gallery: str,
+    staging: Staging,
+    *,
+    name: str,
+    identity: dict,
+    chunks: list[Chunk],
+    worker: type[ChunkWorker],
+    worker_kwargs: dict,
+    schema: pa.Schema,
+    run: RunOptions,
+    verify: Callable[[Staging], None] | None,
+    check: str = "rows",
+    expected_ids: IdFingerprint | None = None,
+    distributed_unique: bool = False,
+) -> dict:
+    """Plan (or resume), run the pending chunks, verify, and publish; the job's shared tail.
+
+    ``check`` and ``expected_ids`` go to ``Staging.commit``; ``distributed_unique`` first
+    checks the staged ids unique with Ray Data (``unique.py``). On any failure the staging area's
+    lease is released (its finished parts stay), so that a rerun resumes at once instead of
+    waiting for the lease to time out.
+    Returns the progress summary plus ``"version"``, the published record.
+    """
+    try:
+        record_plan(staging, identity, chunks)
+        todo = pending_chunks(staging, chunks)
+        total = sum(c.rows for c in chunks)
+        progress = Progress(name, total, total - sum(c.rows for c in todo), run.progress_every_s)
+        kwargs = dict(
+            root=store.root,
+            storage_options=store.storage_options,
+            gallery=gallery,
+            info=staging.info,
+            staging_name=staging.path.rsplit("/", 1)[1],
+            schema=schema,
+            lease=staging.lease_ref,
+            **worker_kwargs,
+        )
+        run_chunks(todo, worker, kwargs, run, progress, staging)
+        if verify is not None:  # the caller's quality gate: raising here publishes nothing
+            verify(staging)
+        if distributed_unique:
+            check_unique_distributed(staging, staging.files())
+        info = staging.commit(expected_rows=total, expected_ids=expected_ids, check=check)
+    except BaseException:
+        staging.release()
+        raise
+    return {**progress.summary(), "version": info}
+
+
+_ERROR_LINE = re.compile(r"^([\w.]*(?:Error|Exception)): (.+)$")
+
+
+def _root_message(error: BaseException) -> str:
+    """The actor's own error line (e.g. ``SchemaError: <file>: row 17 ...``).
+
+    Ray Data re-raises a UDF failure as ``UserCodeException`` whose text holds the actor's
+    traceback; the first ``<Type>Error: message`` line in it that is not Ray's is the cause.
+    """
+    for line in str(error).splitlines():
+        match = _ERROR_LINE.match(line.strip())
+        if match and not match.group(1).startswith("ray."):
+            return line.strip()
+    return str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)

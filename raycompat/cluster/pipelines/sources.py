@@ -1,0 +1,121 @@
+"""Image inputs of the extraction pipeline, one registry: ``dataset`` and ``parquet_images``.
+
+- ``dataset``: any registered reader (``raycompat.data.DATASETS``: image folders, insightface
+  RecordIO, CIFAR, MNIST-5k, synthetic...); ids are row numbers (int64), labels come along.
+- ``parquet_images``: Parquet files with an ``id`` column (string or int64), encoded image bytes
+  (``image``, JPEG/PNG...) and optionally ``label`` (int64).
+
+A source plans chunks on the driver (``plan``) and yields ``(ids, images (B, C, H, W) float in
+[0, 1], labels (B,) or None)`` for one chunk inside an actor (``batches``); the dataset or file
+is opened once per actor. Images are decoded a batch at a time (``dataset.batch(rows)``,
+``decode_images``), with exactly the pixels that training reads image by image. No Ray here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import torch
+
+from raycompat.cluster.pipelines.parts import Chunk, plan_file_chunks, plan_range_chunks
+from raycompat.config.pipelines import SourceSpec
+from raycompat.data import create_dataset
+from raycompat.data.augment import no_augment
+from raycompat.data.image_folder import as_hw, decode_images
+from raycompat.registry import Registry
+from raycompat.store import SchemaError
+from raycompat.store.parquet import open_parquet
+
+SOURCES: Registry = Registry("image source")
+Batch = tuple[np.ndarray, torch.Tensor, np.ndarray | None]
+
+
+@SOURCES.register("dataset")
+class DatasetSource:
+    def __init__(self, spec: SourceSpec) -> None:
+        self.dataset = create_dataset(spec.name, **spec.options)
+
+    def plan(self, rows_per_file: int) -> list[Chunk]:
+        return plan_range_chunks(len(self.dataset), rows_per_file)
+
+    def id_type_and_labels(self) -> tuple[str, bool]:
+        return "int64", True
+
+    def batches(self, chunk: Chunk, batch_size: int, augment, generator) -> Iterator[Batch]:
+        for start in range(chunk.start, chunk.stop, batch_size):
+            rows = np.arange(start, min(start + batch_size, chunk.stop), dtype=np.int64)
+            images = augment_batch(self.dataset.batch(rows), augment, generator)
+            yield rows, images, self.dataset.labels[rows]
+
+
+@SOURCES.register("parquet_images")
+class ParquetImageSource:
+    REQUIRED = ("id", "image")
+
+    def __init__(self, spec: SourceSpec) -> None:
+        if not spec.paths:
+            raise ValueError("source.paths: parquet_images needs at least one file")
+        self.spec, self.size = spec, as_hw(spec.image_size)
+        self.files = [pafs.FileSystem.from_uri(p) for p in spec.paths]
+
+    def plan(self, rows_per_file: int) -> list[Chunk]:
+        chunks = []
+        for index, (uri, (fs, path)) in enumerate(zip(self.spec.paths, self.files, strict=True)):
+            with open_parquet(fs, path, uri) as parquet:
+                names = parquet.schema_arrow.names
+                missing = [c for c in self.REQUIRED if c not in names]
+                if missing:
+                    raise SchemaError(f"{uri}: missing column(s) {missing}; columns are {names}")
+                chunks += plan_file_chunks(index, path, parquet.metadata, rows_per_file)
+        return chunks
+
+    def id_type_and_labels(self) -> tuple[str, bool]:
+        fs, path = self.files[0]
+        with open_parquet(fs, path, self.spec.paths[0]) as parquet:
+            schema = parquet.schema_arrow
+        id_type = "int64" if pa.types.is_integer(schema.field("id").type) else "string"
+        return id_type, "label" in schema.names
+
+    def batches(self, chunk: Chunk, batch_size: int, augment, generator) -> Iterator[Batch]:
+        uri, (fs, path) = self.spec.paths[chunk.input], self.files[chunk.input]
+        columns = list(self.REQUIRED)
+        offset = chunk.start
+        with open_parquet(fs, path, uri) as parquet:
+            if "label" in parquet.schema_arrow.names:
+                columns.append("label")
+            for batch in parquet.iter_batches(batch_size, chunk.row_groups, columns):
+                encoded = batch.column("image")
+                if encoded.null_count:
+                    first = encoded.is_null().to_pylist().index(True)
+                    raise SchemaError(f"{uri}: row {offset + first} has a null image")
+                images = decode_images(
+                    encoded.to_pylist(),
+                    mode=self.spec.mode,
+                    size=self.size,
+                    names=[f"{uri} row {offset + i}" for i in range(batch.num_rows)],
+                )
+                labels = batch.column("label") if "label" in columns else None
+                ids = batch.column("id")
+                if ids.null_count:
+                    raise SchemaError(f"{uri}: null id in rows {offset}..{offset + len(batch)}")
+                yield (
+                    ids.to_numpy(zero_copy_only=False),
+                    augment_batch(images, augment, generator),
+                    None if labels is None else labels.cast(pa.int64()).to_numpy(),
+                )
+                offset += batch.num_rows
+
+
+def augment_batch(images: torch.Tensor, augment, generator) -> torch.Tensor:
+    """``augment`` image by image in row order (each draw from ``generator`` lands on the same
+    image as in training's loader); nothing to do for ``none``."""
+    if augment is no_augment:
+        return images
+    return torch.stack([augment(image, generator) for image in images])
+
+
+def open_source(spec: SourceSpec):
+    return SOURCES.create(spec.kind, spec=spec)

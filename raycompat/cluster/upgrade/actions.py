@@ -1,0 +1,265 @@
+"""What an upgrade decision does to the store: publish a model, extract, transform, or
+partially backfill (Ray Data).
+
+:class:`Publisher` carries out one :class:`~raycompat.upgrade.policy.Decision`. Every write is
+gated: a version is committed only after ``verify`` has checked the staged rows against the
+model that will query them (a failed check aborts the staging area and turns the decision into a
+refusal that says why), and a model is registered only with its grant.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from raycompat.cluster.pipelines import extract_version, transform_version
+from raycompat.cluster.pipelines.backfill import partial_backfill_version
+from raycompat.cluster.upgrade import steps
+from raycompat.config.upgrade import (
+    PartialBackfillSpec,
+    UpgradeConfig,
+    gallery_version_of,
+    partial_backfill_of,
+)
+from raycompat.store import GalleryStore, VersionInfo
+from raycompat.store.errors import VerificationError
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.upgrade.evaluate import EvalData
+from raycompat.upgrade.policy import Decision
+
+log = logging.getLogger(__name__)
+
+RELATION = {
+    "initial": "extracted",
+    "compatible": "compatible",
+    "transform": "transformed",
+    "backfill": "extracted",
+    # h(current) with some rows re-extracted: served like a transformed version; the grant's
+    # evidence says how much was re-extracted ("partial_backfill")
+    "partial_backfill": "transformed",
+}
+
+
+class Publisher:
+    def __init__(
+        self, cfg: UpgradeConfig, store: GalleryStore, catalog: Catalog, data: EvalData
+    ) -> None:
+        self.cfg, self.store, self.catalog, self.data = cfg, store, catalog, data
+        self.gallery = cfg.store.gallery
+
+    def act(
+        self,
+        position,
+        spec,
+        decision: Decision,
+        directory,
+        features,
+        current,
+        mine,
+        old_self,
+        proof,
+        parent,
+    ) -> tuple[Decision, str | None]:
+        if decision.action == "refuse":
+            return decision, None
+        version = current.version
+        try:
+            if decision.action == "transform":
+                version = gallery_version_of(self.cfg, position)
+                if mine is None:
+                    self.transform(spec, directory, features, current, version, old_self)
+            elif decision.action == "backfill":
+                version = gallery_version_of(self.cfg, position)
+                if mine is None:
+                    self.extract(spec, directory, features, version)
+            elif decision.action == "partial_backfill":
+                version = gallery_version_of(self.cfg, position)
+                backfill = partial_backfill_of(spec, self.cfg.policy)
+                if mine is None:
+                    extracted = self.partial_backfill(
+                        spec, backfill, directory, features, current, version, old_self
+                    )
+                else:  # an earlier run published it and stopped before the grant; the
+                    # pipeline commits exactly round(budget * rows) extracted rows
+                    extracted = int(np.rint(backfill.budget * mine.rows))
+                proof = {
+                    **proof,
+                    "partial_backfill": {
+                        "budget": backfill.budget,
+                        "order": backfill.order,
+                        "extracted": extracted,
+                    },
+                }
+        except VerificationError as err:
+            log.error("%s: %s", spec.model_version, err)
+            return Decision(
+                "refuse",
+                f"{decision.reason}; but the written version failed its "
+                f"check before publishing: {err}",
+            ), None
+        self.publish(
+            spec,
+            parent,
+            directory,
+            features.shape[1],
+            version,
+            RELATION[decision.action],
+            {"reason": decision.reason, **proof},
+        )
+        return decision, version
+
+    def publish(self, spec, parent, directory, width, version, relation, evidence) -> None:
+        """Model files, record and grant (each create-if-absent: a rerun is a no-op)."""
+        record = ModelRecord(
+            spec.model_version,
+            "",
+            width,
+            spec.method,
+            parent,
+            run=f"{self.cfg.name}-{spec.model_version}",
+        )
+        grant = QueryGrant(self.gallery, version, spec.model_version, relation, evidence)
+        steps.publish_model(self.catalog, record, directory, grant)
+
+    def _staged_test_rows(self, staging) -> np.ndarray | None:
+        """The staged vectors of the test images, in test order; None (logged) when the gallery
+        does not hold them, which leaves the staged data to the commit's own checks."""
+        staged = steps.rows_of(staging.filesystem, staging.files(), self.data.rows, staging.uri)
+        if staged is None:
+            log.warning("%s does not hold the test images: checked by commit only", staging.uri)
+        return staged
+
+    def extract(self, spec, directory: str, features: np.ndarray, version: str) -> None:
+        """Embed the gallery images into ``version``; published only if the staged vectors of
+        the test images are the model's features (cosine >= 0.999)."""
+        width = features.shape[1]
+        expected = F.normalize(torch.from_numpy(features), dim=1).numpy()
+
+        def verify(staging) -> None:
+            staged = self._staged_test_rows(staging)
+            if staged is None:
+                return
+            cosine = np.sum(F.normalize(torch.from_numpy(staged), dim=1).numpy() * expected, 1)
+            if cosine.min() < 0.999:
+                staging.abort()
+                raise VerificationError(
+                    f"{staging.uri}: row {self.data.rows[cosine.argmin()]} is not the model's "
+                    f"embedding of that image (cosine {cosine.min():.4f})"
+                )
+
+        target = VersionInfo(
+            version,
+            spec.model_version,
+            width,
+            self.cfg.normalized,
+            f"{version} = extract({spec.model_version})",
+        )
+        extract_version(
+            self.store,
+            self.gallery,
+            target,
+            directory,
+            self.cfg.gallery_images,
+            self.cfg.pipeline,
+            staging_name=f"upgrade-{spec.model_version}",
+            verify=verify,
+        )
+
+    def _beats_old_self_test(self, features: np.ndarray, old_self: float, rows: str):
+        """A ``verify`` hook: the new model's queries against the staged rows of the test
+        images must beat the old self-test (FCT's criterion), else the staging is aborted."""
+
+        def verify(staging) -> None:
+            staged = self._staged_test_rows(staging)
+            if staged is None:
+                return
+            cross = self.data.score(features, staged)
+            log.info(
+                "%s: M(new, staged) = %.4f vs old self-test %.4f", staging.uri, cross, old_self
+            )
+            if not cross > old_self:
+                staging.abort()
+                raise VerificationError(
+                    f"{staging.uri}: the new model's queries against the {rows} rows score "
+                    f"{cross:.4f}, not above the old self-test {old_self:.4f}"
+                )
+
+        return verify
+
+    def transform(
+        self,
+        spec,
+        directory: str,
+        features: np.ndarray,
+        current: VersionInfo,
+        version: str,
+        old_self: float,
+    ) -> None:
+        """``version = h(current)``; published only if the new model's queries against the
+        staged rows of the test images beat the old self-test (FCT's criterion)."""
+        verify = self._beats_old_self_test(features, old_self, "transformed")
+        target = VersionInfo(
+            version,
+            spec.model_version,
+            features.shape[1],
+            False,
+            f"{version} = h_{spec.model_version}({current.version})",
+        )
+        transform_version(
+            self.store,
+            self.gallery,
+            current.version,
+            target,
+            directory,
+            None,
+            self.cfg.pipeline,
+            f"upgrade-{spec.model_version}",
+            verify,
+        )
+
+    def partial_backfill(
+        self,
+        spec,
+        backfill: PartialBackfillSpec,
+        directory: str,
+        features: np.ndarray,
+        current: VersionInfo,
+        version: str,
+        old_self: float,
+    ) -> int:
+        """``version = h(current)`` with ``backfill.budget`` of its rows re-extracted by the new
+        model (from the gallery images), most uncertain first (FastFill) or in random order;
+        published only if the new model's queries against the staged rows of the test images
+        beat the old self-test. Returns the number of rows re-extracted."""
+        target = VersionInfo(
+            version,
+            spec.model_version,
+            features.shape[1],
+            False,  # h's rows are not normalised, so neither are the extracted ones
+            f"{version} = partial_backfill({current.version})",  # the pipeline adds the rest
+        )
+        result = partial_backfill_version(
+            self.store,
+            self.gallery,
+            current.version,
+            target,
+            directory,
+            directory,
+            self.cfg.gallery_images,
+            backfill.budget,
+            order=backfill.order,
+            seed=self.cfg.training.seed,
+            options=self.cfg.pipeline,
+            staging_name=f"upgrade-{spec.model_version}",
+            verify=self._beats_old_self_test(features, old_self, "partially backfilled"),
+        )
+        log.info(
+            "%s: %s published, %d rows re-extracted",
+            spec.model_version,
+            result["version"].version,
+            result["extracted"],
+        )
+        return int(result["extracted"])

@@ -1,0 +1,361 @@
+"""One entry of an upgrade history, end to end: train, evaluate, decide, act (the Ray layer).
+
+:class:`Upgrader` keeps what the history has produced so far (every evaluated model's test
+features, in order) and runs one entry at a time:
+
+- already granted in the catalog (an earlier run published it): nothing is redone; its features
+  are re-read from the stored model so it keeps its row in the matrix;
+- refused or failed before under the same config (the standing attempt in
+  ``<gallery>/_decisions/<model>/``, see :mod:`raycompat.store.decisions`): skipped, and the
+  log says why, unless ``retry``;
+- the store has no version yet: the initial model is trained and the gallery extracted with it;
+- otherwise the candidate is trained against the model the gallery is stored in, scored, and
+  the decision (:mod:`raycompat.upgrade.policy`) is carried out by
+  :class:`~raycompat.cluster.upgrade.actions.Publisher`.
+
+Every judgement is recorded as a new attempt (refused, failed or published); none is ever
+replaced. A failure is not recorded once the model is granted (another job published it), and
+with the job's ``lease`` (``raycompat.upgrade.lock``) nothing is recorded after it was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from raycompat.cluster.pipelines import load_transformation
+from raycompat.cluster.train.fct_fit import transform_features, transform_with_uncertainty
+from raycompat.cluster.upgrade import steps
+from raycompat.cluster.upgrade.actions import Publisher
+from raycompat.config.upgrade import (
+    UpgradeConfig,
+    decision_digest,
+    gallery_version_of,
+    partial_backfill_of,
+)
+from raycompat.methods import METHODS
+from raycompat.store import GalleryStore, VersionInfo
+from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions, standing
+from raycompat.store.errors import StoreError
+from raycompat.store.lease import Lease
+from raycompat.store.model_catalog import Catalog, QueryGrant
+from raycompat.train.export import load_exported_model
+from raycompat.upgrade.backfill_eval import backfill_evaluation
+from raycompat.upgrade.evaluate import (
+    EvalData,
+    evidence,
+    evidence_on_classes,
+    model_features,
+)
+from raycompat.upgrade.policy import decide
+from raycompat.upgrade.report import Outcome
+
+log = logging.getLogger(__name__)
+
+
+class Upgrader:
+    def __init__(
+        self,
+        cfg: UpgradeConfig,
+        store: GalleryStore,
+        catalog: Catalog,
+        data: EvalData,
+        retry: bool = False,
+        lease: Lease | None = None,
+    ) -> None:
+        self.cfg, self.store, self.catalog, self.data = cfg, store, catalog, data
+        self.gallery = cfg.store.gallery
+        self.publisher = Publisher(cfg, store, catalog, data)
+        self.decisions = Decisions(store)
+        self.retry = retry  # judge refused or failed entries again under an unchanged config
+        self.lease = lease  # the job's (``raycompat.upgrade.lock``): checked before each record
+        self.digest = ""  # of the entry being run (names its training runs)
+        self.work = os.path.abspath(os.path.join(cfg.work_dir, cfg.name))
+        self.order: list[str] = []
+        self.features: dict[str, np.ndarray] = {}
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+
+    def _add(self, name: str, features: np.ndarray) -> None:
+        if name not in self.features:
+            self.order.append(name)
+        self.features[name] = features
+
+    def load_registered(self) -> None:
+        """Every model the catalog already holds gets its row, in registration order."""
+        for record in self.catalog.models():
+            self._add(record.model_version, self.stored_features(record.model_version))
+
+    def stored_features(self, model_version: str) -> np.ndarray:
+        """Test features of a registered model, from its stored files (cached in the work dir)."""
+        cache = os.path.join(self.work, "features", f"{model_version}.npy")
+        if os.path.isfile(cache):
+            return np.load(cache, allow_pickle=False)
+        parent = steps.parent_of(self.catalog, model_version, self.work)
+        features = model_features(load_exported_model(parent.directory)[0], self.data)
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        np.save(cache, features)
+        return features
+
+    def features_2d(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        labels = np.asarray(self.data.eval_set.labels)
+        return {n: (f, labels) for n, f in self.features.items() if f.shape[1] == 2}
+
+    def _train(self, spec, method: str, parent, suffix: str = "") -> tuple[str, np.ndarray]:
+        name = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}{suffix}"
+        train_cfg = steps.train_config(self.cfg, spec, method, name, parent)
+        directory = steps.train_candidate(
+            train_cfg, os.path.join(self.work, "candidates", spec.model_version + suffix)
+        )
+        return directory, steps.test_features(directory)
+
+    # ---- one entry ---------------------------------------------------------------------------
+
+    def run(self, position: int) -> Outcome:
+        spec = self.cfg.upgrades[position]
+        grant = steps.existing_grant(self.catalog, self.gallery, spec.model_version)
+        if grant is not None:
+            return self._resumed(spec, grant)
+        versions = self.store.versions(self.gallery)
+        mine = [v for v in versions if v.model_version == spec.model_version]
+        current = steps.gallery_before(versions, self.cfg.upgrades, position)
+        self.digest = decision_digest(self.cfg, spec, current and current.model_version)
+        attempts = self.decisions.attempts(self.gallery, spec.model_version)
+        prior, same = standing(attempts), standing(attempts, self.digest)
+        if same is not None and same.outcome != "published" and not self.retry:
+            return self._skipped(spec, same)
+        if prior is not None and prior.outcome != "published":
+            why = "--retry" if same is not None else "its config changed"
+            log.info("%s: %s before; judged again (%s)", spec.model_version, prior.outcome, why)
+        try:
+            if current is None:
+                outcome = self._initial(position, spec, mine[0] if mine else None)
+            else:
+                outcome = self._upgrade(position, spec, current, mine[0] if mine else None)
+        except Exception as error:
+            self._record_failure(spec, f"{type(error).__name__}: {error}", current)
+            raise
+        refused = outcome.action == "refuse"
+        evidence = outcome.evidence if refused else {}
+        self._record(spec, "refused" if refused else "published", outcome.reason, current, evidence)
+        return outcome
+
+    def _record(self, spec, outcome: str, reason: str, current, evidence=None) -> None:
+        """Record this judgement as the entry's next attempt (never over an earlier one)."""
+        if self.lease is not None:
+            self.lease.check(f"record the decision on {spec.model_version}")
+        record = DecisionRecord(
+            self.gallery,
+            spec.model_version,
+            outcome,
+            reason.splitlines()[0] if reason else outcome,
+            self.digest,
+            current and current.model_version,
+            evidence or {},
+        )
+        try:
+            self.decisions.put(record)
+        except DecisionConflictError as error:  # a concurrent run's record stands
+            log.warning("%s: %s", spec.model_version, error)
+
+    def _record_failure(self, spec, reason: str, current) -> None:
+        """Record a failure, unless the model was published meanwhile (by another job) or this
+        job lost its lease; it never replaces a refusal or publication (``standing``)."""
+        if self.decisions.granted(self.gallery, spec.model_version):
+            why = reason.splitlines()[0] if reason else "failed"
+            log.warning(
+                "%s: failed (%s), but it is published: not recorded", spec.model_version, why
+            )
+            return
+        try:
+            self._record(spec, "failed", reason, current)
+        except StoreError as error:  # the lease was lost: the error at hand is what to raise
+            log.warning("%s: failure not recorded: %s", spec.model_version, error)
+
+    def _skipped(self, spec, prior: DecisionRecord) -> Outcome:
+        """An entry refused or failed under this same config: not trained or judged again."""
+        log.info(
+            "%s: %s on %s under this config (%s); skipped. Pass --retry to judge it again.",
+            spec.model_version,
+            prior.outcome,
+            prior.created,
+            prior.reason,
+        )
+        candidate = os.path.join(self.work, "candidates", spec.model_version)
+        try:  # its row of the matrix, when the candidate is still in the work dir
+            self._add(spec.model_version, steps.test_features(candidate))
+        except (OSError, ValueError):
+            log.info("%s: no candidate in %s, not in the matrix", spec.model_version, candidate)
+        action = "refuse" if prior.outcome == "refused" else "failed"
+        return Outcome(
+            spec.model_version,
+            spec.method,
+            spec.classes,
+            action,
+            f"{prior.reason} (decided {prior.created}; skipped: same config, --retry to rerun)",
+            prior.against,
+            None,
+            prior.evidence,
+            resumed=True,
+        )
+
+    def _resumed(self, spec, grant: QueryGrant) -> Outcome:
+        log.info(
+            "%s: already published (%s %s); nothing to do",
+            spec.model_version,
+            grant.relation,
+            grant.gallery_version,
+        )
+        self._add(spec.model_version, self.stored_features(spec.model_version))
+        record = self.catalog.model(spec.model_version)
+        # "extracted" is the initial model's grant (no parent) or a backfill's (a parent);
+        # "transformed" an FCT rewrite, partial when its evidence says so.
+        action = {"compatible": "compatible", "transformed": "transform"}.get(
+            grant.relation, "initial" if record.parent is None else "backfill"
+        )
+        if action == "transform" and "partial_backfill" in grant.evidence:
+            action = "partial_backfill"
+        return Outcome(
+            spec.model_version,
+            spec.method,
+            spec.classes,
+            action,
+            grant.evidence.get("reason", ""),
+            record.parent,
+            grant.gallery_version,
+            {k: v for k, v in grant.evidence.items() if isinstance(v, dict)},
+            resumed=True,
+        )
+
+    def _initial(self, position: int, spec, mine: VersionInfo | None) -> Outcome:
+        seconds: dict[str, float] = {}
+        t = time.perf_counter()
+        directory, features = self._train(spec, spec.method, None)
+        seconds["train"] = time.perf_counter() - t
+        self._add(spec.model_version, features)
+        version = gallery_version_of(self.cfg, position)
+        self_test = self.data.score(features, features)
+        reason = f"initial model: the gallery is extracted with it (self-test {self_test:.4f})"
+        t = time.perf_counter()
+        if mine is None:  # else an earlier run published it and stopped before registering
+            self.publisher.extract(spec, directory, features, version)
+        self.publisher.publish(
+            spec,
+            None,
+            directory,
+            features.shape[1],
+            version,
+            "extracted",
+            {"reason": reason, "self_test": self_test},
+        )
+        seconds["publish"] = time.perf_counter() - t
+        return Outcome(
+            spec.model_version,
+            spec.method,
+            spec.classes,
+            "initial",
+            reason,
+            gallery_version=version,
+            seconds=seconds,
+        )
+
+    def _upgrade(
+        self, position: int, spec, current: VersionInfo, mine: VersionInfo | None
+    ) -> Outcome:
+        seconds: dict[str, float] = {}
+        parent = steps.parent_of(self.catalog, current.model_version, self.work)
+        t = time.perf_counter()
+        directory, features = self._train(spec, spec.method, parent)
+        seconds["train"] = time.perf_counter() - t
+
+        # Evaluate against what the service searches: the stored rows of the test images when
+        # the gallery holds them, else the gallery model's features.
+        t = time.perf_counter()
+        old = self.stored_features(parent.model_version)
+        self._add(parent.model_version, old)
+        gallery = steps.version_rows(self.store, self.gallery, current.version, self.data.rows)
+        gallery = old if gallery is None else gallery
+        old_self = self.data.score(old, gallery)
+        direct = evidence(self.data, features, gallery, old_self, parent.model_version)
+        self._add(spec.model_version, features)
+        seconds["evaluate"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        baselines = {}
+        for method in spec.baselines:
+            _, base_features = self._train(spec, method, parent, suffix=f"-{method}")
+            baselines[method] = evidence(
+                self.data, base_features, gallery, old_self, parent.model_version
+            ).as_dict()
+            seen = evidence_on_classes(
+                self.data, parent.classes, base_features, gallery, old, parent.model_version
+            )
+            if seen is not None:
+                baselines[f"{method}, classes < {parent.classes} only"] = seen.as_dict()
+        if spec.baselines:
+            seconds["baselines"] = time.perf_counter() - t
+
+        fct, backfill = None, {}
+        if METHODS.get(spec.method).needs_transformation:
+            t = time.perf_counter()
+            partial = partial_backfill_of(spec, self.cfg.policy)  # h learns its uncertainty
+            run = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}-fct"
+            steps.train_fct(
+                self.cfg, spec, parent, directory, current.normalized, self.work, partial, run
+            )
+            h = load_transformation(directory)
+            if partial is None:
+                transformed = transform_features(h, gallery)
+            else:  # what each budget would buy, on the test images (FastFill's curves)
+                transformed, uncertainty = transform_with_uncertainty(h, gallery)
+                backfill = backfill_evaluation(
+                    features,
+                    transformed,
+                    uncertainty,
+                    self.data.eval_set.labels,
+                    partial,
+                    distance=self.data.distance,
+                )
+            fct = evidence(
+                self.data, features, transformed, old_self, parent.model_version, transformed=True
+            )
+            seconds["fct"] = time.perf_counter() - t
+        decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill)
+        log.info("%s: %s (%s)", spec.model_version, decision.action, decision.reason)
+        proof = {"direct": direct.as_dict(), **({"transformed": fct.as_dict()} if fct else {})}
+        seen = evidence_on_classes(
+            self.data, parent.classes, features, gallery, old, parent.model_version
+        )
+        if seen is not None:  # reported, not decisive: the service searches every image
+            proof["seen_classes"] = {**seen.as_dict(), "classes": parent.classes}
+
+        t = time.perf_counter()
+        decision, version = self.publisher.act(
+            position,
+            spec,
+            decision,
+            directory,
+            features,
+            current,
+            mine,
+            old_self,
+            proof,
+            parent.model_version,
+        )
+        seconds["publish"] = time.perf_counter() - t
+        return Outcome(
+            spec.model_version,
+            spec.method,
+            spec.classes,
+            decision.action,
+            decision.reason,
+            parent.model_version,
+            version,
+            proof,
+            baselines,
+            seconds,
+            backfill=backfill,
+        )

@@ -1,0 +1,464 @@
+"""A large version's index, built in shards by parallel tasks, searched from disk.
+
+    build_version_index(store, "faces", "v3")                  # kind="auto": this above 100k rows
+    from raycompat.cluster.pipelines.index import RayTasks             # the Ray layer's runner
+    build_version_index(store, "faces", "v3", kind="sharded_ivf", runner=RayTasks(workers=8))
+
+The index (``kind="sharded_ivf"``) is an IVF-Flat: a coarse quantizer of ``nlist`` centroids and
+one inverted list of full vectors per centroid, labelled with their row numbers in the version.
+
+1. **Plan** (driver, O(parts)): the part files' footers give their rows; consecutive parts are
+   grouped into shards of about ``rows_per_shard`` rows (default: 256 MiB of vectors,
+   ``SHARD_BYTES / (4 d + 8)``). Shards never split a part file.
+2. **Train** (tasks): a seeded sample of rows is read by one task per shard into the build
+   folder (``_sample/``), and one task trains the quantizer on it with faiss' k-means, on the
+   GPU when faiss sees one where the task runs (``faiss.get_num_gpus() > 0``), else on the CPU;
+   the sample files are removed once the template is saved.
+   ``nlist = raycompat.index.search.ivf_nlist(N)``: the next power of two of ``4 sqrt(N)``, at most
+   65536 and at most ``N / 39`` (faiss wants at least 39 training points per centroid), at
+   least 1. The sample is ``64 nlist`` rows (``train_size`` overrides), at most N. The
+   trained, empty index is saved as the template.
+3. **Add** (tasks, one per shard, progress logged): each task adds its rows to a copy of the
+   template and writes one shard file plus its record (rows, first row, template sha256, bytes,
+   sha256).
+4. **Merge** (one task): ``faiss.contrib.ondisk.merge_ondisk`` streams the shards' lists
+   (memory-mapped) into one ``OnDiskInvertedLists`` file, ``index.ivfdata``; ``index.faiss`` is
+   the quantizer plus the lists' offsets. The task also writes the gallery ids in row order
+   (``ids.parquet``, and ``ids.arrow`` for memory-mapped lookups, :mod:`mapped_ids`).
+5. **Publish** (driver): the pointer names the build and records every file's size and sha256.
+
+The driver holds the plan and O(shards) records; never a vector nor an id. The build folder's
+name is a digest of the version and the parameters, so a rerun (or
+``open_version_index(rebuild=True)`` after a corrupt load) continues the same build: the
+template and every shard whose file matches its record are kept, missing or corrupt shards are
+redone, and the merge is redone. Merged files replace the old ones by rename, so a reader that
+has them memory-mapped is not disturbed. Shards are kept (twice the disk) so that such a rerun
+is cheap; ``keep_shards=False`` deletes them after publishing.
+
+**Search.** ``nprobe`` defaults to ``raycompat.index.search.ivf_nprobe(nlist)``: ``next_pow2(sqrt
+nlist)``, between 16 and ``nlist``; ``VersionIndex.search(..., nprobe=)`` and ``raycompat search
+--nprobe`` override it. The loader opens ``index.faiss`` with ``IO_FLAG_ONDISK_SAME_DIR``: the
+lists stay in the memory-mapped ``index.ivfdata`` (the page cache holds what queries touch), and
+ids are looked up in the memory-mapped ``ids.arrow`` (faiss's note of where it found the lists
+goes to stderr: :func:`raycompat.index.search.stdout_to_stderr`). A local store is opened in place;
+an S3
+store's files are copied to a local folder that lives as long as the loaded index. The index
+stays on the CPU unless ``use_gpu=True`` (a GPU copy would hold every list in GPU memory).
+faiss's ``OnDiskInvertedLists`` starts ``prefetch_nthread`` (32) read-ahead threads on every
+search call, which cost 1.4-2.2 ms against a 0.2 ms single query (issue 24); the loader sets it
+to 0 (:func:`no_read_ahead`): the page cache and the kernel's read-ahead of the memory map serve
+the lists, and a batch is already spread over faiss's OpenMP threads, each faulting its own
+lists in (benchmarks/search_latency.py).
+
+**Verification on load.** Every file's size is checked against the pointer. The small files
+(``index.faiss``, ``index.faiss.json``) are also hashed; the data files (``index.ivfdata``,
+``ids.arrow``, ``ids.parquet``: O(N) bytes) are hashed only with ``verify="full"``, since hashing
+gigabytes at every load would cost more than the search. A truncated or missing data file is
+always caught; a same-size bit flip in one is caught by ``verify="full"`` (run it after copying
+a build, or periodically).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypeVar
+
+import faiss
+import numpy as np
+import pyarrow.fs as pafs
+
+from raycompat.index.distances import Distance, get_distance
+from raycompat.index.search import (
+    SHARDED_IVF,
+    SearchIndex,
+    check_use_gpu,
+    gpu_available,
+    ivf_nlist,
+    ivf_nprobe,
+    stdout_to_stderr,
+)
+from raycompat.index.shard_tasks import (
+    MERGED_FILES,
+    SAMPLE_DIR,
+    SHARDS_DIR,
+    TEMPLATE,
+    Shard,
+    ShardContext,
+    build_shard,
+    file_record,
+    local_copy,
+    merge_shards,
+    store_sha256,
+    train_template,
+    verify_shard,
+    version_paths,
+    write_sample,
+)
+from raycompat.store.errors import CorruptIndexError, StoreError
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.manifest import VersionInfo
+from raycompat.store.mapped_ids import MappedIds
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+SHARD_BYTES = 256 << 20
+TRAIN_PER_LIST = 64
+PLAN_FILE, TEMPLATE_RECORD = "_build.json", "_template.json"
+HASHED_ON_LOAD = ("index.faiss", "index.faiss.json")
+NEEDED_ON_LOAD = ("index.faiss", "index.faiss.json", "index.ivfdata", "ids.arrow")
+VERIFY_MODES = ("auto", "full")
+
+
+class LocalTasks:
+    """Runs the build's tasks one after another in this process (no Ray). The Ray layer's
+    ``raycompat.cluster.pipelines.index.RayTasks`` runs them as Ray tasks with the same
+    interface."""
+
+    threads: int | None = None
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        calls: Sequence[tuple],
+        *,
+        name: str,
+        rows: Sequence[int] | None = None,
+        skipped: int = 0,
+        gpus: int = 0,
+    ) -> list[T]:
+        """``[fn(*call) for call in calls]``; with ``rows`` (rows of each call), progress is
+        logged per call, ``skipped`` rows counting as done by an earlier run. ``gpus``: what a
+        call needs; here the process's own GPUs serve it."""
+        out, done, total = [], skipped, skipped + sum(rows or ())
+        for k, call in enumerate(calls):
+            out.append(fn(*call))
+            if rows is not None:
+                done += rows[k]
+                logger.info("%s: %d / %d rows (%d from an earlier run)", name, done, total, skipped)
+        return out
+
+    def gpus_available(self) -> int:
+        """GPUs faiss sees in this process (0 or 1 counts as "none" or "some")."""
+        return int(gpu_available())
+
+
+def plan_shards(
+    store: GalleryStore, gallery: str, info: VersionInfo, rows_per_shard: int
+) -> list[Shard]:
+    """Group the version's part files, in order, into shards of at least ``rows_per_shard`` rows
+    (the last may be smaller); rows counted from the footers."""
+    shards, files, counts, first = [], [], [], 0
+    for k, (rel, (path, source)) in enumerate(version_paths(store, gallery, info).items()):
+        with store.open_file(info, path, source) as f:
+            files.append(rel)
+            counts.append(f.metadata.num_rows)
+        if sum(counts) >= rows_per_shard or k == len(info.files) - 1:
+            shards.append(Shard(len(shards), first, tuple(files), tuple(counts)))
+            first += sum(counts)
+            files, counts = [], []
+    if first != info.rows:
+        raise StoreError(
+            f"{store.uri(gallery)}: version {info.version} record says {info.rows} rows, its "
+            f"files hold {first}"
+        )
+    return shards
+
+
+def sample_rows(rows: int, size: int, seed: int) -> np.ndarray:
+    """``size`` distinct sorted row numbers out of ``rows``, seeded; O(size) memory (NumPy's
+    ``choice`` without replacement permutes all ``rows`` when ``size > rows / 50``)."""
+    rng = np.random.default_rng(seed)
+    if size >= rows:
+        return np.arange(rows, dtype=np.int64)
+    if 2 * size > rows:
+        return np.sort(rng.permutation(rows)[:size])
+    pool = np.unique(rng.integers(0, rows, size=size + size // 4 + 16))
+    while len(pool) < size:
+        pool = np.union1d(pool, rng.integers(0, rows, size=size))
+    return np.sort(rng.choice(pool, size=size, replace=False))
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def _read_json(store: GalleryStore, path: str) -> dict | None:
+    try:
+        with store.filesystem.open_input_stream(path) as handle:
+            return json.loads(handle.read())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}  # unreadable: treated as different, so it is rewritten
+
+
+def _record_plan(store: GalleryStore, ctx: ShardContext, identity: dict, shards: list[Shard]):
+    path = ctx.path(store, PLAN_FILE)
+    plan = {"identity": identity, "shards": [asdict(s) for s in shards]}
+    plan = json.loads(json.dumps(plan))  # tuples as lists, as read back
+    stored = _read_json(store, path)
+    if stored is not None and stored != plan:
+        raise StoreError(
+            f"{store.backend.uri(path)}: build {ctx.build} was planned with other parameters "
+            f"or another version; use another build name"
+        )
+    if stored is None:
+        store.backend.replace(path, json.dumps(plan).encode())
+
+
+def _remove_scratch(store: GalleryStore, ctx: ShardContext) -> None:
+    """Scratch folders that killed tasks left in the build folder (local stores only; one
+    build of a folder runs at a time)."""
+    for entry in store.filesystem.get_file_info(pafs.FileSelector(ctx.path(store))):
+        if entry.type == pafs.FileType.Directory and entry.base_name.startswith("_work-"):
+            logger.info("removing %s, left by a killed index task", entry.path)
+            store.filesystem.delete_dir(entry.path)
+
+
+def _remove_sample(store: GalleryStore, ctx: ShardContext) -> None:
+    """The training sample's files, once the template they trained is recorded."""
+    folder = ctx.path(store, SAMPLE_DIR)
+    if store.filesystem.get_file_info(folder).type != pafs.FileType.NotFound:
+        store.filesystem.delete_dir(folder)
+
+
+def _training_gpus(runner, use_gpu: bool | str) -> int:
+    """GPUs the k-means task asks for: 1 when the runner has one and ``use_gpu`` allows it."""
+    check_use_gpu(use_gpu)
+    available = runner.gpus_available() if use_gpu else 0
+    if use_gpu is True and not available:
+        raise RuntimeError("use_gpu=True but the index runner has no GPU (faiss or Ray sees none)")
+    return 1 if available else 0
+
+
+def _template(
+    store: GalleryStore,
+    ctx: ShardContext,
+    runner,
+    shards: list[Shard],
+    *,
+    nlist: int,
+    nprobe: int,
+    train_rows: int,
+    seed: int,
+    use_gpu: bool | str,
+) -> str:
+    """The sha256 of the build's trained template: the stored one if it is intact, otherwise
+    trained now on a seeded sample (read by one task per shard) and saved."""
+    path, record_path = ctx.path(store, TEMPLATE), ctx.path(store, TEMPLATE_RECORD)
+    record = _read_json(store, record_path)
+    if record and store.filesystem.get_file_info(path).size == record.get("bytes"):
+        if store_sha256(store, path) == record.get("sha256"):
+            _remove_sample(store, ctx)  # a run killed between the record and the clean-up
+            return record["sha256"]
+    rows = sample_rows(ctx.info.rows, train_rows, seed)
+    calls = []
+    for shard in shards:
+        mine = rows[(rows >= shard.first_row) & (rows < shard.first_row + shard.rows)]
+        if len(mine):
+            calls.append((ctx, shard, mine))
+    gpus = _training_gpus(runner, use_gpu)
+    samples = runner.map(write_sample, calls, name="index training sample")
+    [record] = runner.map(
+        train_template,
+        [(ctx, samples, nlist, nprobe, seed, use_gpu if gpus else False)],
+        name="index training",
+        gpus=gpus,
+    )
+    store.backend.replace(record_path, json.dumps(record).encode())
+    _remove_sample(store, ctx)
+    logger.info("trained %d lists on %d sampled rows", nlist, record["train_rows"])
+    return record["sha256"]
+
+
+def build_sharded_index(
+    store: GalleryStore,
+    gallery: str,
+    info: VersionInfo,
+    dist: Distance,
+    *,
+    runner=None,
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    train_size: int | None = None,
+    rows_per_shard: int | None = None,
+    batch_size: int = 65536,
+    seed: int = 0,
+    use_gpu: bool | str = "auto",
+    build: str | None = None,
+    keep_shards: bool = True,
+) -> dict:
+    """Build (or resume) the sharded IVF index of ``info``; return the pointer to publish.
+
+    Args:
+        runner: runs the tasks: :class:`LocalTasks` (default) or the Ray layer's ``RayTasks``.
+        nlist / nprobe / train_size: default ``ivf_nlist(N)``, ``ivf_nprobe(nlist)``,
+            ``64 nlist`` sampled rows (module docstring).
+        rows_per_shard: rows added by one task (default ``SHARD_BYTES / (4 d + 8)``).
+        build: the build folder's name (default: a digest of the version and the parameters,
+            so that a rerun resumes).
+    """
+    runner = runner or LocalTasks()
+    nlist = int(nlist or ivf_nlist(info.rows))
+    train_rows = min(info.rows, int(train_size or TRAIN_PER_LIST * nlist))
+    if not 1 <= nlist <= train_rows:
+        raise ValueError(f"{SHARDED_IVF}: nlist={nlist} must be in [1, {train_rows}] (train rows)")
+    nprobe = int(nprobe or ivf_nprobe(nlist))
+    shards = plan_shards(
+        store, gallery, info, rows_per_shard or max(1, SHARD_BYTES // (4 * info.width + 8))
+    )
+    identity = {
+        "kind": SHARDED_IVF,
+        "version": info.version,
+        "created": info.created,
+        "rows": info.rows,
+        "distance": dist.name,
+        "nlist": nlist,
+        "nprobe": nprobe,
+        "train_rows": train_rows,
+        "seed": seed,
+        "faiss": faiss.__version__,
+    }
+    build = build or f"{SHARDED_IVF}-{_digest([identity, [asdict(s) for s in shards]])[:16]}"
+    ctx = ShardContext(
+        store.root,
+        store.storage_options,
+        gallery,
+        info,
+        build,
+        dist.name,
+        batch_size,
+        getattr(runner, "threads", None),
+    )
+    _record_plan(store, ctx, identity, shards)
+    _remove_scratch(store, ctx)
+    template = _template(
+        store,
+        ctx,
+        runner,
+        shards,
+        nlist=nlist,
+        nprobe=nprobe,
+        train_rows=train_rows,
+        seed=seed,
+        use_gpu=use_gpu,
+    )
+    listing = pafs.FileSelector(ctx.path(store, SHARDS_DIR), allow_not_found=True)
+    recorded = {
+        Path(e.path).stem
+        for e in store.filesystem.get_file_info(listing)
+        if e.path.endswith(".json")
+    }
+    checked = [s for s in shards if s.name in recorded]
+    problems = runner.map(
+        verify_shard, [(ctx, s, template) for s in checked], name="index shard check"
+    )
+    bad = {s.name for s, why in zip(checked, problems, strict=True) if why is not None}
+    for s, why in zip(checked, problems, strict=True):
+        if why is not None:
+            logger.warning("index shard %s is redone: %s", s.name, why)
+    todo = [s for s in shards if s.name not in recorded or s.name in bad]
+    skipped = info.rows - sum(s.rows for s in todo)
+    logger.info(
+        "%s/%s: %d shards, %d to build (%d rows from an earlier run)",
+        gallery,
+        info.version,
+        len(shards),
+        len(todo),
+        skipped,
+    )
+    runner.map(
+        build_shard,
+        [(ctx, s, template) for s in todo],
+        name=f"index {gallery}/{info.version} add",
+        rows=[s.rows for s in todo],
+        skipped=skipped,
+    )
+    [files] = runner.map(merge_shards, [(ctx, shards, template)], name="index merge")
+    if not keep_shards:
+        store.filesystem.delete_dir(ctx.path(store, SHARDS_DIR))
+    return {
+        "build": build,
+        "kind": SHARDED_IVF,
+        "distance": dist.name,
+        "rows": info.rows,
+        "nlist": nlist,
+        "nprobe": nprobe,
+        "shards": len(shards),
+        "files": files,
+    }
+
+
+def load_sharded_index(
+    store: GalleryStore, prefix: str, pointer: dict, *, verify: str = "auto", use_gpu=False
+) -> tuple[SearchIndex, MappedIds, tempfile.TemporaryDirectory | None]:
+    """Open a published sharded build: ``(index over the memory-mapped lists, ids, the local
+    copy's folder or None)``. The folder (S3 stores) must outlive the index.
+
+    Raises:
+        CorruptIndexError: a file is missing, of the wrong size, fails its sha256 (small files
+            always, data files with ``verify="full"``), or cannot be parsed.
+    """
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+    remote = store.backend.scheme != "file"
+    copy = tempfile.TemporaryDirectory(prefix="raycompat-index-") if remote else None
+    folder = copy.name if copy else prefix
+    for name in MERGED_FILES:
+        expected, path = pointer["files"][name], f"{prefix}/{name}"
+        uri = store.backend.uri(path)
+        size = store.filesystem.get_file_info(path).size
+        if size is None:
+            raise CorruptIndexError(
+                f"{uri}: missing, though the pointer names build {pointer['build']}; "
+                f"rebuild the index"
+            )
+        if size != expected["bytes"]:
+            raise CorruptIndexError(
+                f"{uri}: expected {expected['bytes']} bytes, found {size} (truncated or "
+                f"overwritten); rebuild the index"
+            )
+        copied = remote and name in NEEDED_ON_LOAD
+        if copied:
+            local_copy(store, path, folder)
+        if name in HASHED_ON_LOAD or verify == "full":
+            found = (
+                file_record(os.path.join(folder, name))["sha256"]
+                if copied
+                else store_sha256(store, path)
+            )
+            if found != expected["sha256"]:
+                raise CorruptIndexError(
+                    f"{uri}: expected sha256 {expected['sha256']}, found {found}; rebuild the index"
+                )
+    try:
+        meta = json.loads(Path(folder, "index.faiss.json").read_text())
+        flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
+        with stdout_to_stderr():  # faiss prints where it finds index.ivfdata
+            raw = faiss.read_index(os.path.join(folder, "index.faiss"), flags)
+        index = SearchIndex(raw, get_distance(meta["distance"]), meta["kind"])
+        ids = MappedIds(os.path.join(folder, "ids.arrow"))
+    except (RuntimeError, ValueError, KeyError, OSError) as error:
+        raise CorruptIndexError(
+            f"{store.backend.uri(prefix)}: faiss or Arrow cannot read the build ({error}); "
+            f"rebuild the index"
+        ) from None
+    no_read_ahead(raw)
+    if use_gpu is True:
+        index.place(True)
+    return index, ids, copy
+
+
+def no_read_ahead(index: faiss.Index) -> None:
+    """Turn off the read-ahead threads of ``index``'s on-disk inverted lists, if it has any
+    (module docstring, "Search")."""
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    if isinstance(lists, faiss.OnDiskInvertedLists):
+        lists.prefetch_nthread = 0

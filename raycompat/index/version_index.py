@@ -1,0 +1,390 @@
+"""A faiss index per store version, saved beside it, and queries that answer with ids.
+
+Layout: ``<gallery>/_index/<version>/<build>/{index.faiss, index.faiss.json, ids.parquet}`` plus
+the pointer ``<gallery>/_index/<version>.json``, replaced atomically once a build's files are all
+written, so a reader loads either the previous build or the new one, never a mix. Indexes are
+derived data: rebuilding replaces the pointer (old builds stay until deleted).
+
+The pointer records each file's byte size and sha256, computed from the files as saved. A reader
+checks its local copies against them before faiss parses anything (faiss may read a bit-flipped
+file without complaint and answer wrong neighbours), so a corrupt index is never searched:
+:func:`load_version_index` raises :class:`CorruptIndexError` naming the file, and
+:func:`open_version_index` can rebuild instead. Pointers of earlier releases have no checksums;
+they load unverified (a warning says so) until the index is rebuilt.
+
+The index is built from :meth:`GalleryStore.iter_batches` (bounded memory): ``kind="auto"`` is an
+exact ``flat`` index up to ``flat_max_rows`` rows and ``sharded_ivf`` above: an IVF built in
+shards by parallel tasks and merged into on-disk inverted lists that searches memory-map
+(:mod:`raycompat.index.sharded`, which also says what a load verifies). ``kind="ivfpq"``
+builds an in-memory IVF-PQ, trained on ``train_size`` (default 100 000) rows sampled with
+``seed`` (see :func:`raycompat.index.search.build_index` for the IVF-PQ defaults).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from raycompat.index.distances import get_distance
+from raycompat.index.search import INDEX_KINDS, SHARDED_IVF, SearchIndex, build_index, real_hits
+from raycompat.index.shard_tasks import MERGED_FILES
+from raycompat.index.sharded import build_sharded_index, load_sharded_index
+from raycompat.store.errors import CorruptIndexError, MissingIndexError
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.manifest import INDEX_DIR, VersionInfo
+from raycompat.store.mapped_ids import MappedIds, int64_values
+from raycompat.store.paths import check_name
+from raycompat.store.vectors import vectors
+
+logger = logging.getLogger(__name__)
+FLAT_MAX_ROWS = 100_000
+_FILES = ("index.faiss", "index.faiss.json", "ids.parquet")
+
+
+@dataclass
+class VersionIndex:
+    """A loaded index of one version: ``search`` returns gallery ids, not row numbers.
+
+    Attributes:
+        ids: row number -> gallery id: an array (flat, ivfpq) or, for ``sharded_ivf``, a
+            memory-mapped :class:`MappedIds` that materialises only the rows looked up.
+        local_files: the local copy of a remote sharded build, deleted with this object.
+    """
+
+    index: SearchIndex
+    ids: np.ndarray | MappedIds
+    info: VersionInfo
+    local_files: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+
+    def search(
+        self, queries: Any, k: int, nprobe: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k per query: ``scores (Q, k)`` (higher is better) and ``ids (Q, k)``.
+
+        ``nprobe``: inverted lists visited (IVF kinds), default the build's. An approximate
+        index that finds fewer than k items pads with score ``-inf`` and id ``None`` (string
+        ids) or ``-1`` (int64 ids, where -1 may also be a real id): :meth:`hits` returns only
+        what was found.
+        """
+        scores, rows = self.index.search(queries, k, nprobe=nprobe)
+        missing = None if self.ids.dtype == object else -1
+        return scores, np.where(rows >= 0, self.ids[np.maximum(rows, 0)], missing)
+
+    def hits(
+        self, queries: Any, k: int, nprobe: int | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Only the items found, per query: a list of ``(scores (n,), ids (n,))``, best first.
+
+        ``n <= k``: ``n`` is smaller where ``k`` exceeds the version's rows (every row is then
+        returned) or an IVF index's probed lists hold fewer than ``k`` items (``nprobe``, as
+        in :meth:`search`, visits more). faiss's padding is dropped by its row label (-1)
+        before rows map to ids, so an int64 id -1 is a real hit.
+        """
+        scores, rows = self.index.search(queries, min(int(k), self.index.ntotal), nprobe)
+        return real_hits(scores, rows, self.ids)
+
+
+def _vectors(batch: pa.RecordBatch, width: int) -> np.ndarray:
+    # float16 versions are searched as float32 (faiss's input type)
+    return vectors(batch, "embedding").reshape(-1, width)
+
+
+def _sample(
+    store: GalleryStore, gallery: str, info: VersionInfo, size: int, seed: int, batch_size: int
+) -> np.ndarray:
+    rows = np.sort(np.random.default_rng(seed).choice(info.rows, size=size, replace=False))
+    out, start = [], 0
+    for batch in store.iter_batches(gallery, info.version, batch_size, columns=["embedding"]):
+        picked = rows[(rows >= start) & (rows < start + batch.num_rows)] - start
+        out.append(_vectors(batch, info.width)[picked])
+        start += batch.num_rows
+    return np.concatenate(out)
+
+
+def build_version_index(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    *,
+    distance: str | None = None,
+    kind: str = "auto",
+    flat_max_rows: int = FLAT_MAX_ROWS,
+    train_size: int | None = None,
+    batch_size: int = 65536,
+    seed: int = 0,
+    use_gpu: bool | str = "auto",
+    **options: Any,
+) -> str:
+    """Build, save and publish the index of ``gallery/version``; return the build's URI.
+
+    Args:
+        distance: default ``"cosine"`` for a ``normalized`` version, ``"l2"`` (FCT) otherwise.
+        kind: ``"auto"`` (``flat`` up to ``flat_max_rows`` rows, ``sharded_ivf`` above),
+            ``"flat"``, ``"ivfpq"`` or ``"sharded_ivf"``.
+        options: ivfpq: ``nlist``, ``m``, ``nbits``, ``nprobe`` passed to ``build_index``;
+            sharded_ivf: ``runner``, ``nlist``, ``nprobe``, ``rows_per_shard``, ``build``,
+            ``keep_shards`` (:func:`~raycompat.index.sharded.build_sharded_index`).
+    """
+    info = store.version(gallery, version)
+    dist = get_distance(distance or ("cosine" if info.normalized else "l2"))
+    kind = ("flat" if info.rows <= flat_max_rows else SHARDED_IVF) if kind == "auto" else kind
+    INDEX_KINDS.get(kind)  # an unknown kind fails here, listing the valid ones
+    if kind == SHARDED_IVF:  # built by tasks into its own folder: no in-memory index here
+        pointer = build_sharded_index(
+            store,
+            gallery,
+            info,
+            dist,
+            train_size=train_size,
+            batch_size=batch_size,
+            seed=seed,
+            use_gpu=use_gpu,
+            **options,
+        )
+        return _publish(store, gallery, info, pointer)
+    ivfpq = options  # nlist, m, nbits, nprobe
+    train_size = train_size or 100_000
+    index = None
+    if kind != "flat":
+        sample = _sample(store, gallery, info, min(train_size, info.rows), seed, batch_size)
+        index = build_index(sample, dist, kind, use_gpu=use_gpu, seed=seed, **ivfpq)
+        index.index.reset()  # keep the trained quantisers, add every row in store order below
+    ids = []
+    for batch in store.iter_batches(gallery, version, batch_size, columns=["id", "embedding"]):
+        x = _vectors(batch, info.width)
+        if index is None:
+            index = build_index(x, dist, kind, use_gpu=use_gpu, **ivfpq)
+        else:
+            index.index.add(np.ascontiguousarray(dist.prepare_numpy(x, "gallery"), np.float32))
+        ids.append(batch.column("id"))
+    build = uuid.uuid4().hex
+    prefix = store.path(gallery, INDEX_DIR, version, build)
+    with tempfile.TemporaryDirectory() as tmp:
+        index.save(Path(tmp, "index.faiss"))
+        pq.write_table(pa.table({"id": pa.concat_arrays(ids)}), Path(tmp, "ids.parquet"))
+        files = {name: _file_record(Path(tmp, name)) for name in _FILES}
+        if store.filesystem.type_name == "local":
+            store.filesystem.create_dir(prefix, recursive=True)
+        for name in _FILES:
+            pafs.copy_files(
+                str(Path(tmp, name)),
+                f"{prefix}/{name}",
+                source_filesystem=pafs.LocalFileSystem(),
+                destination_filesystem=store.filesystem,
+            )
+    pointer = {
+        "build": build,
+        "kind": kind,
+        "distance": dist.name,
+        "rows": index.ntotal,
+        "files": files,
+    }
+    return _publish(store, gallery, info, pointer)
+
+
+def _publish(store: GalleryStore, gallery: str, info: VersionInfo, pointer: dict) -> str:
+    """Replace the version's pointer with ``pointer``; return the build's URI."""
+    version, build = info.version, pointer["build"]
+    store.backend.replace(_pointer_path(store, gallery, version), json.dumps(pointer).encode())
+    logger.info(
+        "indexed %s/%s: %s %s over %d rows",
+        gallery,
+        version,
+        pointer["kind"],
+        pointer["distance"],
+        info.rows,
+    )
+    return store.uri(gallery, INDEX_DIR, version, build)
+
+
+def _pointer_path(store: GalleryStore, gallery: str, version: str) -> str:
+    return store.path(
+        check_name("gallery", gallery), INDEX_DIR, f"{check_name('version', version)}.json"
+    )
+
+
+def _file_record(path: Path) -> dict:
+    """``{"bytes": size, "sha256": hex digest}`` of a local file (streamed, not held in memory)."""
+    with path.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256")
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _read_pointer(store: GalleryStore, path: str, gallery: str, version: str) -> dict:
+    source = store.backend.uri(path)
+    try:
+        with store.filesystem.open_input_stream(path) as handle:
+            pointer = json.loads(handle.read())
+        check_name("index build", pointer["build"])
+        files = pointer.get("files")
+        if files is not None:
+            for name in _files_of(pointer):
+                record = files[name]
+                if not isinstance(record["bytes"], int) or not isinstance(record["sha256"], str):
+                    raise TypeError(f"files[{name!r}] must hold an int 'bytes' and a str 'sha256'")
+    except FileNotFoundError:
+        raise MissingIndexError(
+            f"{source}: no index for {gallery}/{version}; run build_version_index first"
+        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise CorruptIndexError(
+            f"{source}: unreadable index pointer ({error!r}); rebuild the index"
+        ) from None
+    return pointer
+
+
+def _files_of(pointer: dict) -> tuple[str, ...]:
+    return MERGED_FILES if pointer.get("kind") == SHARDED_IVF else _FILES
+
+
+def _verify(local: Path, expected: dict, uri: str) -> None:
+    # Size first: a truncated upload is the common case and says more than a digest mismatch.
+    size = local.stat().st_size
+    if size != expected["bytes"]:
+        raise CorruptIndexError(
+            f"{uri}: expected {expected['bytes']} bytes, found {size} (truncated or overwritten); "
+            f"rebuild the index"
+        )
+    found = _file_record(local)["sha256"]
+    if found != expected["sha256"]:
+        raise CorruptIndexError(
+            f"{uri}: expected sha256 {expected['sha256']}, found {found}; rebuild the index"
+        )
+
+
+def load_version_index(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    use_gpu: bool | str = "auto",
+    verify: str = "auto",
+) -> VersionIndex:
+    """Load the current index build of ``gallery/version``, verified before faiss reads it.
+
+    Args:
+        verify: ``"auto"``: every file's size and sha256, except that a ``sharded_ivf`` build's
+            data files (O(N) bytes) are checked by size only; ``"full"``: sha256 of those too.
+            A ``sharded_ivf`` build stays on the CPU, memory-mapped, unless ``use_gpu=True``.
+    Raises:
+        MissingIndexError: no index was built for the version.
+        CorruptIndexError: the pointer is unreadable, or a file of the build is missing, differs
+            from the size or sha256 the build recorded, cannot be parsed, or disagrees with the
+            version (rows, width). The message names the file.
+    """
+    info, path = store.version(gallery, version), _pointer_path(store, gallery, version)
+    source = store.backend.uri(path)
+    pointer = _read_pointer(store, path, gallery, version)
+    build, files = pointer["build"], pointer.get("files")
+    if files is None:
+        logger.warning(
+            "%s: build %s records no checksums (an earlier release wrote it); loading it "
+            "unverified, rebuild the index to add them",
+            source,
+            build,
+        )
+    prefix = store.path(gallery, INDEX_DIR, version, build)
+    if pointer.get("kind") == SHARDED_IVF:
+        if files is None:
+            raise CorruptIndexError(f"{source}: a {SHARDED_IVF} pointer without files")
+        index, ids, local = load_sharded_index(
+            store, prefix, pointer, verify=verify, use_gpu=use_gpu
+        )
+        _check_matches(index, len(ids), info, source, version)
+        return VersionIndex(index, ids, info, local)
+    uris = {name: store.backend.uri(f"{prefix}/{name}") for name in _FILES}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in _FILES:
+            try:
+                pafs.copy_files(
+                    f"{prefix}/{name}",
+                    str(Path(tmp, name)),
+                    source_filesystem=store.filesystem,
+                    destination_filesystem=pafs.LocalFileSystem(),
+                )
+            except FileNotFoundError:
+                raise CorruptIndexError(
+                    f"{uris[name]}: missing, though {source} names build {build}; rebuild the index"
+                ) from None
+            if files is not None:
+                _verify(Path(tmp, name), files[name], uris[name])
+        try:  # parse on the CPU, so that a failure here is the file's and not the GPU's
+            index = SearchIndex.load(Path(tmp, "index.faiss"), use_gpu=False)
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise CorruptIndexError(
+                f"{uris['index.faiss']} (or its .json): faiss cannot read it ({error}); "
+                f"rebuild the index"
+            ) from None
+        try:
+            # ParquetFile, not read_table: pyarrow.dataset would import pandas (~0.2 s of a CLI)
+            ids = pq.ParquetFile(Path(tmp, "ids.parquet")).read(columns=["id"]).column("id")
+        except (pa.ArrowException, ValueError, KeyError) as error:
+            raise CorruptIndexError(
+                f"{uris['ids.parquet']}: unreadable ({error}); rebuild the index"
+            ) from None
+    _check_matches(index, len(ids), info, source, version)
+    index.place(use_gpu)
+    return VersionIndex(index, _id_array(ids.combine_chunks()), info)
+
+
+def _id_array(ids: pa.Array) -> np.ndarray:
+    """int64 ids as an int64 array, string ids as an object array (not ``to_numpy``, which
+    imports pandas: a CLI search of a flat index needs none)."""
+    if pa.types.is_integer(ids.type):
+        return int64_values(ids)
+    return np.array(ids.to_pylist(), dtype=object)
+
+
+def _check_matches(index: SearchIndex, ids: int, info: VersionInfo, source: str, version: str):
+    if not index.ntotal == ids == info.rows or index.dim != info.width:
+        raise CorruptIndexError(
+            f"{source}: index of {index.ntotal} x {index.dim} with {ids} ids does not match "
+            f"version {version} ({info.rows} x {info.width}); rebuild the index"
+        )
+
+
+def open_version_index(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    *,
+    rebuild: bool,
+    use_gpu: bool | str = "auto",
+    verify: str = "auto",
+    **build_options: Any,
+) -> VersionIndex:
+    """:func:`load_version_index`, building a fresh index when none exists or it is corrupt.
+
+    Args:
+        rebuild: whether a missing or corrupt index may be (re)built from the version with
+            :func:`build_version_index` (``build_options`` go to it). The corrupt build's files
+            stay for inspection; the pointer moves to the new build (a ``sharded_ivf`` rebuild
+            with the same parameters continues its build folder instead: intact shards are
+            kept, the merged files are rewritten). False: raise instead.
+        verify: as :func:`load_version_index`.
+    Raises:
+        MissingIndexError, CorruptIndexError: as :func:`load_version_index`, when not
+            ``rebuild``.
+    """
+    try:
+        return load_version_index(store, gallery, version, use_gpu=use_gpu, verify=verify)
+    except MissingIndexError:
+        if not rebuild:
+            raise
+        logger.info("no index for %s/%s yet: building it", gallery, version)
+    except CorruptIndexError as error:
+        if not rebuild:
+            raise
+        logger.warning("rebuilding the index of %s/%s: %s", gallery, version, error)
+    build_version_index(store, gallery, version, use_gpu=use_gpu, **build_options)
+    return load_version_index(store, gallery, version, use_gpu=use_gpu, verify=verify)

@@ -1,0 +1,201 @@
+"""Filesystem backends of the store: local disk and S3, picked by the root URI's scheme.
+
+A :class:`Backend` bundles a ``pyarrow.fs.FileSystem`` for bulk Parquet I/O with the small
+writes the manifest protocol needs: ``create_exclusive`` (create-if-absent, atomic, raises
+``FileExistsError``; returns a *stamp* of what it wrote), ``replace_if`` (overwrite a file only
+if it is still the one this writer last wrote, by its stamp; never creates one; raises
+:class:`ChangedError` otherwise: the lease heartbeat's fencing) and ``replace`` (atomic
+overwrite, for index pointers and plans that are not fenced).
+
+- Local: records are written to a temporary file, fsynced, then hard-linked to their name
+  (``link`` fails if the name exists, atomically, on every POSIX filesystem) or ``os.replace``d.
+  The stamp is ``(inode, size, mtime_ns)``; ``replace_if`` compares it with a fresh ``stat``
+  just before its ``os.replace`` (POSIX has no compare-and-swap on a name, so a change in the
+  microseconds between the two goes unseen: docs/store.md, "What a stalled writer can do").
+- S3: records go through s3fs ``pipe_file(mode="create")``, a single PutObject with
+  ``If-None-Match: *`` (S3 conditional writes), and ``replace_if`` is a PutObject with
+  ``If-Match: <ETag>`` (the stamp). pyarrow's native S3 client cannot send those headers, so
+  s3fs is needed for the records even when bulk I/O is native.
+
+Bulk I/O on S3 uses pyarrow's native ``S3FileSystem`` by default (``bulk_io="native"``;
+``benchmarks/store_io.py`` measured it faster than s3fs behind ``FSSpecHandler``; see
+``docs/store.md``). ``storage_options`` are s3fs options; those the native client cannot express
+make ``bulk_io="auto"`` fall back to s3fs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from raycompat.registry import Registry
+from raycompat.store.errors import StoreError
+
+logger = logging.getLogger(__name__)
+
+BACKENDS: Registry[Backend] = Registry("store filesystem scheme")
+# s3fs options that only tune caching on the s3fs side; the native client can ignore them.
+_NATIVE_IGNORED = {"skip_instance_cache", "use_listings_cache", "listings_expiry_time"}
+
+
+@dataclass
+class Backend:
+    """How one store root is accessed. ``root`` is a filesystem path (``bucket/prefix`` on S3)."""
+
+    scheme: str
+    filesystem: pafs.FileSystem
+    root: str
+    create_exclusive: Callable[[str, bytes], Any]
+    replace: Callable[[str, bytes], None]
+    # ``replace_if(path, data, stamp) -> new stamp``: see the module docstring.
+    replace_if: Callable[[str, bytes, Any], Any]
+    # S3 only: a fresh HEAD of an object through s3fs (``size``, ``ETag``); pyarrow returns no
+    # ETags. Adopted versions pin their external files by it (``external.py``).
+    head: Callable[[str], dict] | None = None
+
+    def uri(self, path: str) -> str:
+        return path if self.scheme == "file" else f"{self.scheme}://{path}"
+
+
+def open_backend(root: str, storage_options: dict | None = None, bulk_io: str = "auto") -> Backend:
+    """Build the backend for ``root`` (``"s3://bucket/prefix"`` or a local path)."""
+    scheme, _, rest = root.partition("://") if "://" in root else ("file", "", root)
+    return BACKENDS.create(scheme, path=rest, options=dict(storage_options or {}), bulk_io=bulk_io)
+
+
+class ChangedError(StoreError):
+    """``replace_if`` found the file gone or replaced by another writer; nothing was written."""
+
+
+def _local_write(path: str, data: bytes, publish: Callable[[str, str], None]) -> tuple:
+    """Write ``data`` to ``path`` through an fsynced temporary file; returns the stamp."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}")
+    try:
+        with open(tmp, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        publish(tmp, path)
+        return _local_stamp(path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _local_stamp(path: str) -> tuple:
+    st = os.stat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _local_replace_if(path: str, data: bytes, stamp: Any) -> tuple:
+    try:
+        found = _local_stamp(path)
+    except FileNotFoundError:
+        raise ChangedError(f"{path} no longer exists") from None
+    if stamp is None or found != tuple(stamp):
+        raise ChangedError(f"{path} was replaced by another writer")
+    return _local_write(path, data, os.replace)
+
+
+def _s3_replace_if(s3: Any, path: str, data: bytes, stamp: Any) -> str | None:
+    if stamp is None:
+        raise ChangedError(f"s3://{path}: no ETag of this writer's last write to compare")
+    try:
+        out = s3.pipe_file(path, data, IfMatch=stamp)
+    except (FileNotFoundError, FileExistsError) as error:  # 404, or 412 Precondition Failed
+        raise ChangedError(f"s3://{path} was removed or replaced ({error})") from None
+    except OSError as error:
+        if _precondition_failed(error):
+            raise ChangedError(f"s3://{path} was replaced by another writer") from None
+        raise
+    return _etag(out)
+
+
+def _precondition_failed(error: OSError) -> bool:
+    """s3fs wraps a 412 in a bare ``OSError``; the botocore error it chains names the code."""
+    code = getattr(error.__cause__, "response", {}).get("Error", {}).get("Code")
+    return code in ("PreconditionFailed", "412") or "pre-conditions" in str(error)
+
+
+def _etag(response: Any) -> str | None:
+    return response.get("ETag") if isinstance(response, dict) else None
+
+
+@BACKENDS.register("file")
+def _local(*, path: str, options: dict, bulk_io: str) -> Backend:
+    if options:
+        raise StoreError(f"storage_options {sorted(options)} are not used for local root {path!r}")
+    return Backend(
+        "file",
+        pafs.LocalFileSystem(),
+        os.path.abspath(path),
+        create_exclusive=lambda p, data: _local_write(p, data, os.link),
+        replace=lambda p, data: _local_write(p, data, os.replace),
+        replace_if=_local_replace_if,
+    )
+
+
+def native_s3_options(options: dict) -> dict[str, Any]:
+    """Translate s3fs ``storage_options`` into ``pyarrow.fs.S3FileSystem`` keyword arguments.
+
+    Raises:
+        StoreError: an option has no native equivalent (the message lists them).
+    """
+    opts, client = dict(options), dict(options.get("client_kwargs") or {})
+    opts.pop("client_kwargs", None)
+    out: dict[str, Any] = {}
+    for s3fs_key, native_key in (
+        ("key", "access_key"),
+        ("secret", "secret_key"),
+        ("token", "session_token"),
+        ("anon", "anonymous"),
+    ):
+        if s3fs_key in opts:
+            out[native_key] = opts.pop(s3fs_key)
+    endpoint = client.pop("endpoint_url", None) or opts.pop("endpoint_url", None)
+    if endpoint:
+        scheme, _, host = endpoint.partition("://")
+        out.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+    if "region_name" in client:
+        out["region"] = client.pop("region_name")
+    left = sorted(set(opts) - _NATIVE_IGNORED) + [f"client_kwargs.{k}" for k in sorted(client)]
+    if left:
+        raise StoreError(f"storage_options {left} have no pyarrow S3FileSystem equivalent")
+    return out
+
+
+@BACKENDS.register("s3")
+def _s3(*, path: str, options: dict, bulk_io: str) -> Backend:
+    import fsspec
+
+    s3 = fsspec.filesystem("s3", **options)
+    bulk = _s3_bulk(s3, options, bulk_io)
+    return Backend(
+        "s3",
+        bulk,
+        path.rstrip("/"),
+        create_exclusive=lambda p, data: _etag(s3.pipe_file(p, data, mode="create")),
+        replace=lambda p, data: s3.pipe_file(p, data),
+        replace_if=lambda p, data, stamp: _s3_replace_if(s3, p, data, stamp),
+        head=lambda p: s3.info(p, refresh=True),
+    )
+
+
+def _s3_bulk(s3: Any, options: dict, bulk_io: str) -> pafs.FileSystem:
+    if bulk_io not in ("auto", "native", "fsspec"):
+        raise StoreError(f"bulk_io must be 'auto', 'native' or 'fsspec', got {bulk_io!r}")
+    if bulk_io != "fsspec":
+        try:
+            return pafs.S3FileSystem(**native_s3_options(options))
+        except StoreError as error:
+            if bulk_io == "native":
+                raise
+            logger.info("bulk I/O through s3fs: %s", error)
+    return pafs.PyFileSystem(pafs.FSSpecHandler(s3))

@@ -1,0 +1,80 @@
+"""Where a run lives: a local folder or an ``s3://`` prefix, through one pyarrow filesystem.
+
+Credentials are never part of the config: pyarrow's S3 client reads them from the environment
+(``AWS_ACCESS_KEY_ID`` ...) or the instance role. Only the endpoint of an S3-compatible store
+(MinIO, a test server) is configurable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from raycompat.config.train import RunSpec
+
+
+def run_filesystem(run: RunSpec) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, base path)`` of ``run.storage_path`` (absolute for local folders)."""
+    parsed = urlparse(run.storage_path)
+    if parsed.scheme in ("", "file"):
+        return pafs.LocalFileSystem(), os.path.abspath(parsed.path or run.storage_path)
+    if parsed.scheme != "s3":
+        raise ValueError(f"run.storage_path: unsupported scheme {parsed.scheme!r} (local or s3://)")
+    options = {}
+    if run.endpoint_url:
+        endpoint = urlparse(run.endpoint_url)
+        options = {"endpoint_override": endpoint.netloc, "scheme": endpoint.scheme or "https"}
+    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
+    if region:
+        options["region"] = region
+    fs = pafs.S3FileSystem(**options)
+    return fs, f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def read_json(fs: pafs.FileSystem, path: str):
+    """The JSON at ``path``, or None when there is none."""
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(path) as stream:
+        return json.loads(stream.read().decode())
+
+
+def write_json(fs: pafs.FileSystem, path: str, value) -> None:
+    """Write ``value`` to ``path`` whole: S3 objects appear atomically; locally a rename does."""
+    write_bytes(fs, path, json.dumps(value, indent=2, default=float).encode())
+
+
+def append_line(fs: pafs.FileSystem, path: str, line: str) -> None:
+    """Add ``line`` to the text file at ``path`` (created if absent). S3 objects cannot be
+    appended to, so the file is read and written whole (fine for a line per epoch)."""
+    before = b""
+    if exists(fs, path):
+        with fs.open_input_stream(path) as stream:
+            before = stream.read()
+    write_bytes(fs, path, before + line.encode() + b"\n")
+
+
+def write_bytes(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole (see :func:`write_json`)."""
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, path)
+        return
+    with fs.open_output_stream(path) as out:
+        out.write(data)
+
+
+def exists(fs: pafs.FileSystem, path: str) -> bool:
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def touch(fs: pafs.FileSystem, path: str) -> None:
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        out.write(b"")

@@ -1,0 +1,1 @@
+"""The networks: backbones, heads, side-information models, and the model factory (no Ray)."""

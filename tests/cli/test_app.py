@@ -1,0 +1,206 @@
+"""The ``raycompat`` CLI on a real store: versions, models, and search with a registered model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from raycompat.cli.app import main
+from raycompat.config.train import ModelSpec
+from raycompat.store import GalleryStore, VersionInfo, embedding_table
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.train.export import build_model, export_model
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A gallery of 40 images embedded by an exported LeNet++, registered and granted."""
+    spec = ModelSpec(backbone="lenetpp", head="dsimplex", num_classes=5)
+    torch.manual_seed(0)
+    model = build_model(spec).eval()
+    export_model(tmp_path / "m1", model.state_dict(), spec)
+    pixels = np.random.default_rng(0).integers(0, 256, size=(40, 28, 28), dtype=np.uint8)
+    paths = []
+    for i, image in enumerate(pixels):
+        paths.append(tmp_path / f"img{i}.png")
+        Image.fromarray(image, mode="L").save(paths[-1])
+    with torch.no_grad():
+        gallery = model.forward_features(torch.from_numpy(pixels).float().div(255).unsqueeze(1))
+    store = GalleryStore(str(tmp_path / "store"))
+    info = VersionInfo(
+        "v1", model_version="m1", width=4, normalized=False, lineage="v1 = extract(m1)"
+    )
+    staging = store.begin("digits", info, staging_name="t")
+    staging.write_table(
+        embedding_table([f"img{i}" for i in range(40)], gallery.numpy()), "p.parquet"
+    )
+    staging.commit(expected_rows=40)
+    catalog = Catalog(store)
+    catalog.register_model(ModelRecord("m1", str(tmp_path / "m1"), 4, method="independent"))
+    catalog.grant(QueryGrant("digits", "v1", "m1", "extracted"))
+    return store, paths
+
+
+def run(capsys, *argv) -> tuple[int, dict | str]:
+    """Run the CLI as a script would (``--json``); returns the exit code and the JSON or stderr."""
+    code = main([*argv, "--json"] if argv[0] != "report" else list(argv))
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else err
+
+
+def test_search_finds_each_query_image_itself_first(served, capsys):
+    store, paths = served
+    code, out = run(
+        capsys,
+        "search",
+        str(paths[3]),
+        str(paths[17]),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m1",
+        "-k",
+        "3",
+    )
+    assert code == 0 and out["gallery_version"] == "v1" and out["relation"] == "extracted"
+    assert [r["ids"][0] for r in out["results"]] == ["img3", "img17"]
+    assert all(len(r["ids"]) == 3 for r in out["results"])
+
+
+def test_versions_and_models_list_what_the_catalog_holds(served, capsys):
+    store, _ = served
+    code, out = run(capsys, "versions", "digits", "--store", store.uri())
+    assert code == 0
+    (version,) = out["versions"]
+    assert version["queried_by"] == ["m1"] and version["lineage"] == "v1 = extract(m1)"
+    code, out = run(capsys, "models", "--store", store.uri())
+    assert [m["model_version"] for m in out["models"]] == ["m1"]
+
+
+def test_errors_name_what_is_missing(served, capsys, tmp_path):
+    store, paths = served
+    code, err = run(
+        capsys,
+        "search",
+        str(paths[0]),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m9",
+    )
+    assert code == 1 and "'m9' is not registered" in err
+    code, err = run(
+        capsys,
+        "search",
+        str(tmp_path / "nope.png"),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m1",
+    )
+    assert code == 2 and "nope.png" in err
+    code, err = run(capsys, "versions", "faces", "--store", store.uri())
+    assert code == 1 and "no published version" in err
+
+
+def test_search_copies_model_files_out_of_the_store_when_uri_is_remote(served, capsys, tmp_path):
+    """A model registered by the upgrade job on an S3 store has an s3:// uri: search copies its
+    files out of the store instead of reading the uri as a local folder."""
+    store, paths = served
+    catalog = Catalog(store)
+    uri = catalog.put_model_files("m2", str(tmp_path / "m1"))
+    assert uri.endswith("_models/m2")
+    catalog.register_model(ModelRecord("m2", "s3://elsewhere/_models/m2", 4, parent="m1"))
+    catalog.grant(QueryGrant("digits", "v1", "m2", "compatible"))
+    code, out = run(
+        capsys,
+        "search",
+        str(paths[5]),
+        "--store",
+        store.uri(),
+        "--gallery",
+        "digits",
+        "--model",
+        "m2",
+        "-k",
+        "1",
+    )
+    assert code == 0 and out["relation"] == "compatible"
+    assert out["results"][0]["ids"] == ["img5"]
+
+
+def test_search_rebuilds_a_corrupt_index(served, capsys, caplog):
+    store, paths = served
+    argv = ["search", str(paths[3]), "--store", store.uri(), "--gallery", "digits", "--model", "m1"]
+    code, first = run(capsys, *argv, "-k", "2")
+    assert code == 0
+    build = json.loads(Path(store.path("digits", "_index", "v1.json")).read_text())["build"]
+    corrupt = Path(store.path("digits", "_index", "v1", build, "index.faiss"))
+    corrupt.write_bytes(corrupt.read_bytes()[:100])
+    code, again = run(capsys, *argv, "-k", "2")
+    assert code == 0 and again["results"] == first["results"]
+    assert f"rebuilding the index of digits/v1: {corrupt}: expected" in caplog.text
+    new = json.loads(Path(store.path("digits", "_index", "v1.json")).read_text())["build"]
+    assert new != build
+
+
+def test_listings_are_aligned_tables_by_default(served, capsys):
+    store, _ = served
+    assert main(["versions", "digits", "--store", store.uri()]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "gallery digits"
+    header, rule, row = lines[1:4]
+    assert header.split() == [
+        "version", "model", "rows", "width", "dtype", "lineage", "query", "models", "created"
+    ]
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert row.split()[:5] == ["v1", "m1", "40", "4", "float32"] and " m1 " in row
+    assert row.index("40") + 2 == header.index("rows") + 4  # numbers end under their header
+    assert main(["models", "--store", store.uri()]) == 0
+    header, _, row = capsys.readouterr().out.splitlines()[:3]
+    assert header.split()[:3] == ["model", "dim", "method"] and row.split()[:3] == [
+        "m1", "4", "independent"
+    ]
+
+
+def test_search_takes_stored_ids_or_vectors_and_prints_labels(served, capsys, tmp_path):
+    store, paths = served
+    base = ["--store", store.uri(), "--gallery", "digits", "--model", "m1", "-k", "2"]
+    code, out = run(capsys, "search", "--ids", "img5", "img9", *base)
+    assert code == 0 and [r["ids"][0] for r in out["results"]] == ["img5", "img9"]
+    assert [r["query"] for r in out["results"]] == ["img5", "img9"]
+    stored = store.read("digits", "v1")
+    x = np.stack(stored.column("embedding").to_numpy(zero_copy_only=False))
+    order = stored.column("id").to_pylist()
+    np.save(tmp_path / "q.npy", x[[order.index("img11")]])
+    code, out = run(capsys, "search", "--vectors", str(tmp_path / "q.npy"), *base)
+    assert code == 0 and out["results"][0]["ids"][0] == "img11"
+    assert out["results"][0]["labels"] == [None, None]  # this gallery stores no labels
+    assert main(["search", "--ids", "img5", *base]) == 0  # the table a person reads
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("gallery digits version v1 (extracted for model m1)")
+    assert printed[1].split() == ["query", "rank", "id", "score", "label"]
+    assert printed[3].split()[:3] == ["img5", "1", "img5"] and printed[3].split()[-1] == "-"
+
+
+def test_search_query_errors_are_one_line(served, capsys, tmp_path):
+    store, paths = served
+    base = ["--store", store.uri(), "--gallery", "digits", "--model", "m1"]
+    code, err = run(capsys, "search", "--ids", "img999", *base)
+    assert code == 1 and "no row with id(s) ['img999']" in err
+    np.save(tmp_path / "wide.npy", np.ones((2, 7), np.float32))
+    code, err = run(capsys, "search", "--vectors", str(tmp_path / "wide.npy"), *base)
+    assert code == 2 and "wide.npy: expected finite vectors of shape (Q, 4)" in err
+    code, err = run(capsys, "search", str(paths[0]), "--ids", "img1", *base)
+    assert code == 2 and "one of them" in err

@@ -1,0 +1,193 @@
+"""Errors of the ``raycompat`` CLI and the jobs are one line naming what to fix.
+
+Corrupt catalog records are listed beside the readable ones (exit 1), a mistyped store is not an
+empty one (exit 2), config mistakes in a job are one line naming the file and the key (exit 2),
+and ``--debug`` brings the traceback back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raycompat.cli.app import main
+from raycompat.cli.errors import run_main
+from raycompat.config import ConfigError
+from raycompat.store import GalleryStore, VersionInfo, embedding_table
+from raycompat.store.errors import MissingStoreError
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store(tmp_path):
+    """Gallery ``faces`` with v1 and v2 (model m1), m1 registered and granted v2."""
+    store = GalleryStore(str(tmp_path / "store"))
+    for version in ("v1", "v2"):
+        info = VersionInfo(version, "m1", 4, False, f"{version} = extract(m1)")
+        staging = store.begin("faces", info, staging_name="t")
+        rows = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+        staging.write_table(embedding_table(["a", "b", "c"], rows), "part-0.parquet")
+        staging.commit(expected_rows=3)
+    catalog = Catalog(store)
+    catalog.register_model(ModelRecord("m1", "/models/m1", 4, method="independent"))
+    catalog.grant(QueryGrant("faces", "v2", "m1", "extracted"))
+    return store
+
+
+def cli(capsys, *argv) -> tuple[int, str, list[str]]:
+    """Exit status, stdout (JSON) and the lines of stderr."""
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    return code, out, err.splitlines()
+
+
+def corrupt(path: str, **change) -> None:
+    raw = json.loads(Path(path).read_text())
+    Path(path).write_text(json.dumps({**raw, **change}))
+
+
+def test_a_corrupt_version_record_is_marked_and_the_others_listed(store, capsys):
+    corrupt(store.path("faces", "_versions", "v1.json"), rows="lots")
+    code, out, err = cli(capsys, "versions", "faces", "--store", store.uri())
+    listing = json.loads(out)
+    assert code == 1
+    assert [v["version"] for v in listing["versions"]] == ["v2"]
+    assert listing["versions"][0]["queried_by"] == ["m1"]
+    ((marked),) = listing["corrupt"]
+    assert marked["file"] == store.uri("faces", "_versions", "v1.json")
+    assert "version record key 'rows' must be an int, got 'lots'" in marked["error"]
+    (line,) = err
+    assert line.startswith("raycompat: error: corrupt record skipped: ")
+    assert "_versions/v1.json" in line and "'rows'" in line
+
+
+def test_a_corrupt_grant_is_marked_in_versions(store, capsys):
+    corrupt(store.path("faces", "_queries", "m1.json"), relation="friends")
+    code, out, err = cli(capsys, "versions", "faces", "--store", store.uri())
+    listing = json.loads(out)
+    assert code == 1 and [v["queried_by"] for v in listing["versions"]] == [[], []]
+    (line,) = err
+    assert "faces/_queries/m1.json: query grant key 'relation'" in line
+    assert not any("Traceback" in e for e in err)
+
+
+def test_a_corrupt_model_record_is_one_line_naming_the_file(store, capsys):
+    corrupt(store.path("_models", "m1.json"), embed_dim="four")
+    code, out, err = cli(capsys, "models", "--store", store.uri())
+    assert code == 1 and json.loads(out)["models"] == []
+    (line,) = err
+    assert f"{store.uri('_models', 'm1.json')}: model record key 'embed_dim'" in line
+    Path(store.path("_models", "m1.json")).write_text("{half a record")
+    code, out, err = cli(
+        capsys, "search", __file__, "--store", store.uri(), "--gallery", "faces", "--model", "m1"
+    )
+    assert (code, out) == (1, "")
+    (line,) = err
+    assert line.startswith("raycompat: error: ")
+    assert "m1.json: model record is not valid JSON" in line
+
+
+@pytest.mark.parametrize("command", [["models"], ["versions", "faces"]])
+def test_a_missing_store_is_a_usage_error(tmp_path, capsys, command):
+    typo = tmp_path / "sotre"
+    code, out, err = cli(capsys, *command, "--store", str(typo))
+    assert (code, out) == (2, "")
+    assert err == [f"raycompat: error: no store at {typo}: the folder does not exist"]
+    assert not typo.exists()
+
+
+def test_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
+    with pytest.raises(MissingStoreError):
+        main(["--debug", "models", "--store", str(tmp_path / "sotre")])
+    with pytest.raises(MissingStoreError):
+        main(["models", "--store", str(tmp_path / "sotre"), "--debug"])
+    monkeypatch.setenv("RAYCOMPAT_DEBUG", "1")
+    with pytest.raises(MissingStoreError):
+        main(["models", "--store", str(tmp_path / "sotre")])
+
+
+def test_run_main_catches_config_errors_only(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RAYCOMPAT_DEBUG", raising=False)
+    config = tmp_path / "job.yaml"
+    config.write_text("seed: 1\n")
+
+    def bad_key(argv):
+        raise ConfigError("upgrades[0].method: unknown compatibility method 'bogus'")
+
+    with pytest.raises(SystemExit) as exit_:
+        run_main(bad_key, ["--config", str(config)])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        f"error: {config}: upgrades[0].method: unknown compatibility method 'bogus'"
+    )
+    with pytest.raises(SystemExit) as exit_:
+        run_main(bad_key, ["--config", str(tmp_path / "nope.yaml")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f"config file {tmp_path / 'nope.yaml'} does not exist\n"
+    )
+    with pytest.raises(ConfigError):
+        run_main(bad_key, ["--config", str(config), "--debug"])
+
+    def bug(argv):
+        raise KeyError("a bug keeps its traceback")
+
+    with pytest.raises(KeyError):
+        run_main(bug, [])
+    seen = []
+    run_main(seen.append, ["--config", str(config), "a=1", "--debug"])
+    assert seen == [["--config", str(config), "a=1"]]  # --debug is not passed on
+
+
+def job(script: str, config: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAYCOMPAT_DEBUG"}
+    return subprocess.run(
+        [sys.executable, str(REPO / "jobs" / script), "--config", str(config), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "yaml", "overrides", "names"),
+    [
+        ("transform.py", "mode: transform\n", ["bogus.key=1"], "unknown config key(s) bogus"),
+        ("transform.py", "seed: abc\n", [], "seed: expected int, got 'abc'"),
+        (
+            "upgrade.py",
+            "upgrades: [{model_version: m1, classes: 4, method: bogus}]\n",
+            [],
+            "upgrades[0].method: unknown compatibility method 'bogus'",
+        ),
+    ],
+)
+def test_a_job_config_error_is_one_line_naming_the_file_and_key(
+    tmp_path, script, yaml, overrides, names
+):
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml)
+    result = job(script, config, *overrides)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"{script}: error: {config}: ") and names in line
+
+
+@pytest.mark.slow
+def test_a_job_with_debug_shows_the_traceback(tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("mode: transform\n")
+    result = job("transform.py", config, "bogus.key=1", "--debug")
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "ConfigError" in result.stderr

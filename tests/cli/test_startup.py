@@ -1,0 +1,119 @@
+"""The ``raycompat`` CLI starts like a tool: ``--help``, ``versions`` and ``search --vectors`` /
+``--ids`` load neither torch nor Ray (issue 24, item 2; benchmarks/cli_startup.py times them).
+
+Each check runs the CLI in a fresh interpreter and reads back which heavy modules it loaded; a
+top-level ``import torch`` anywhere below ``raycompat.cli.app`` fails them, naming the module.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raycompat.index.version_index import build_version_index
+from raycompat.store import GalleryStore, VersionInfo, embedding_table
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "ray", "pandas")
+
+# Runs each argv with raycompat.cli.app.main in this one interpreter, then prints the heavy modules
+# loaded and, for each, the first raycompat module on the stack that imported it.
+_RUN_CLI = r"""
+import importlib, json, sys, traceback
+heavy, runs, preload = json.loads(sys.argv[1])
+who = {}
+
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name in heavy and name not in who:
+            stack = [f.f_globals.get("__name__", "") for f, _ in traceback.walk_stack(None)]
+            who[name] = next((m for m in stack if m.startswith("raycompat")), "?")
+        return None
+
+
+sys.meta_path.insert(0, Watch())
+import raycompat.cli.app
+for name in preload:
+    importlib.import_module(name)
+
+codes = []
+for argv in runs:
+    try:
+        codes.append(raycompat.cli.app.main(argv))
+    except SystemExit as stop:  # --help
+        codes.append(stop.code)
+loaded = {name: who.get(name, "?") for name in heavy if name in sys.modules}
+print(json.dumps({"codes": codes, "loaded": loaded}))
+"""
+
+
+def cli_modules(*runs: list[str], heavy: tuple[str, ...] = HEAVY, preload=()) -> dict:
+    """Exit codes of ``runs`` and the heavy modules they or ``preload`` (module names, imported
+    first) loaded: module -> the raycompat module that imported it."""
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN_CLI, json.dumps([heavy, list(runs), list(preload)])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A 50 x 8 version queried by a registered model ``m1`` (no index built yet)."""
+    store = GalleryStore(str(tmp_path / "store"))
+    x = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
+    staging = store.begin("g", VersionInfo("v1", "m1", 8, False, "v1 = extract(m1)"), "t")
+    staging.write_table(embedding_table([f"i{k}" for k in range(50)], x), "p.parquet")
+    staging.commit(expected_rows=50)
+    catalog = Catalog(store)
+    catalog.register_model(ModelRecord("m1", str(tmp_path / "m1"), 8, method="independent"))
+    catalog.grant(QueryGrant("g", "v1", "m1", "extracted"))
+    np.save(tmp_path / "q.npy", x[:3])
+    return store, tmp_path / "q.npy"
+
+
+def test_help_and_import_load_no_torch_ray_or_pandas():
+    out = cli_modules(["--help"], ["search", "--help"])
+    assert out["codes"] == [0, 0]
+    assert out["loaded"] == {}, f"heavy modules imported (module: importer): {out['loaded']}"
+
+
+def test_versions_and_vector_or_id_search_load_no_torch_or_ray(store):
+    store, queries = store
+    build_version_index(store, "g", "v1", use_gpu=False)  # a flat index, built beforehand
+    where = ["--store", store.uri(), "--gallery", "g", "--model", "m1", "--json"]
+    out = cli_modules(
+        ["versions", "g", "--store", store.uri()],
+        ["search", "--vectors", str(queries), *where],
+        ["search", "--vectors", str(queries), "--nprobe", "2", *where],
+    )
+    assert out["codes"] == [0, 0, 0]
+    assert out["loaded"] == {}, f"heavy modules imported (module: importer): {out['loaded']}"
+    # --ids builds Arrow arrays of the ids asked (pyarrow's pa.array imports pandas)
+    out = cli_modules(["search", "--ids", "i3", "i7", *where], heavy=("torch", "ray"))
+    assert out["codes"] == [0] and out["loaded"] == {}, out["loaded"]
+
+
+def test_a_first_search_builds_the_index_without_torch_or_ray(store):
+    store, queries = store
+    where = ["--store", store.uri(), "--gallery", "g", "--model", "m1"]
+    out = cli_modules(["search", "--vectors", str(queries), *where], heavy=("torch", "ray"))
+    assert out["codes"] == [0] and out["loaded"] == {}, out["loaded"]
+
+
+def test_the_check_sees_a_top_level_import_and_names_the_importer():
+    """Not vacuous: a module importing a watched one at its top is caught and named (faiss by
+    raycompat.index.search: cheaper to load here than torch)."""
+    out = cli_modules(["--help"], heavy=("faiss",), preload=["raycompat.index.search"])
+    assert out["codes"] == [0] and out["loaded"] == {"faiss": "raycompat.index.search"}

@@ -1,0 +1,121 @@
+"""The extraction actor in process (no Ray): batched decoding with read-ahead gives the embeddings
+of per-image decoding, and a corrupt image fails its chunk by name with nothing left behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from raycompat.cluster.pipelines import RunOptions, SourceSpec
+from raycompat.cluster.pipelines.extract import ExtractChunks
+from raycompat.cluster.pipelines.sources import open_source
+from raycompat.config.train import ModelSpec
+from raycompat.data import CorruptDataError, read_image
+from raycompat.store import GalleryStore, VersionInfo, embedding_schema
+from raycompat.store.part_record import part_of_file
+from raycompat.train.export import build_model, export_model, load_exported_model
+
+ROWS, SIZE = 40, 24
+
+
+def jpeg_parquet(path: Path, corrupt_row: int | None = None) -> list[bytes]:
+    rng = np.random.default_rng(0)
+    encoded = []
+    for _ in range(ROWS):
+        image = Image.fromarray(rng.integers(0, 256, (4, 4, 3), dtype=np.uint8))
+        buffer = io.BytesIO()
+        image.resize((30, 27), Image.Resampling.BILINEAR).save(buffer, format="JPEG")
+        encoded.append(buffer.getvalue())
+    if corrupt_row is not None:
+        encoded[corrupt_row] = encoded[corrupt_row][:150]  # truncated
+    table = pa.table({"id": np.arange(ROWS) * 10, "image": encoded, "label": np.arange(ROWS) % 4})
+    pq.write_table(table, path, row_group_size=10)
+    return encoded
+
+
+def worker(tmp_path: Path, source: SourceSpec):
+    spec = ModelSpec(
+        backbone="lenetpp",
+        head="linear",
+        num_classes=4,
+        embed_dim=8,
+        backbone_kwargs={"in_chans": 3, "image_size": SIZE},
+    )
+    torch.manual_seed(0)
+    export_model(tmp_path / "model", build_model(spec).state_dict(), spec)
+    store = GalleryStore(str(tmp_path / "store"))
+    info = VersionInfo("v1", "lenet", 8, True, "v1 = extract(lenet)")
+    staging = store.begin("g", info, "extract-v1")
+    run = RunOptions(rows_per_file=20, batch_size=6, actors=1)
+    extract = ExtractChunks(
+        model=str(tmp_path / "model"),
+        source=source,
+        augment="none",
+        seed=0,
+        root=store.root,
+        storage_options={},
+        gallery="g",
+        info=info,
+        staging_name="extract-v1",
+        schema=embedding_schema(8, "int64", with_label=True),
+        run=run,
+        lease=staging.lease_ref,
+    )
+    chunks = open_source(source).plan(run.rows_per_file)
+    return extract, chunks, staging
+
+
+def call(extract: ExtractChunks, chunk) -> dict:
+    return extract({"chunk": [json.dumps(asdict(chunk))]})
+
+
+def test_batched_extraction_equals_per_image_decoding_and_forward(tmp_path):
+    encoded = jpeg_parquet(tmp_path / "images.parquet")
+    source = SourceSpec(
+        kind="parquet_images", paths=[str(tmp_path / "images.parquet")], image_size=SIZE
+    )
+    extract, chunks, staging = worker(tmp_path, source)
+    assert [call(extract, c)["rows"] for c in chunks] == [[20], [20]]
+    out = pa.concat_tables([pq.read_table(f) for f in extract.staging.files()])  # the worker's
+    model = load_exported_model(str(tmp_path / "model"))[0]
+    # the old path: Pillow image by image, the model on the same batches of 6
+    images = torch.stack([read_image(e, size=(SIZE, SIZE)) for e in encoded])
+    with torch.inference_mode():
+        expected = torch.cat(
+            [
+                F.normalize(model.forward_features(images[c.start : c.stop][s : s + 6]), dim=1)
+                for c in chunks
+                for s in range(0, c.rows, 6)
+            ]
+        )
+    np.testing.assert_array_equal(out["id"].to_numpy(), np.arange(ROWS) * 10)
+    embeddings = np.stack(out["embedding"].to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(embeddings, expected.numpy(), rtol=0, atol=1e-6)
+
+
+def test_a_corrupt_image_fails_the_chunk_by_row_and_leaves_no_part(tmp_path):
+    jpeg_parquet(tmp_path / "images.parquet", corrupt_row=33)
+    source = SourceSpec(
+        kind="parquet_images", paths=[str(tmp_path / "images.parquet")], image_size=SIZE
+    )
+    extract, chunks, staging = worker(tmp_path, source)
+    call(extract, chunks[0])
+    with pytest.raises(CorruptDataError, match=r"cannot decode image .*images\.parquet row 33"):
+        call(extract, chunks[1])
+    assert [part_of_file(f) for f in extract.staging.files()] == ["part-00000-0000.parquet"]
+    assert [part_of_file(f) for f in staging.resume() and staging.files()] == [
+        "part-00000-0000.parquet"  # what a rerun's driver finds complete
+    ]
+    assert not any(Path(staging.path).glob("_tmp/*"))
+    assert not any(t.name == "prefetch" for t in threading.enumerate())

@@ -1,0 +1,235 @@
+"""`raycompat export` (issue 26, item 4): a published version written as a Delta or Iceberg
+table that deltalake and pyiceberg read back without raycompat; float16 widened to float32.
+
+Real tables on local disk and on the moto S3 server; no Ray except the adopt round trip.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from raycompat.store import GalleryStore, StoreError, VersionInfo, embedding_table
+from raycompat.store.errors import ManifestError
+from raycompat.store.export import ExportOptionError, export_version
+from raycompat.store.export_iceberg import CATALOG_NAME
+
+deltalake = pytest.importorskip("deltalake")
+WIDTH = 4
+
+
+def publish(store: GalleryStore, version: str, rows: int, dtype: str = "float32") -> np.ndarray:
+    """Publish ``rows`` unit vectors (ids 0..rows-1, labels id % 3) in two files; returns them."""
+    x = np.random.default_rng(rows).normal(size=(rows, WIDTH)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    info = VersionInfo(version, "m1", WIDTH, True, f"{version} = extract(m1)", dtype=dtype)
+    staging = store.begin("faces", info, "job")
+    half = rows // 2
+    for name, part in (("a.parquet", slice(0, half)), ("b.parquet", slice(half, rows))):
+        ids = np.arange(rows)[part]
+        staging.write_table(embedding_table(ids, x[part], labels=ids % 3), name)
+    staging.commit(expected_rows=rows)
+    return x
+
+
+def by_id(table: pa.Table) -> tuple[list[int], np.ndarray]:
+    table = table.sort_by("id")
+    vectors = np.array(table.column("embedding").to_pylist(), np.float32)
+    return table.column("id").to_pylist(), vectors
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_version_exported_to_delta_reads_back_with_its_source_properties(tmp_path, dtype):
+    store = GalleryStore(str(tmp_path / "store"))
+    x = publish(store, "v1", 50, dtype)
+    target = str(tmp_path / "tables" / "faces_v1")
+
+    summary = export_version(store, "faces", "v1", "delta", target, batch_size=16)
+
+    table = deltalake.DeltaTable(target)
+    ids, vectors = by_id(table.to_pyarrow_table())
+    assert ids == list(range(50)) and vectors.dtype == np.float32
+    stored = x.astype(np.float16).astype(np.float32) if dtype == "float16" else x
+    np.testing.assert_array_equal(vectors, stored)
+    assert table.to_pyarrow_table().sort_by("id").column("label").to_pylist()[:4] == [0, 1, 2, 0]
+    props = table.metadata().configuration
+    record = store.version("faces", "v1")
+    assert props["raycompat.source.gallery"] == "faces"
+    assert props["raycompat.source.model_version"] == "m1"
+    assert props["raycompat.source.rows"] == "50" and props["raycompat.source.dtype"] == dtype
+    assert json.loads(props["raycompat.source.ids"]) == record.ids
+    assert (summary.rows, summary.files, summary.dtype) == (50, len(table.file_uris()), dtype)
+    widened = "float16 embeddings widened to float32 (Delta has no float16 type)"
+    assert (widened in summary.line()) == (dtype == "float16")
+    assert summary.line().startswith(f"exported faces v1: 50 rows in {summary.files} file(s)")
+
+
+def test_an_existing_target_is_refused_unless_overwrite(tmp_path):
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 20)
+    publish(store, "v2", 30)
+    target = str(tmp_path / "faces")
+    export_version(store, "faces", "v1", "delta", target)
+
+    with pytest.raises(StoreError, match=r"faces already holds a Delta table; --mode overwrite"):
+        export_version(store, "faces", "v2", "delta", target)
+    summary = export_version(store, "faces", "v2", "delta", target, mode="overwrite")
+
+    table = deltalake.DeltaTable(target)
+    assert table.to_pyarrow_table().num_rows == 30 == summary.rows
+    assert table.metadata().configuration["raycompat.source.version"] == "v2"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match=r"other is a folder holding 1 entries and no Delta"):
+        export_version(store, "faces", "v1", "delta", str(other), mode="overwrite")
+    with pytest.raises(StoreError, match=r"is inside the store"):
+        export_version(store, "faces", "v1", "delta", str(tmp_path / "store" / "out"))
+
+
+def test_unknown_version_gallery_and_options_are_one_line_errors(tmp_path):
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 10)
+    target = str(tmp_path / "t")
+    with pytest.raises(ManifestError, match=r"'faces' has no version 'v9'; it has \['v1'\]"):
+        export_version(store, "faces", "v9", "delta", target)
+    with pytest.raises(ManifestError, match=r"gallery 'cars' has no version 'v1'; it has \[\]"):
+        export_version(store, "cars", "v1", "delta", target)
+    with pytest.raises(ExportOptionError, match=r"--warehouse does not apply to --format delta"):
+        export_version(store, "faces", "v1", "delta", target, warehouse="w")
+    with pytest.raises(ExportOptionError, match=r"--format iceberg needs --catalog-uri"):
+        export_version(store, "faces", "v1", "iceberg", "ns.t", warehouse="w")
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_version_whose_files_differ_from_its_fingerprint_is_refused(tmp_path):
+    """The ids streamed are checked against the record's fingerprint before the properties are
+    written (a record edited by hand here, as a stand-in for a corrupt store)."""
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 10)
+    path = tmp_path / "store" / "faces" / "_versions" / "v1.json"
+    raw = json.loads(path.read_text())
+    raw["ids"]["xor"] = "0"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ManifestError, match=r"v1's record fingerprints its ids as .*; its files"):
+        export_version(store, "faces", "v1", "delta", str(tmp_path / "t"))
+
+
+def iceberg_options(tmp_path) -> dict:
+    pytest.importorskip("pyiceberg")
+    return {"catalog_uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": str(tmp_path / "wh")}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_version_exported_to_iceberg_reads_back_through_the_catalog(tmp_path, dtype):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    store = GalleryStore(str(tmp_path / "store"))
+    x = publish(store, "v1", 40, dtype)
+    options = iceberg_options(tmp_path)
+
+    summary = export_version(store, "faces", "v1", "iceberg", "gallery.faces_v1", **options)
+
+    catalog = SqlCatalog(CATALOG_NAME, uri=options["catalog_uri"], warehouse=options["warehouse"])
+    table = catalog.load_table("gallery.faces_v1")
+    ids, vectors = by_id(table.scan().to_arrow())
+    assert ids == list(range(40))
+    np.testing.assert_array_equal(vectors, x.astype(dtype).astype(np.float32))
+    assert table.properties["raycompat.source.version"] == "v1"
+    assert json.loads(table.properties["raycompat.source.ids"]) == store.version("faces", "v1").ids
+    assert len(table.snapshots()) == 1 and summary.files >= 1
+    assert ("(Iceberg has no float16 type)" in summary.line()) == (dtype == "float16")
+    with pytest.raises(StoreError, match=r"already has the table gallery.faces_v1; export to a "
+                       r"new table name"):
+        export_version(store, "faces", "v1", "iceberg", "gallery.faces_v1", **options)
+
+
+def test_a_failed_iceberg_export_leaves_no_table(tmp_path):
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 10)
+    second = store.version("faces", "v1").files[1]  # the first file is written, then this fails
+    with open(store.path("faces", second), "r+b") as handle:
+        handle.truncate(100)
+    options = iceberg_options(tmp_path)
+    with pytest.raises(StoreError, match=r"b\.parquet"):
+        export_version(store, "faces", "v1", "iceberg", "gallery.t", **options)
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(CATALOG_NAME, uri=options["catalog_uri"], warehouse=options["warehouse"])
+    assert not catalog.table_exists("gallery.t")
+
+
+def test_the_cli_prints_one_line_or_json_and_exits_2_on_usage_errors(tmp_path, capsys):
+    from raycompat.cli.app import main
+
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 12, "float16")
+    base = ["export", "--store", str(tmp_path / "store"), "--gallery", "faces", "--version", "v1"]
+
+    assert main([*base, "--format", "delta", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("exported faces v1: 12 rows in 1 file(s) as the")
+    assert out[0].endswith("float16 embeddings widened to float32 (Delta has no float16 type)")
+    assert main([*base, "--format", "delta", str(tmp_path / "t"), "--mode", "overwrite",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["rows"], out["dtype"], out["exported_dtype"]) == (12, "float16", "float32")
+    assert main([*base, "--format", "delta", str(tmp_path / "t")]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit) as usage:  # as argparse's own usage errors do
+        main([*base, "--format", "iceberg", "ns.t"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2
+    assert err == "raycompat: error: --format iceberg needs --catalog-uri and --warehouse\n"
+    assert main([*base[:2], str(tmp_path / "nowhere"), *base[3:], "--format", "delta", "t"]) == 2
+
+
+def test_a_delta_export_to_s3_reads_back(s3_bucket):
+    from raycompat.store.adopt_delta import delta_storage_options
+
+    bucket, options = s3_bucket
+    store = GalleryStore(f"s3://{bucket}/stores/main", options)
+    x = publish(store, "v1", 30)
+    target = f"s3://{bucket}/tables/faces_v1"
+
+    summary = export_version(store, "faces", "v1", "delta", target)
+
+    table = deltalake.DeltaTable(target, storage_options=delta_storage_options(options))
+    ids, vectors = by_id(table.to_pyarrow_table())
+    assert ids == list(range(30)) and summary.files == len(table.file_uris())
+    np.testing.assert_array_equal(vectors, x)
+    assert table.metadata().configuration["raycompat.source.rows"] == "30"
+    with pytest.raises(StoreError, match=r"faces_v1 already holds a Delta table"):
+        export_version(store, "faces", "v1", "delta", target)
+
+
+@pytest.mark.ray
+def test_an_exported_delta_table_adopts_back_as_the_same_version(tmp_path, ray_local):
+    from raycompat.cluster.pipelines.adopt import adopt_version
+
+    store = GalleryStore(str(tmp_path / "store"))
+    x = publish(store, "v1", 60, "float16")
+    target = str(tmp_path / "faces_v1")
+    export_version(store, "faces", "v1", "delta", target)
+
+    info = adopt_version(store, "faces", "v2", target, model="m1-copy")
+
+    assert (info.rows, info.width, info.ids) == (60, WIDTH, store.version("faces", "v1").ids)
+    assert info.external["table"] == {"format": "delta", "version": 1}
+    ids, vectors = by_id(store.read("faces", "v2"))
+    assert ids == list(range(60))
+    np.testing.assert_array_equal(vectors, x.astype(np.float16).astype(np.float32))
+
+
+def test_a_missing_package_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 10)
+    monkeypatch.setitem(sys.modules, "deltalake", None)  # import deltalake raises ImportError
+    with pytest.raises(StoreError, match=r"^exporting Delta tables needs the deltalake package: "
+                       r"pip install 'raycompat\[delta\]'$"):
+        export_version(store, "faces", "v1", "delta", str(tmp_path / "t"))

@@ -1,0 +1,216 @@
+"""gc touches only what it can prove is its own, and stores are marked (issue 22, item 3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from raycompat.cli.app import main
+from raycompat.store import GalleryStore, VersionInfo, embedding_table
+from raycompat.store.gc import GcArgumentError, collect, make_plan, plan_gc
+from raycompat.store.lease import LeaseOwner
+from raycompat.store.marker import MARKER_FORMAT, MARKER_NAME, UnmarkedStoreError
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from tests.store.test_gc import DAY, age, expire, publish
+
+
+def listing(root) -> dict[str, int]:
+    """Every file under ``root`` with its size."""
+    return {
+        os.path.relpath(os.path.join(folder, name), root): os.path.getsize(
+            os.path.join(folder, name)
+        )
+        for folder, _, files in os.walk(root)
+        for name in files
+    }
+
+
+def stage(store, version, name, **lease):
+    """A staging area holding one part, its writer gone quiet (heartbeat stopped)."""
+    info = VersionInfo(version, "m1", 4, False, f"{version} = x")
+    staging = store.begin("g", info, name, owner=LeaseOwner("j", "other-host", 1), **lease)
+    staging.write_table(embedding_table([f"{name}-a"], np.ones((1, 4))), "p.parquet")
+    staging.lease.stop()
+    return staging
+
+
+@pytest.fixture
+def store(tmp_path):
+    return GalleryStore(str(tmp_path / "store"))
+
+
+def test_an_unmarked_folder_is_refused_and_nothing_is_deleted(tmp_path, capsys):
+    folder = tmp_path / "not-a-store"
+    for rel in ("x/_data/v1/job/p.parquet", "x/_index/v9/b/index.faiss", "x/_data/v2/j/_tmp/t"):
+        os.makedirs(folder / os.path.dirname(rel), exist_ok=True)
+        (folder / rel).write_bytes(b"somebody else's data")
+    age(str(folder))
+    before = listing(folder)
+    for extra in (["--dry-run"], []):
+        assert main(["gc", "--store", str(folder), "--older-than", "1d", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{folder} is not a marked raycompat store" in err[0]
+        assert f"raycompat mark-store --store {folder}" in err[0]
+    with pytest.raises(UnmarkedStoreError):
+        plan_gc(GalleryStore(str(folder)))
+    assert listing(folder) == before
+
+
+def test_collect_rechecks_the_marker(store):
+    stage(store, "v1", "dead").lease.release()
+    age(store.path("g"))
+    expire(store.path("g", "_data", "v1", "dead"))
+    items = plan_gc(store)
+    assert [i.kind for i in items] == ["staging"]
+    os.remove(store.path(MARKER_NAME))
+    before = listing(store.root)
+    with pytest.raises(UnmarkedStoreError):
+        collect(store, items)
+    assert listing(store.root) == before
+
+
+def test_writers_mark_the_store_and_an_unknown_marker_format_is_refused(tmp_path, capsys):
+    store = GalleryStore(str(tmp_path / "a"))
+    publish(store, "v1")
+    marker = json.loads(open(store.path(MARKER_NAME)).read())
+    assert marker["format"] == MARKER_FORMAT and marker["created"]
+    catalog_only = GalleryStore(str(tmp_path / "b"))
+    Catalog(catalog_only).register_model(ModelRecord("m1", "", 4))
+    assert os.path.isfile(catalog_only.path(MARKER_NAME))
+    assert store.mark() is False  # already marked: left as it is
+    with open(store.path(MARKER_NAME), "w") as handle:
+        json.dump({"format": "raycompat.store/9", "created": "2030-01-01"}, handle)
+    assert main(["gc", "--store", store.root]) == 1
+    err = capsys.readouterr().err.strip()
+    assert store.path(MARKER_NAME) in err and "'raycompat.store/9'" in err
+
+
+def test_mark_store_marks_an_old_store_and_refuses_a_folder_that_is_not_one(tmp_path, capsys):
+    store = GalleryStore(str(tmp_path / "old"))
+    publish(store, "v1")
+    os.remove(store.path(MARKER_NAME))  # written before markers existed
+    assert main(["gc", "--store", store.root]) == 2
+    capsys.readouterr()
+    assert main(["mark-store", "--store", store.root]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"marked {store.root} as a raycompat store ({MARKER_NAME}): " + (
+        "gallery g (1 version(s))"
+    )
+    assert main(["mark-store", "--store", store.root]) == 0
+    assert "is already marked (raycompat.store/1, created " in capsys.readouterr().out
+    assert main(["gc", "--store", store.root, "--json"]) == 0
+
+    other = tmp_path / "photos"
+    (other / "_data").mkdir(parents=True)
+    assert main(["mark-store", "--store", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{other} holds no gallery record" in err[0] and "--force" in err[0]
+    assert not (other / MARKER_NAME).exists()
+    assert main(["mark-store", "--store", str(other), "--force"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": empty")
+    assert (other / MARKER_NAME).is_file()
+
+
+def test_older_than_shorter_than_the_lease_timeout_is_a_usage_error(store, capsys):
+    publish(store, "v1")
+    assert main(["gc", "--store", store.root, "--older-than", "60", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--older-than 60 s" in err[0] and "lease timeout 120 s" in err[0]
+    patient = GalleryStore(store.root, lease_timeout_s=600)
+    with pytest.raises(GcArgumentError, match="--older-than 300 s .* lease timeout 600 s"):
+        plan_gc(patient, older_than_s=300)
+    assert main(["gc", "--store", store.root, "--older-than", "2m", "--dry-run"]) == 0
+
+
+def test_a_stalled_writers_staging_is_kept_until_its_lease_expired_long_enough(store, capsys):
+    stalled = stage(store, "v1", "stalled", lease_timeout_s=0.2)
+    gone = stage(store, "v2", "gone", lease_timeout_s=0.2)
+    time.sleep(0.3)  # both leases have just expired
+    age(store.path("g"), leases=True)  # every file looks two days old
+    expire(gone.path)  # only this one's heartbeat is two days old
+    assert main(["gc", "--store", store.root, "--older-than", "2m"]) == 0
+    printed = capsys.readouterr().out
+    assert "removed 1 item(s)" in printed and "abandoned, lease not live" in printed
+    assert os.path.isfile(f"{stalled.path}/_lease/00000001.json")
+    assert not os.path.exists(gone.path)
+    kept = make_plan(store, older_than_s=120).kept
+    assert [(k.what, k.reason.split(" ago")[1]) for k in kept] == [
+        ("g/_data/v1/stalled", ", younger than --older-than 2 min")
+    ]
+    assert kept[0].reason.startswith("lease expired ")
+
+
+def test_a_staging_area_a_version_record_names_is_kept(store):
+    publish(store, "v1")
+    first = store.version("g", "v1")  # v2 reuses v1's files (a copy of its record)
+    later = replace(first, version="v2", lineage="v2 = copy", created="2999-01-01T00:00:00+00:00")
+    store.backend.create_exclusive(store.path("g", "_versions", "v2.json"), later.to_json())
+    age(store.path("g"), leases=True)
+    expire(store.path("g", "_data", "v1", "job-v1"))
+    plan = make_plan(store, older_than_s=DAY, keep_versions=1)
+    assert [(i.kind, i.reason) for i in plan.items] == [("version", "superseded (keep 1)")]
+    assert ("g/_data/v1/job-v1", "named by version v1, v2") in {
+        (k.what, k.reason) for k in plan.kept
+    }
+    collect(store, plan.items)
+    assert [v.version for v in store.versions("g")] == ["v2"]
+    assert all(os.path.isfile(p) for p, _ in store.version_files("g", later))
+
+
+def test_dry_run_says_what_it_keeps_and_why(store, capsys):
+    publish(store, "v1")
+    publish(store, "v2")
+    publish(store, "v3", lineage="v3 = h(v2)")
+    catalog = Catalog(store)
+    catalog.register_model(ModelRecord("m1", "", 4))
+    catalog.grant(QueryGrant("g", "v1", "m1", "extracted", {}))
+    live = store.begin("g", VersionInfo("v4", "m1", 4, False, "v4 = x"), "live")
+    done = stage(store, "v5", "done")
+    done.lease.release()
+    age(store.path("g"), leases=False)
+    live.lease.heartbeat()
+    args = ["gc", "--store", store.root, "--keep-versions", "1", "--dry-run"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    keeps = {line for line in lines if line.startswith("keep ")}
+    assert "keep g/v1: queried by m1" in keeps
+    assert "keep g/v2: on the lineage of v3" in keeps
+    assert "keep g/v3: one of the newest 1" in keeps
+    assert "keep g/_data/v1/job-v1: named by version v1" in keeps
+    job = live.lease.record.owner.job
+    assert f"keep g/_data/v4/live: lease live (job {job!r}, heartbeat 0 s ago)" in keeps
+    assert "keep g/_data/v5/done: lease released 0 s ago, younger than --older-than 1 d" in keeps
+    assert lines[-1] == "would remove 0 item(s), 0 bytes"
+    live.release()
+
+
+def test_gc_on_s3_refuses_an_unmarked_prefix_and_waits_for_the_lease(s3_bucket):
+    import s3fs
+
+    bucket, options = s3_bucket
+    fs = s3fs.S3FileSystem(**options)
+    fs.pipe(f"{bucket}/photos/x/_data/v1/j/p.parquet", b"not ours")
+    with pytest.raises(UnmarkedStoreError, match=f"s3://{bucket}/photos is not a marked"):
+        plan_gc(GalleryStore(f"s3://{bucket}/photos", options))
+    assert fs.cat(f"{bucket}/photos/x/_data/v1/j/p.parquet") == b"not ours"
+
+    writer = GalleryStore(f"s3://{bucket}/store", options)
+    publish(writer, "v1")
+    dead = stage(writer, "v2", "dead", lease_timeout_s=0.3)
+    store = GalleryStore(writer.root, options, lease_timeout_s=0.5)  # gc may use 0.5 s
+    plan = make_plan(store, older_than_s=0.5)
+    assert plan.items == [] and {k.what for k in plan.kept} == {
+        "g/_data/v1/job-v1",
+        "g/_data/v2/dead",
+    }
+    time.sleep(1.2)  # expired 0.9 s ago, longer than --older-than 0.5 s
+    items = plan_gc(store, older_than_s=0.5)
+    assert [(i.kind, i.uri) for i in items] == [("staging", f"s3://{dead.path}")]
+    collect(store, items)
+    assert not fs.exists(dead.path) and store.read("g", "v1").num_rows == 20
+    assert fs.exists(f"{bucket}/store/{MARKER_NAME}")
