@@ -28,6 +28,65 @@ from raycompat.io.credentials import configure_logging, register_secrets  # noqa
 logger = logging.getLogger("raycompat.jobs.transform")
 
 
+def target_version(cfg: TransformJobConfig):
+    """The ``VersionInfo`` to publish, from ``cfg.target``; the lineage defaults to
+    ``"<v> = h(<source>)"`` (transform) or ``"<v> = extract(<model>)"`` (extract)."""
+    from raycompat.store import VersionInfo
+
+    t = cfg.target
+    default_lineage = (
+        f"{t.version} = h({cfg.source_version})"
+        if cfg.mode == "transform"
+        else f"{t.version} = extract({t.model_version})"
+    )
+    return VersionInfo(
+        t.version,
+        t.model_version,
+        t.width,
+        t.normalized,
+        t.lineage or default_lineage,
+        t.side_info_width,
+        dtype=t.dtype,
+    )
+
+
+def write_version(cfg: TransformJobConfig, store, target) -> dict:
+    """Run the transform or the extraction (Ray started) and return its summary."""
+    from raycompat.cluster.pipelines import extract_version, transform_version
+
+    gallery, staging_name = cfg.store.gallery, cfg.target.staging_name
+    if cfg.mode == "transform":
+        result = transform_version(
+            store,
+            gallery,
+            cfg.source_version,
+            target,
+            cfg.transformation,
+            cfg.side_info_transformation,
+            cfg.run,
+            staging_name,
+        )
+    else:
+        result = extract_version(
+            store,
+            gallery,
+            target,
+            cfg.model,
+            cfg.images,
+            cfg.run,
+            cfg.augment,
+            cfg.seed,
+            staging_name,
+        )
+    info = result.pop("version")
+    return {**result, "version": info.version, "rows": info.rows, "files": len(info.files)}
+
+
+def _report(summary: dict) -> dict:
+    logger.info("summary: %s", json.dumps(summary))
+    return summary
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = job_parser(__doc__, "TransformJobConfig", address=False).parse_args(argv)
     configure_logging()  # every log line scrubbed of credentials
@@ -39,9 +98,9 @@ def main(argv: list[str] | None = None) -> dict:
             raise ConfigError(f"store.{key} must be set")
 
     from raycompat.cluster.console import init_ray, set_log_level
-    from raycompat.cluster.pipelines import extract_version, identity_upgrade, transform_version
+    from raycompat.cluster.pipelines import identity_upgrade
     from raycompat.cluster.pipelines.preflight import already_published, check_inputs
-    from raycompat.store import GalleryStore, VersionInfo
+    from raycompat.store import GalleryStore
 
     set_log_level(args.verbose)  # our DEBUG lines with --verbose, before Ray starts (or not)
     store = GalleryStore(
@@ -49,74 +108,18 @@ def main(argv: list[str] | None = None) -> dict:
     )
     check_inputs(cfg, store)  # before Ray starts: h, the model, the source version
     announce_outputs(cfg, ("store.root",))
+    gallery = cfg.store.gallery
     if cfg.mode == "identity":
-        upgrade = identity_upgrade(
-            store, cfg.store.gallery, cfg.source_version, cfg.target.model_version
-        )
-        summary = {"mode": "identity", **upgrade.__dict__}
-        logger.info("summary: %s", json.dumps(summary))
-        return summary
-    t = cfg.target
-    default_lineage = (
-        f"{t.version} = h({cfg.source_version})"
-        if cfg.mode == "transform"
-        else f"{t.version} = extract({t.model_version})"
-    )
-    target = VersionInfo(
-        t.version,
-        t.model_version,
-        t.width,
-        t.normalized,
-        t.lineage or default_lineage,
-        t.side_info_width,
-        dtype=t.dtype,
-    )
-    done = already_published(store, cfg.store.gallery, target)
+        upgrade = identity_upgrade(store, gallery, cfg.source_version, cfg.target.model_version)
+        return _report({"mode": "identity", **upgrade.__dict__})
+    target = target_version(cfg)
+    done = already_published(store, gallery, target)
     if done is not None:  # a rerun after the publish (e.g. killed before it could report)
-        logger.info("%s/%s is already published; nothing to do", cfg.store.gallery, t.version)
-        summary = {
-            "mode": cfg.mode,
-            "already_published": True,
-            "version": done.version,
-            "rows": done.rows,
-            "files": len(done.files),
-        }
-        logger.info("summary: %s", json.dumps(summary))
-        return summary
+        logger.info("%s/%s is already published; nothing to do", gallery, target.version)
+        published = {"version": done.version, "rows": done.rows, "files": len(done.files)}
+        return _report({"mode": cfg.mode, "already_published": True, **published})
     init_ray(cfg.ray_address, args.verbose)  # quiet console unless --verbose
-    if cfg.mode == "transform":
-        result = transform_version(
-            store,
-            cfg.store.gallery,
-            cfg.source_version,
-            target,
-            cfg.transformation,
-            cfg.side_info_transformation,
-            cfg.run,
-            t.staging_name,
-        )
-    else:
-        result = extract_version(
-            store,
-            cfg.store.gallery,
-            target,
-            cfg.model,
-            cfg.images,
-            cfg.run,
-            cfg.augment,
-            cfg.seed,
-            t.staging_name,
-        )
-    info = result.pop("version")
-    summary = {
-        "mode": cfg.mode,
-        **result,
-        "version": info.version,
-        "rows": info.rows,
-        "files": len(info.files),
-    }
-    logger.info("summary: %s", json.dumps(summary))
-    return summary
+    return _report({"mode": cfg.mode, **write_version(cfg, store, target)})
 
 
 if __name__ == "__main__":

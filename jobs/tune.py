@@ -5,8 +5,8 @@
 
 Run it again with the same ``name`` and ``storage_path`` to resume an interrupted sweep (errored
 trials are retried, finished ones kept). ``storage_path`` is a local (or shared) folder or an
-``s3://`` prefix (``endpoint_url=`` for S3-compatible stores). Outputs in
-``<storage_path>/<name>/``: Tune's state,
+``s3://`` prefix (``storage_options=`` as the store's, e.g. for an S3-compatible endpoint).
+Outputs in ``<storage_path>/<name>/``: Tune's state,
 one training run per trial under ``runs/``, and ``results/`` with ``trials.csv``,
 ``trials.parquet``, ``best_config.yaml`` (ready for ``jobs/train.py``) and ``tradeoff.png``.
 """

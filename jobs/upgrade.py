@@ -86,9 +86,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     """Steps 1-4 under the job lease: every entry of the history, then the report."""
-    from raycompat.cli.app import gallery_versions
     from raycompat.cluster.console import init_ray
     from raycompat.cluster.upgrade.job import Upgrader
+    from raycompat.store.listing import gallery_versions
     from raycompat.store.model_catalog import Catalog
     from raycompat.train.data import describe_split
     from raycompat.upgrade.evaluate import eval_data, history_matrix

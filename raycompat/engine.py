@@ -1,7 +1,8 @@
 """Plain-PyTorch training and extraction loops shared by the demo and the Ray Train workers.
 
 Nothing here knows about Ray: the demo calls :func:`train_epoch`; a Ray worker steps its own
-strategy-wrapped model under the same :class:`StepGuard` (``raycompat.cluster.train.loop``).
+strategy-wrapped model under the same :class:`StepGuard` (``raycompat.cluster.train.worker``).
+:func:`embed` is the one feature extraction of the package.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from raycompat.errors import DataError
 from raycompat.methods import Batch, CompatibilityMethod
 
 log = logging.getLogger(__name__)
@@ -22,7 +25,7 @@ log = logging.getLogger(__name__)
 HINT = "lower optim.lr or set optim.clip_grad_norm"
 
 
-class NonFiniteError(FloatingPointError):
+class NonFiniteError(DataError, FloatingPointError):
     """NaN or inf in a training step: the features, a loss term or the gradient norm.
 
     The message names the epoch, the step and what was hit. The failure is deterministic (the
@@ -180,13 +183,39 @@ def train_epoch(
     return {name: total / steps for name, total in sums.items()}
 
 
-@torch.no_grad()
+def embed(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    images: torch.Tensor,
+    *,
+    normalize: bool,
+    autocast: torch.dtype | None = None,
+) -> torch.Tensor:
+    """``(B, C, H, W)`` -> float32 ``(B, d)`` features of one batch, without gradients.
+
+    Every extraction goes through here: the store's pipelines, FCT's triples, the training
+    workers' validation features, the demo and the CLI.
+
+    Args:
+        forward: ``images -> features``, e.g. ``model.forward_features`` (in eval mode).
+        normalize: L2-normalise each row (cosine galleries); False: the raw features.
+        autocast: run ``forward`` under autocast to this dtype (bf16 on GPU); None: as the
+            caller's context has it.
+    """
+    cast = contextlib.nullcontext()
+    if autocast is not None:
+        cast = torch.autocast(images.device.type, autocast)
+    with torch.no_grad(), cast:
+        features = forward(images).float()
+    return F.normalize(features, dim=1) if normalize else features
+
+
 def extract_features(model: nn.Module, images: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
-    """``(N, C, H, W)`` -> ``(N, embed_dim)`` features in eval mode, in batches."""
+    """``(N, C, H, W)`` -> ``(N, embed_dim)`` features in eval mode, in batches (:func:`embed`,
+    not normalised)."""
     was_training = model.training
     model.eval()
     parts = [
-        model.forward_features(images[i : i + batch_size])
+        embed(model.forward_features, images[i : i + batch_size], normalize=False)
         for i in range(0, len(images), batch_size)
     ]
     model.train(was_training)

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from raycompat.errors import UsageError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(UsageError, KeyError):
     """Raised when a name is not registered; the message lists the registered names."""
 
     def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.

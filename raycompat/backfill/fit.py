@@ -8,6 +8,9 @@ under :class:`~raycompat.engine.StepGuard`, with FCT appendix D's recipe and def
 linear warm-up then cosine (evaluated per step), BatchNorm running statistics frozen from half
 the epochs on, full mini-batches only. No Ray: this is the in-process counterpart of
 ``raycompat.cluster.train.fct_loop`` for arrays that fit in memory.
+
+:func:`fit_uncertain_transformation` checks and converts the rows (:func:`training_rows`) and the
+recipe (:class:`FitRecipe`) first, then runs :func:`_train_epoch` once per epoch.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -106,6 +109,128 @@ def _held_fixed(classifier):
             p.requires_grad_(flag)
 
 
+@dataclass(frozen=True)
+class FitRecipe:
+    """FCT appendix D's recipe (its defaults are the paper's): Adam with ``lr`` and
+    ``weight_decay``, ``warmup_epochs`` of linear warm-up then cosine, full mini-batches of
+    ``batch_size`` rows; ``width`` is h's hidden width and ``discriminative_weight`` weighs the
+    classifier's term of :func:`uncertain_transformation_loss`."""
+
+    epochs: int = 80
+    width: int = 2048
+    lr: float = 5e-4
+    batch_size: int = 1024
+    weight_decay: float = 3.05e-5
+    warmup_epochs: int = 5
+    discriminative_weight: float = 1.0
+
+    def check(self, n: int) -> None:
+        """Raise :class:`ConfigError` naming the first option out of range for ``n`` rows."""
+        _check_options(n, asdict(self))
+
+
+@dataclass(frozen=True)
+class TrainingRows:
+    """The N images' features as float32 tensors: ``old (N, d_old)``, ``new (N, d_new)``,
+    ``side (N, d_side)`` or None, ``labels (N,)`` int64 or None."""
+
+    old: torch.Tensor
+    new: torch.Tensor
+    side: torch.Tensor | None
+    labels: torch.Tensor | None
+
+    def __len__(self) -> int:
+        return self.old.shape[0]
+
+    @staticmethod
+    def take(tensor: torch.Tensor | None, batch: torch.Tensor, device) -> torch.Tensor | None:
+        """``tensor``'s rows ``batch`` on ``device`` (None stays None)."""
+        return None if tensor is None else tensor[batch].to(device)
+
+
+def training_rows(old, new, side=None, labels=None, classifier=None) -> TrainingRows:
+    """Check that the arrays describe the same N images (labels only with a classifier) and
+    convert them; raises ``ValueError`` or :class:`ConfigError` naming the mismatch."""
+    old_t, new_t = as_features(old, "old").float(), as_features(new, "new").float()
+    n = old_t.shape[0]
+    side_t = None if side is None else as_features(side, "side").float()
+    for name, other in (("new", new_t), ("side", side_t)):
+        if other is not None and other.shape[0] != n:
+            raise ValueError(
+                f"old and {name} must describe the same {n} images, got {other.shape[0]}"
+            )
+    if (labels is None) != (classifier is None):
+        raise ConfigError("labels and classifier go together: give both or neither")
+    labels_t = None
+    if labels is not None:
+        labels_t = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+        if labels_t.shape != (n,):
+            raise ConfigError(f"labels must have shape ({n},), got {tuple(labels_t.shape)}")
+    return TrainingRows(old_t, new_t, side_t, labels_t)
+
+
+def _seeded_transformation(
+    rows: TrainingRows, recipe: FitRecipe, seed: int, normalize_output: bool, device
+) -> FCTTransformation:
+    """h with its uncertainty head, initialised from ``seed`` without touching the caller's
+    global RNG state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = fct_transformation(
+            rows.old.shape[1],
+            0 if rows.side is None else rows.side.shape[1],
+            rows.new.shape[1],
+            width=recipe.width,
+            normalize_output=normalize_output,
+            uncertainty=True,
+        ).to(device)
+    return model
+
+
+def _train_epoch(
+    model: FCTTransformation,
+    optimizer: torch.optim.Optimizer,
+    guard: StepGuard,
+    rows: TrainingRows,
+    recipe: FitRecipe,
+    epoch: int,
+    order: torch.Generator,
+    classifier,
+    device,
+) -> dict[str, float]:
+    """One epoch over ``len(rows) // batch_size`` full batches drawn from ``order``; returns
+    the epoch's mean loss terms. BN statistics freeze from epoch ``max(1, epochs // 2)``."""
+    n, batch_size, take = len(rows), recipe.batch_size, rows.take
+    steps = n // batch_size
+    model.train()
+    if epoch >= max(1, recipe.epochs // 2):
+        freeze_batchnorm_statistics(model)
+    batches = torch.randperm(n, generator=order)[: steps * batch_size].view(steps, -1)
+    sums: dict[str, float] = {}
+    for step, batch in enumerate(guard.steps(batches, epoch)):
+        scale = warmup_cosine(epoch + step / steps, recipe.epochs, recipe.warmup_epochs)
+        for group in optimizer.param_groups:
+            group["lr"] = recipe.lr * scale
+        emb, sigma = model.forward_with_uncertainty(
+            take(rows.old, batch, device), take(rows.side, batch, device)
+        )
+        terms = uncertain_transformation_loss(
+            emb,
+            sigma,
+            take(rows.new, batch, device),
+            logits=None if classifier is None else classifier(emb),
+            labels=take(rows.labels, batch, device),
+            discriminative_weight=recipe.discriminative_weight,
+        )
+        values = guard.check_terms(terms)
+        optimizer.zero_grad(set_to_none=True)
+        terms["loss"].backward()
+        optimizer.step()  # after the guard's gradient check
+        for name, value in values.items():
+            sums[name] = sums.get(name, 0.0) + value
+    return {name: total / steps for name, total in sums.items()}
+
+
 def fit_uncertain_transformation(
     old: np.ndarray,
     new: np.ndarray,
@@ -129,7 +254,7 @@ def fit_uncertain_transformation(
     Args:
         old: ``(N, d_old)``, new: ``(N, d_new)``, side: optional ``(N, d_side)`` float arrays.
         epochs, width, lr, batch_size, weight_decay, warmup_epochs: FCT appendix D's recipe
-            (the defaults are the paper's); BN statistics freeze from epoch
+            (the defaults are the paper's; :class:`FitRecipe`); BN statistics freeze from epoch
             ``max(1, epochs // 2)``.
         normalize_output: L2-normalise ``h``'s output (when ``new`` is normalised).
         labels, classifier: ``(N,)`` class ids and the new model's classifier, a callable
@@ -139,80 +264,28 @@ def fit_uncertain_transformation(
     Raises:
         ConfigError: an option out of range, named.
     """
-    old_t, new_t = as_features(old, "old").float(), as_features(new, "new").float()
-    n = old_t.shape[0]
-    side_t = None if side is None else as_features(side, "side").float()
-    for name, other in (("new", new_t), ("side", side_t)):
-        if other is not None and other.shape[0] != n:
-            raise ValueError(
-                f"old and {name} must describe the same {n} images, got {other.shape[0]}"
-            )
-    if (labels is None) != (classifier is None):
-        raise ConfigError("labels and classifier go together: give both or neither")
-    labels_t = None
-    if labels is not None:
-        labels_t = torch.as_tensor(np.asarray(labels), dtype=torch.int64)
-        if labels_t.shape != (n,):
-            raise ConfigError(f"labels must have shape ({n},), got {tuple(labels_t.shape)}")
-    _check_options(
-        n,
-        dict(
-            epochs=epochs,
-            width=width,
-            batch_size=batch_size,
-            lr=lr,
-            warmup_epochs=warmup_epochs,
-            weight_decay=weight_decay,
-            discriminative_weight=discriminative_weight,
-        ),
+    rows = training_rows(old, new, side, labels, classifier)
+    recipe = FitRecipe(
+        epochs=epochs,
+        width=width,
+        lr=lr,
+        batch_size=batch_size,
+        weight_decay=weight_decay,
+        warmup_epochs=warmup_epochs,
+        discriminative_weight=discriminative_weight,
     )
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = fct_transformation(
-            old_t.shape[1],
-            0 if side_t is None else side_t.shape[1],
-            new_t.shape[1],
-            width=width,
-            normalize_output=normalize_output,
-            uncertainty=True,
-        ).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    recipe.check(len(rows))
+    model = _seeded_transformation(rows, recipe, seed, normalize_output, device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     order = torch.Generator().manual_seed(seed)
     guard = StepGuard(where="FastFill transformation", hint="lower lr")
-    steps = n // batch_size
     history = []
-
-    def rows_of(tensor: torch.Tensor | None, batch: torch.Tensor) -> torch.Tensor | None:
-        return None if tensor is None else tensor[batch].to(device)
-
     with _held_fixed(classifier), guard.watch(model, optimizer):
-        for epoch in range(epochs):
-            model.train()
-            if epoch >= max(1, epochs // 2):
-                freeze_batchnorm_statistics(model)
-            batches = torch.randperm(n, generator=order)[: steps * batch_size].view(steps, -1)
-            sums: dict[str, float] = {}
-            for step, batch in enumerate(guard.steps(batches, epoch)):
-                for group in optimizer.param_groups:
-                    group["lr"] = lr * warmup_cosine(epoch + step / steps, epochs, warmup_epochs)
-                emb, sigma = model.forward_with_uncertainty(
-                    rows_of(old_t, batch), rows_of(side_t, batch)
+        for epoch in range(recipe.epochs):
+            history.append(
+                _train_epoch(
+                    model, optimizer, guard, rows, recipe, epoch, order, classifier, device
                 )
-                terms = uncertain_transformation_loss(
-                    emb,
-                    sigma,
-                    rows_of(new_t, batch),
-                    logits=None if classifier is None else classifier(emb),
-                    labels=rows_of(labels_t, batch),
-                    discriminative_weight=discriminative_weight,
-                )
-                values = guard.check_terms(terms)
-                optimizer.zero_grad(set_to_none=True)
-                terms["loss"].backward()
-                optimizer.step()  # after the guard's gradient check
-                for name, value in values.items():
-                    sums[name] = sums.get(name, 0.0) + value
-            history.append({name: total / steps for name, total in sums.items()})
+            )
     model.eval()
     return UncertainTransformation(model=model, history=history)

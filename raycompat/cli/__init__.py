@@ -14,7 +14,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def __getattr__(name: str):
-    # The names of the former module ``raycompat.cli`` (now ``raycompat.cli.app``).
-    from raycompat.cli import app
+    # The names of the former module ``raycompat.cli`` (now ``raycompat.cli.app``). The import
+    # goes through importlib: ``from raycompat.cli import app`` would ask this hook for ``app``.
+    import importlib
 
-    return getattr(app, name)
+    app = importlib.import_module("raycompat.cli.app")
+    return app if name == "app" else getattr(app, name)

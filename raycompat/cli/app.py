@@ -41,9 +41,10 @@ A compatible model of another width is compared on the shared first coordinates 
 zero-padding), as in training. No Ray: this is the core.
 
 A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
-name each corrupt one (file and error) and exit 1. Errors are one line (``cli_errors.py``): exit
-2 for a usage error (no store at ``--store``; a ``-k`` below 1, an unreadable, empty or malformed
-query file: :class:`QueryError`), 1 for a store or data error; ``--debug`` shows the traceback.
+name each corrupt one (file and error) and exit 1. Errors are one line (``cli/errors.py``), with
+the exit status of their type (``raycompat/errors.py``): 2 for a usage error (no store at
+``--store``; a ``-k`` below 1, an unreadable, empty or malformed query file: :class:`QueryError`),
+1 for a store or data error; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -57,46 +58,22 @@ from pathlib import Path
 
 import numpy as np
 
-from raycompat.cli.errors import DEBUG_ENV, DEBUG_FLAG, USAGE_ERRORS, debug_requested, error_line
+from raycompat.cli.arguments import build_parser, duration_s, positive_int  # noqa: F401
+from raycompat.cli.errors import debug_requested, error_line
 from raycompat.cli.tables import RENDERERS
+from raycompat.errors import RaycompatError, UsageError, exit_status
 from raycompat.index.distances import ZeroNormError
 from raycompat.io.credentials import configure_logging
-from raycompat.store import GalleryStore, VersionInfo
+from raycompat.store import GalleryStore
 from raycompat.store.errors import StoreError
-from raycompat.store.gc import GcArgumentError
-from raycompat.store.lease import DEFAULT_TIMEOUT_S
-from raycompat.store.model_catalog import Catalog, QueryGrant
+from raycompat.store.listing import gallery_versions, version_rows  # noqa: F401 (as before)
+from raycompat.store.model_catalog import Catalog
 
 # Imports stay light: torch, Ray and faiss load inside the handlers that use them, so --help,
 # versions and search --vectors/--ids start without torch or Ray (tests/cli/test_startup.py).
 
 
-def gallery_versions(store: GalleryStore, gallery: str) -> list[dict]:
-    """Every published version of ``gallery``: model, width, rows, lineage and query models.
-    A corrupt version record or grant raises (see ``versions`` for the lenient listing)."""
-    return _version_rows(store.versions(gallery), Catalog(store).grants(gallery))
-
-
-def _version_rows(infos: list[VersionInfo], grants: list[QueryGrant]) -> list[dict]:
-    rows = []
-    for info in infos:
-        queried_by = [g.model_version for g in grants if g.gallery_version == info.version]
-        rows.append(
-            {
-                "version": info.version,
-                "model_version": info.model_version,
-                "width": info.width,
-                "dtype": info.dtype,
-                "rows": info.rows,
-                "lineage": info.lineage,
-                "created": info.created,
-                "queried_by": queried_by,
-            }
-        )
-    return rows
-
-
-class QueryError(ValueError):
+class QueryError(UsageError, ValueError):
     """What ``search`` was asked is unusable: ``-k`` below 1, or a query file that is
     unreadable, empty or malformed (the message names the file). Exit status 2."""
 
@@ -122,7 +99,7 @@ def versions(args) -> dict:
     grants, bad_grants = Catalog(store).grants_report(args.gallery)
     if not infos and not corrupt:
         raise StoreError(f"gallery {args.gallery!r} has no published version in {args.store}")
-    out = {"gallery": args.gallery, "versions": _version_rows(infos, grants)}
+    out = {"gallery": args.gallery, "versions": version_rows(infos, grants)}
     return _listing(out, corrupt + bad_grants)
 
 
@@ -135,6 +112,7 @@ def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
     import torch
 
     from raycompat.data.image_folder import read_image
+    from raycompat.engine import embed
     from raycompat.train.export import load_exported_model
 
     model, _ = load_exported_model(model_uri)
@@ -145,8 +123,7 @@ def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
     images = torch.stack(
         [read_image(p, mode="L" if channels == 1 else "RGB", size=hw) for p in paths]
     )
-    with torch.no_grad():
-        return model.forward_features(images).numpy()
+    return embed(model.forward_features, images, normalize=False).numpy()
 
 
 def query_vectors(args, store: GalleryStore, catalog: Catalog, version: str) -> np.ndarray:
@@ -351,33 +328,6 @@ def report(args) -> dict | str:
 
 
 PROG = "raycompat"
-_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def duration_s(text: str) -> float:
-    """``"24h"``, ``"90m"``, ``"2d"``, ``"30s"`` or plain seconds -> seconds."""
-    unit = text[-1:].lower()
-    number = text[:-1] if unit in _DURATION else text
-    try:
-        value = float(number) * _DURATION.get(unit, 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration like 24h, 90m or 3600"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be >= 0")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1 (``--nprobe``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
-    return value
 
 
 def gc(args) -> dict:
@@ -477,29 +427,6 @@ def history(args) -> dict:
     return gallery_history(open_store(args.store), args.gallery)
 
 
-def _history_parser(sub, parents: list) -> None:
-    p = sub.add_parser(
-        "history",
-        help="a gallery's story: versions and who wrote them, every decision (refused and "
-        "failed too) with its reason, and which model queries which version",
-        description="example: raycompat history mnist --store outputs/upgrade/store",
-        parents=parents,
-    )
-    p.add_argument("gallery", help="the gallery's name (an unknown one lists those that exist)")
-    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
-
-
-def _as_of(text: str) -> str:
-    """``--as-of``, checked by argparse (a usage error, exit 2) and passed on as given."""
-    from raycompat.store.table_formats import parse_as_of
-
-    try:
-        parse_as_of(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
 def export(args) -> dict | str:
     """Write a published version as a Delta or Iceberg table (no Ray): one summary line, or
     the summary as JSON with ``--json``; an option of the other format exits 2."""
@@ -530,169 +457,15 @@ COMMANDS = {
 
 
 def parser() -> argparse.ArgumentParser:
-    debug = argparse.ArgumentParser(add_help=False)
-    debug.add_argument(
-        DEBUG_FLAG,
-        action="store_true",
-        default=argparse.SUPPRESS,  # so a subcommand's default cannot reset the top-level flag
-        help=f"show the traceback of an error (or set {DEBUG_ENV}=1)",
-    )
-    debug.add_argument(
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="show our debug log lines too (weights read, datasets opened...)",
-    )
-    top = argparse.ArgumentParser(
-        prog="raycompat", description=__doc__.splitlines()[0], parents=[debug]
-    )
-    sub = top.add_subparsers(dest="command", required=True)
-    as_json = argparse.ArgumentParser(add_help=False)
-    as_json.add_argument("--json", action="store_true", help="JSON instead of a table")
-    p = sub.add_parser(
-        "versions",
-        help="a gallery's versions, lineage and query models",
-        parents=[debug, as_json],
-    )
-    p.add_argument("gallery")
-    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
-    p = sub.add_parser("models", help="registered model versions", parents=[debug, as_json])
-    p.add_argument("--store", required=True)
-    p = sub.add_parser(
-        "search",
-        help="top-k gallery ids for query images, vectors or stored ids",
-        parents=[debug, as_json],
-    )
-    p.add_argument("images", nargs="*", type=str, help="query images, embedded with --model")
-    p.add_argument("--vectors", help="query vectors of --model: a .npy (Q, d) or a Parquet file")
-    p.add_argument("--ids", nargs="+", help="query with rows stored in the version --model queries")
-    p.add_argument("--store", required=True)
-    p.add_argument("--gallery", required=True)
-    p.add_argument("--model", required=True, help="a registered model version")
-    p.add_argument("-k", type=int, default=5)
-    p.add_argument(
-        "--nprobe",
-        type=positive_int,
-        default=None,
-        help="inverted lists visited per query by an IVF index (default: the build's, which "
-        "grows with the gallery; ignored by an exact flat index)",
-    )
-    p = sub.add_parser("report", help="show an upgrade run's report", parents=[debug])
-    p.add_argument("run", help="the run's report directory, e.g. outputs/upgrade/report/<name>")
-    p.add_argument("--json", action="store_true", help="report.json instead of report.md")
-    p = sub.add_parser(
-        "gc",
-        help="remove abandoned staging areas, stale temporary files, old index builds and "
-        "(with --keep-versions) superseded versions",
-        parents=[debug, as_json],
-    )
-    p.add_argument("--store", required=True)
-    p.add_argument(
-        "--older-than",
-        type=duration_s,
-        default=duration_s("24h"),
-        help="only what is older than this (24h, 90m, 2d or seconds; default 24h; at least "
-        f"the lease timeout, {DEFAULT_TIMEOUT_S:g} s): a staging area counts from when its "
-        "lease expired",
-    )
-    p.add_argument(
-        "--keep-versions",
-        type=int,
-        default=None,
-        help="also remove published versions older than the newest K, unless a registered "
-        "model queries them or the newest version's lineage names them",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="list what would go and what is kept, with reasons; delete nothing",
-    )
-    p = sub.add_parser(
-        "mark-store",
-        help="mark a store written before store markers, so gc may manage it",
-        parents=[debug],
-    )
-    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="mark it even if it holds no version record and no model catalog yet",
-    )
-    p = sub.add_parser(
-        "adopt",
-        help="publish an existing table (Delta, Iceberg or a Parquet folder; local or s3://) as "
-        "a version, in place (no copy); its files are pinned and validated on Ray",
-        parents=[debug, as_json],
-    )
-    p.add_argument(
-        "uri",
-        help="a Delta or Iceberg table, or a folder of *.parquet files (local or s3://); or "
-        "iceberg:<namespace>.<table> in --catalog-uri",
-    )
-    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
-    p.add_argument("--gallery", required=True)
-    p.add_argument("--version", required=True, help="the new version's name")
-    p.add_argument(
-        "--model",
-        required=True,
-        help="the embeddings' model; registered if new, and granted the version",
-    )
-    p.add_argument("--id-column", default="id", help="the table's id column (default id)")
-    p.add_argument(
-        "--embedding-column", default="embedding", help="its vector column (default embedding)"
-    )
-    p.add_argument(
-        "--normalized",
-        choices=["auto", "yes", "no"],
-        default="auto",
-        help="mark the version normalized: auto (iff every row is unit-norm), yes (required), no",
-    )
-    p.add_argument(
-        "--as-of",
-        type=_as_of,
-        default=None,
-        help="a Delta version or Iceberg snapshot id, or an ISO timestamp (default: current)",
-    )
-    p.add_argument(
-        "--catalog-uri",
-        default=None,
-        help="for URI iceberg:<namespace>.<table>: the SQL catalog (sqlite:///path/catalog.db)",
-    )
-    p.add_argument("--warehouse", default=None, help="the catalog's warehouse (optional)")
-    p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
-    _export_parser(sub, [debug, as_json])
-    _history_parser(sub, [debug, as_json])
-    return top
-
-
-def _export_parser(sub, parents: list) -> None:
-    p = sub.add_parser(
-        "export",
-        help="write a version as a Delta or Iceberg table that Spark, Trino, DuckDB and Ray "
-        "Data read without raycompat (float16 is widened to float32)",
-        parents=parents,
-    )
-    p.add_argument(
-        "target", help="Delta: a folder or s3:// URI; Iceberg: namespace.table in --catalog-uri"
-    )
-    p.add_argument("--store", required=True, help="store root: a folder or s3://bucket/prefix")
-    p.add_argument("--gallery", required=True)
-    p.add_argument("--version", required=True, help="the published version to export")
-    p.add_argument("--format", required=True, choices=["delta", "iceberg"])
-    p.add_argument(
-        "--mode",
-        choices=["error", "overwrite"],
-        default=None,
-        help="Delta: overwrite replaces an existing Delta table's rows (default: refuse it)",
-    )
-    p.add_argument("--catalog-uri", help="Iceberg: the SQL catalog, e.g. sqlite:///catalog.db")
-    p.add_argument("--warehouse", help="Iceberg: where its tables live (a folder or s3:// URI)")
+    """The global flags and one subparser per subcommand (``raycompat.cli.arguments``)."""
+    return build_parser(PROG, __doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0, 1 for a store or data error (a corrupt record among those listed, a
-    version or grant that is missing), 2 for a usage error (no store at ``--store``, a
-    :class:`QueryError`)."""
+    """Exit status: 0, 1 for a data error (a corrupt record among those listed, a version or
+    grant that is missing; any :class:`~raycompat.errors.DataError`) or a missing file, 2 for a
+    usage error (no store at ``--store``, a :class:`QueryError`; any
+    :class:`~raycompat.errors.UsageError`)."""
     configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)
     if getattr(args, "verbose", False):
@@ -713,11 +486,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         out = COMMANDS[args.command](args)
-    except (*USAGE_ERRORS, QueryError, StoreError, FileNotFoundError, ZeroNormError) as err:
+    except (RaycompatError, FileNotFoundError) as err:  # and a missing report.md: exit 1
         if debug:
             raise
         print(error_line(PROG, err), file=sys.stderr)
-        return 2 if isinstance(err, (*USAGE_ERRORS, QueryError, GcArgumentError)) else 1
+        return exit_status(err)
     if isinstance(out, str):
         print(out)
     elif getattr(args, "json", False) or args.command not in RENDERERS:

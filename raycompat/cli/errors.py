@@ -3,9 +3,11 @@
 An expected error (a config key that is unknown or of the wrong type, an unknown registered
 name, a missing store, a corrupt or missing record) is the user's to fix, and its message names
 what to fix; a Python traceback around it only hides that line. So it is printed as
-``<prog>: error: <message>`` (scrubbed of credentials) with exit status 2 for usage and config
-errors, 1 for store and data errors. The traceback is shown with ``--debug`` or
-``RAYCOMPAT_DEBUG=1``; any other exception is a bug and keeps its traceback.
+``<prog>: error: <message>`` (scrubbed of credentials) with the exit status of its type
+(``raycompat/errors.py``): 2 for a :class:`~raycompat.errors.UsageError`, 1 for any other
+:class:`~raycompat.errors.RaycompatError` (a :class:`~raycompat.errors.DataError`). The
+traceback is shown with ``--debug`` or ``RAYCOMPAT_DEBUG=1``; any other exception is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -16,12 +18,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from raycompat.config import ConfigError
+from raycompat.errors import RaycompatError, UsageError, exit_status
 from raycompat.io.credentials import scrub
-from raycompat.registry import UnknownNameError
-from raycompat.store.errors import MissingStoreError
 
-USAGE_ERRORS = (ConfigError, UnknownNameError, MissingStoreError)  # exit 2
+USAGE_ERRORS = (UsageError,)  # exit 2; kept for code that catches this tuple
 DEBUG_FLAG, DEBUG_ENV = "--debug", "RAYCOMPAT_DEBUG"
 
 
@@ -43,15 +43,14 @@ def _config_path(argv: list[str]) -> str | None:
 
 
 def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None) -> None:
-    """Run a job's ``main(argv)`` from its ``__main__`` block: a config error is one line on
-    stderr naming the config file and the key, and exit status 2; a training run stopped by a
-    non-finite loss, gradient or feature is one line naming epoch, step and term, exit 1.
+    """Run a job's ``main(argv)`` from its ``__main__`` block: a usage error (a config error)
+    is one line on stderr naming the config file and the key, and exit status 2; a data error
+    (a training run stopped by a non-finite loss, gradient or feature: epoch, step and term) is
+    one line, exit 1. Any other exception keeps its traceback.
 
     ``--debug`` is taken out of ``argv`` (the jobs' parsers do not know it) and, like
     ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback.
     """
-    from raycompat.engine import NonFiniteError  # torch: jobs load it, the CLI does not
-
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]
@@ -62,17 +61,12 @@ def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None)
         raise SystemExit(2)
     try:
         main(argv)
-    except USAGE_ERRORS as error:
+    except RaycompatError as error:
         if debug:
             raise
-        message = str(error)
+        status, message = exit_status(error), str(error)
         # load_config names the file; checks made after loading name only the key.
-        if config is not None and config not in message:
+        if isinstance(error, UsageError) and config is not None and config not in message:
             message = f"{config}: {message}"
         print(error_line(prog, message), file=sys.stderr)
-        raise SystemExit(2) from None
-    except NonFiniteError as error:  # a diverged run: its message names epoch, step and term
-        if debug:
-            raise
-        print(error_line(prog, error), file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(status) from None

@@ -16,7 +16,7 @@ and Ray's warnings; ``--verbose`` (or ``RAYCOMPAT_VERBOSE=1``) restores everythi
 The filter wraps the handler Ray's log thread prints with (``ray_print_logs`` of
 ``ray._private.worker.global_worker_stdstream_dispatcher``): a private API of the pinned Ray
 (2.58). Where it is missing, :func:`install_console_filter` does nothing and says so at DEBUG;
-``tests/test_console.py`` fails if an upgrade of Ray moves it.
+``tests/cluster/test_console.py`` fails if an upgrade of Ray moves it.
 """
 
 from __future__ import annotations

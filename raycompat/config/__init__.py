@@ -19,10 +19,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from raycompat.errors import UsageError
+
 C = TypeVar("C")
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """A config key is unknown, missing or of the wrong type; the message names the key."""
 
 

@@ -15,21 +15,24 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from raycompat.config import bounded
-from raycompat.config.train import RunSpec, ScalingSpec
+from raycompat.config.train import OptimSpec, RunSpec, ScalingSpec
 
 
 @dataclass
-class FCTOptimSpec:
-    """Optimizer and the linear warm-up + cosine schedule (``transformation.warmup_cosine``).
+class FCTOptimSpec(OptimSpec):
+    """Model training's :class:`~raycompat.config.train.OptimSpec` (same type, same keys, one
+    schedule: :func:`raycompat.train.schedule.lr_at`) with FCT appendix D.4.3's defaults for
+    ``h``: Adam, lr 5e-4, weight decay 2^-15, 5 warm-up epochs, then cosine.
 
-    Defaults are FCT appendix D.4.3 for ``h``: Adam, lr 5e-4, weight decay 2^-15, 5 warm-up
-    epochs. The schedule is evaluated per step (fractional epochs), as in ResNetV1.5 recipes.
+    A subclass only for its defaults: a section given in part keeps these, not SGD's. FCT runs
+    evaluate the schedule per step (fractional epochs), as in ResNetV1.5 recipes, and refuse
+    ``clip_grad_norm`` (:mod:`raycompat.fct.checks`).
     """
 
     name: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = bounded(5e-4, gt=0.0)
     weight_decay: float = bounded(3.0517578125e-5, ge=0.0)
-    momentum: float = bounded(0.9, ge=0.0, lt=1.0)  # sgd only
+    schedule: Literal["constant", "step", "cosine"] = "cosine"
     warmup_epochs: int = bounded(5, ge=0)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from raycompat.config import bounded
+from raycompat.io.s3_options import with_endpoint
 
 _SPLITS = ("closed_set", "open_set")
 
@@ -68,6 +69,10 @@ class EvalSpec:
 
 @dataclass
 class OptimSpec:
+    """The optimizer and learning-rate schedule of every training run
+    (:func:`raycompat.train.schedule.lr_at`): a scenario's models, per epoch, and FCT's pieces,
+    per step (with FCT's defaults: :class:`raycompat.config.fct.FCTOptimSpec`)."""
+
     name: Literal["sgd", "adam", "adamw"] = "sgd"
     lr: float = bounded(0.1, gt=0.0)
     momentum: float = bounded(0.9, ge=0.0, lt=1.0)  # sgd only
@@ -145,11 +150,18 @@ class FailurePoint:
 class RunSpec:
     name: str = "mnist-cores"  # stable: rerunning the same name resumes the run
     storage_path: str = "outputs/runs"  # local path or s3://bucket/prefix
-    endpoint_url: str | None = None  # S3-compatible endpoint; credentials come from the env
+    # s3fs options, as the store's (raycompat.io.s3_options): key/secret/token, client_kwargs:
+    # {endpoint_url: ...} for an S3-compatible store; what is absent comes from the env.
+    storage_options: dict = field(default_factory=dict)
+    endpoint_url: str | None = None  # deprecated: storage_options.client_kwargs.endpoint_url
     # Restarts after a worker error (-1: unlimited); a non-finite step is never retried.
     max_failures: int = bounded(2, ge=-1)
     checkpoints_to_keep: int = bounded(2, ge=1)
     inject_failure: FailurePoint | None = None
+
+    def __post_init__(self) -> None:
+        self.storage_options = with_endpoint("run.", self.storage_options, self.endpoint_url)
+        self.endpoint_url = None
 
 
 @dataclass

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from raycompat.config.fct import FCTSpec, PartialBackfillSpec
+from raycompat.io.s3_options import with_endpoint
 
 
 @dataclass
@@ -63,5 +64,11 @@ class SweepConfig:
     max_failures: int = 0  # per trial; a failed trial never stops the sweep
     name: str = "sweep"
     storage_path: str = "outputs/sweeps"  # a local (or shared) folder, or s3://bucket/prefix
-    endpoint_url: str | None = None  # S3-compatible endpoint; credentials come from the env
+    # s3fs options, as run.storage_options and the store's; every trial's run uses them too
+    storage_options: dict = field(default_factory=dict)
+    endpoint_url: str | None = None  # deprecated: storage_options.client_kwargs.endpoint_url
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.storage_options = with_endpoint("", self.storage_options, self.endpoint_url)
+        self.endpoint_url = None

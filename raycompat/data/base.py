@@ -16,10 +16,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from raycompat.errors import DataError
+
 Transform = Callable[[torch.Tensor], torch.Tensor]
 
 
-class CorruptDataError(ValueError):
+class CorruptDataError(DataError, ValueError):
     """A file exists but its content cannot be read (bad magic, undecodable image, bad line)."""
 
 

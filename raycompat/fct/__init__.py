@@ -8,9 +8,11 @@ The package imports nothing at load time, so its Ray-free modules stay cheap to 
 - :mod:`raycompat.fct.checks`: the checks run before a run starts (sources, widths, triples);
 - :mod:`raycompat.fct.triples`: ``(phi_old, psi, phi_new)`` of a training set, in process;
 - :mod:`raycompat.fct.export`: save and load ``h``/``g``/``psi`` as safetensors + JSON;
+- :mod:`raycompat.fct.pair`: ``h`` and ``g`` as the one module a transformation run trains;
 - :mod:`raycompat.cluster.train.fct_fit`: fit ``h`` from arrays (Ray Train when called) and apply
   it;
-- :mod:`raycompat.cluster.train.fct_loop`: the Ray Train V2 runs (Ray layer).
+- :mod:`raycompat.cluster.train.fct_loop`: the Ray Train V2 runs (Ray layer), on the per-worker
+  skeleton shared with model training (:mod:`raycompat.cluster.train.worker`).
 
 The model and loss themselves are core: :mod:`raycompat.fct.transformation`.
 """

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from raycompat.config.fct import ImageSource, SideInfoTrainConfig, TransformationTrainConfig
+from raycompat.config.train import OptimSpec
 from raycompat.data import create_dataset
 from raycompat.fct.triples import Triples, check_triples
 from raycompat.nn.side_info import create_side_info
@@ -46,7 +47,15 @@ def check_batches(batch_size: int, world: int, rows: int, what: str) -> None:
         )
 
 
+def check_optim(optim: OptimSpec) -> None:
+    """FCT runs share model training's optimizer section but do not clip gradients (their
+    steps are not guarded; :mod:`raycompat.cluster.train.worker`)."""
+    if optim.clip_grad_norm is not None:
+        raise ValueError("optim.clip_grad_norm: FCT training runs do not clip gradients; unset it")
+
+
 def check_side_info_config(cfg: SideInfoTrainConfig) -> None:
+    check_optim(cfg.optim)
     dataset = create_dataset(cfg.data.name, **cfg.data.options)
     rows = image_rows(cfg.data, dataset.labels)
     check_batches(cfg.batch_size, cfg.scaling.num_workers, len(rows), f"data {cfg.data.name}")
@@ -64,6 +73,7 @@ def check_side_info_config(cfg: SideInfoTrainConfig) -> None:
 
 def check_transformation_config(cfg: TransformationTrainConfig) -> str:
     """Validate the triples against the configured widths; returns their absolute path."""
+    check_optim(cfg.optim)
     path = os.path.abspath(cfg.triples)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"triples: {path} is not a directory")

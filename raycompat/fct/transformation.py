@@ -11,11 +11,11 @@ embeddings are L2-normalised the output is normalised in training and inference.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from raycompat.train.schedule import warmup_cosine  # noqa: F401  (one schedule; old home)
 
 
 def _mlp(d_in: int, width: int, d_out: int) -> nn.Sequential:
@@ -163,11 +163,3 @@ def freeze_batchnorm_statistics(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.eval()
-
-
-def warmup_cosine(epoch: float, epochs: int, warmup_epochs: int = 5) -> float:
-    """LR multiplier: linear warm-up for ``warmup_epochs`` then cosine to 0 (FCT appendix D)."""
-    if epoch < warmup_epochs:
-        return (epoch + 1) / (warmup_epochs + 1)
-    progress = (epoch - warmup_epochs) / max(1, epochs - warmup_epochs)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from raycompat.engine import embed
 from raycompat.fct.export import load_side_info
 from raycompat.train.export import load_exported_model
 
@@ -163,10 +163,9 @@ def compute_triples(
         batch = rows[start : start + batch_size]
         images = torch.stack([dataset[int(r)][0] for r in batch]).to(device)
         for name, model in models.items():
-            parts[name].append(model.forward_features(images).float().cpu())
+            unit = normalize_new and name == "new"
+            parts[name].append(embed(model.forward_features, images, normalize=unit).cpu())
     out = {name: torch.cat(chunks).numpy() for name, chunks in parts.items()}
-    if normalize_new:
-        out["new"] = F.normalize(torch.from_numpy(out["new"]), dim=1).numpy()
     side = out.get("side", np.zeros((len(rows), 0), dtype=np.float32))
     log.info("computed %d triples: %s", len(rows), {k: v.shape for k, v in out.items()})
     labels = _head_labels(new_info, dataset, rows, new_model_dir) if with_labels else None

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from raycompat.errors import DataError
 from raycompat.registry import Registry
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def as_features_numpy(x: Any, name: str = "features") -> np.ndarray:
 ZERO_NORM = 1e-12
 
 
-class ZeroNormError(ValueError):
+class ZeroNormError(DataError, ValueError):
     """Rows with (near) zero norm were given to a cosine search; ``rows`` lists them."""
 
     def __init__(self, message: str, rows: list[int]):

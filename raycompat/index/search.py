@@ -142,13 +142,18 @@ def check_use_gpu(use_gpu: bool | str) -> None:
         raise ValueError(f"use_gpu must be True, False or 'auto', got {use_gpu!r}")
 
 
-def _resolve_gpu(use_gpu: bool | str) -> bool:
+def resolve_gpu(use_gpu: bool | str) -> bool:
+    """Whether faiss works on a GPU here: ``"auto"`` when one is visible; ``True`` demands one
+    (``RuntimeError`` if faiss has none); ``False`` never."""
     check_use_gpu(use_gpu)
     if use_gpu == "auto":
         return gpu_available()
     if use_gpu and not gpu_available():
         raise RuntimeError("use_gpu=True but faiss has no GPU support or no GPU is visible")
     return bool(use_gpu)
+
+
+_resolve_gpu = resolve_gpu  # the private name this module and older callers use
 
 
 _LIBC = ctypes.CDLL(None)  # the process's C library: its fflush empties printf's buffer

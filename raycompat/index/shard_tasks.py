@@ -1,9 +1,10 @@
 """The work of a sharded IVF build that runs on workers: sample, verify, add, merge.
 
 Every function here takes a picklable :class:`ShardContext` and opens the store itself, so a
-runner can ship it to any process (a Ray task, or this one: ``sharded_index.LocalTasks``). The
-driver (``sharded_index.py``) plans and publishes; it never sees a vector of the version (the
-training sample goes to the build folder and is read by the training task), nor an id.
+:class:`~raycompat.index.tasks.TaskRunner` can ship it to any process (a Ray task, or this one:
+``LocalTasks``). The driver (``sharded.py``) plans and publishes; it never sees a vector of the
+version (the training sample goes to the build folder and is read by the training task), nor
+an id.
 
 Files of one build, under ``<gallery>/_index/<version>/<build>/``::
 
@@ -37,7 +38,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raycompat.index.distances import get_distance
-from raycompat.index.search import INDEX_KINDS, SHARDED_IVF, _resolve_gpu, stdout_to_stderr
+from raycompat.index.search import INDEX_KINDS, SHARDED_IVF, resolve_gpu, stdout_to_stderr
 from raycompat.store.errors import CorruptIndexError, ManifestError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
@@ -236,7 +237,7 @@ def train_template(
         nlist=nlist,
     )
     index.nprobe = nprobe
-    if _resolve_gpu(use_gpu):  # GPU k-means: assignment on the GPU, centroids kept on the CPU
+    if resolve_gpu(use_gpu):  # GPU k-means: assignment on the GPU, centroids kept on the CPU
         index.clustering_index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(ctx.info.width))
     index.train(train)
     index.clustering_index = None

@@ -7,9 +7,10 @@
 The index (``kind="sharded_ivf"``) is an IVF-Flat: a coarse quantizer of ``nlist`` centroids and
 one inverted list of full vectors per centroid, labelled with their row numbers in the version.
 
-1. **Plan** (driver, O(parts)): the part files' footers give their rows; consecutive parts are
-   grouped into shards of about ``rows_per_shard`` rows (default: 256 MiB of vectors,
-   ``SHARD_BYTES / (4 d + 8)``). Shards never split a part file.
+1. **Plan** (driver, O(parts), :func:`plan_build` -> :class:`BuildPlan`, nothing written): the
+   part files' footers give their rows; consecutive parts are grouped into shards of about
+   ``rows_per_shard`` rows (default: 256 MiB of vectors, ``SHARD_BYTES / (4 d + 8)``). Shards
+   never split a part file.
 2. **Train** (tasks): a seeded sample of rows is read by one task per shard into the build
    folder (``_sample/``), and one task trains the quantizer on it with faiss' k-means, on the
    GPU when faiss sees one where the task runs (``faiss.get_num_gpus() > 0``), else on the CPU;
@@ -27,8 +28,11 @@ one inverted list of full vectors per centroid, labelled with their row numbers 
    (``ids.parquet``, and ``ids.arrow`` for memory-mapped lookups, :mod:`mapped_ids`).
 5. **Publish** (driver): the pointer names the build and records every file's size and sha256.
 
-The driver holds the plan and O(shards) records; never a vector nor an id. The build folder's
-name is a digest of the version and the parameters, so a rerun (or
+Steps 2-4 run as task functions (:mod:`raycompat.index.shard_tasks`) through a
+:class:`~raycompat.index.tasks.TaskRunner`: :class:`LocalTasks` in this process, or the Ray
+layer's ``RayTasks``. The driver holds the plan and O(shards) records; never a vector nor an id.
+
+The build folder's name is a digest of the version and the parameters, so a rerun (or
 ``open_version_index(rebuild=True)`` after a corrupt load) continues the same build: the
 template and every shard whose file matches its record are kept, missing or corrupt shards are
 redone, and the merge is redone. Merged files replace the old ones by rename, so a reader that
@@ -65,10 +69,9 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import faiss
 import numpy as np
@@ -79,7 +82,6 @@ from raycompat.index.search import (
     SHARDED_IVF,
     SearchIndex,
     check_use_gpu,
-    gpu_available,
     ivf_nlist,
     ivf_nprobe,
     stdout_to_stderr,
@@ -101,52 +103,19 @@ from raycompat.index.shard_tasks import (
     version_paths,
     write_sample,
 )
+from raycompat.index.tasks import LocalTasks, TaskRunner
 from raycompat.store.errors import CorruptIndexError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.mapped_ids import MappedIds
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 SHARD_BYTES = 256 << 20
 TRAIN_PER_LIST = 64
 PLAN_FILE, TEMPLATE_RECORD = "_build.json", "_template.json"
 HASHED_ON_LOAD = ("index.faiss", "index.faiss.json")
 NEEDED_ON_LOAD = ("index.faiss", "index.faiss.json", "index.ivfdata", "ids.arrow")
 VERIFY_MODES = ("auto", "full")
-
-
-class LocalTasks:
-    """Runs the build's tasks one after another in this process (no Ray). The Ray layer's
-    ``raycompat.cluster.pipelines.index.RayTasks`` runs them as Ray tasks with the same
-    interface."""
-
-    threads: int | None = None
-
-    def map(
-        self,
-        fn: Callable[..., T],
-        calls: Sequence[tuple],
-        *,
-        name: str,
-        rows: Sequence[int] | None = None,
-        skipped: int = 0,
-        gpus: int = 0,
-    ) -> list[T]:
-        """``[fn(*call) for call in calls]``; with ``rows`` (rows of each call), progress is
-        logged per call, ``skipped`` rows counting as done by an earlier run. ``gpus``: what a
-        call needs; here the process's own GPUs serve it."""
-        out, done, total = [], skipped, skipped + sum(rows or ())
-        for k, call in enumerate(calls):
-            out.append(fn(*call))
-            if rows is not None:
-                done += rows[k]
-                logger.info("%s: %d / %d rows (%d from an earlier run)", name, done, total, skipped)
-        return out
-
-    def gpus_available(self) -> int:
-        """GPUs faiss sees in this process (0 or 1 counts as "none" or "some")."""
-        return int(gpu_available())
 
 
 def plan_shards(
@@ -229,7 +198,7 @@ def _remove_sample(store: GalleryStore, ctx: ShardContext) -> None:
         store.filesystem.delete_dir(folder)
 
 
-def _training_gpus(runner, use_gpu: bool | str) -> int:
+def _training_gpus(runner: TaskRunner, use_gpu: bool | str) -> int:
     """GPUs the k-means task asks for: 1 when the runner has one and ``use_gpu`` allows it."""
     check_use_gpu(use_gpu)
     available = runner.gpus_available() if use_gpu else 0
@@ -238,74 +207,58 @@ def _training_gpus(runner, use_gpu: bool | str) -> int:
     return 1 if available else 0
 
 
-def _template(
-    store: GalleryStore,
-    ctx: ShardContext,
-    runner,
-    shards: list[Shard],
-    *,
-    nlist: int,
-    nprobe: int,
-    train_rows: int,
-    seed: int,
-    use_gpu: bool | str,
-) -> str:
-    """The sha256 of the build's trained template: the stored one if it is intact, otherwise
-    trained now on a seeded sample (read by one task per shard) and saved."""
-    path, record_path = ctx.path(store, TEMPLATE), ctx.path(store, TEMPLATE_RECORD)
-    record = _read_json(store, record_path)
-    if record and store.filesystem.get_file_info(path).size == record.get("bytes"):
-        if store_sha256(store, path) == record.get("sha256"):
-            _remove_sample(store, ctx)  # a run killed between the record and the clean-up
-            return record["sha256"]
-    rows = sample_rows(ctx.info.rows, train_rows, seed)
-    calls = []
-    for shard in shards:
-        mine = rows[(rows >= shard.first_row) & (rows < shard.first_row + shard.rows)]
-        if len(mine):
-            calls.append((ctx, shard, mine))
-    gpus = _training_gpus(runner, use_gpu)
-    samples = runner.map(write_sample, calls, name="index training sample")
-    [record] = runner.map(
-        train_template,
-        [(ctx, samples, nlist, nprobe, seed, use_gpu if gpus else False)],
-        name="index training",
-        gpus=gpus,
-    )
-    store.backend.replace(record_path, json.dumps(record).encode())
-    _remove_sample(store, ctx)
-    logger.info("trained %d lists on %d sampled rows", nlist, record["train_rows"])
-    return record["sha256"]
+@dataclass(frozen=True)
+class BuildPlan:
+    """A sharded build of ``ctx.info``, decided on the driver before any task runs.
+
+    Attributes:
+        ctx: what every task needs (store, version, build folder name, distance, batch rows).
+        shards: consecutive part files grouped by :func:`plan_shards`.
+        identity: the version and parameters; ``_build.json`` records them with the shards,
+            and their digest names the default build folder.
+        nlist / nprobe / train_rows / seed: the IVF's lists, default probes, k-means sample.
+    """
+
+    ctx: ShardContext
+    shards: list[Shard]
+    identity: dict
+    nlist: int
+    nprobe: int
+    train_rows: int
+    seed: int
+
+    def pointer(self, files: dict) -> dict:
+        """The pointer to publish, given the merged ``files``' records."""
+        return {
+            "build": self.ctx.build,
+            "kind": SHARDED_IVF,
+            "distance": self.ctx.distance,
+            "rows": self.ctx.info.rows,
+            "nlist": self.nlist,
+            "nprobe": self.nprobe,
+            "shards": len(self.shards),
+            "files": files,
+        }
 
 
-def build_sharded_index(
+def plan_build(
     store: GalleryStore,
     gallery: str,
     info: VersionInfo,
     dist: Distance,
     *,
-    runner=None,
+    threads: int | None = None,
     nlist: int | None = None,
     nprobe: int | None = None,
     train_size: int | None = None,
     rows_per_shard: int | None = None,
     batch_size: int = 65536,
     seed: int = 0,
-    use_gpu: bool | str = "auto",
     build: str | None = None,
-    keep_shards: bool = True,
-) -> dict:
-    """Build (or resume) the sharded IVF index of ``info``; return the pointer to publish.
-
-    Args:
-        runner: runs the tasks: :class:`LocalTasks` (default) or the Ray layer's ``RayTasks``.
-        nlist / nprobe / train_size: default ``ivf_nlist(N)``, ``ivf_nprobe(nlist)``,
-            ``64 nlist`` sampled rows (module docstring).
-        rows_per_shard: rows added by one task (default ``SHARD_BYTES / (4 d + 8)``).
-        build: the build folder's name (default: a digest of the version and the parameters,
-            so that a rerun resumes).
-    """
-    runner = runner or LocalTasks()
+) -> BuildPlan:
+    """The sizes (module docstring: ``nlist``, ``nprobe``, the sample), the shards (from the
+    part files' footers) and the build folder's name; nothing is written. ``threads``: faiss
+    threads per task (the runner's). Raises ``ValueError`` for an ``nlist`` out of range."""
     nlist = int(nlist or ivf_nlist(info.rows))
     train_rows = min(info.rows, int(train_size or TRAIN_PER_LIST * nlist))
     if not 1 <= nlist <= train_rows:
@@ -328,35 +281,50 @@ def build_sharded_index(
     }
     build = build or f"{SHARDED_IVF}-{_digest([identity, [asdict(s) for s in shards]])[:16]}"
     ctx = ShardContext(
-        store.root,
-        store.storage_options,
-        gallery,
-        info,
-        build,
-        dist.name,
-        batch_size,
-        getattr(runner, "threads", None),
+        store.root, store.storage_options, gallery, info, build, dist.name, batch_size, threads
     )
-    _record_plan(store, ctx, identity, shards)
-    _remove_scratch(store, ctx)
-    template = _template(
-        store,
-        ctx,
-        runner,
-        shards,
-        nlist=nlist,
-        nprobe=nprobe,
-        train_rows=train_rows,
-        seed=seed,
-        use_gpu=use_gpu,
-    )
+    return BuildPlan(ctx, shards, identity, nlist, nprobe, train_rows, seed)
+
+
+def _template(store: GalleryStore, plan: BuildPlan, runner: TaskRunner, use_gpu: bool | str) -> str:
+    """The sha256 of the build's trained template: the stored one if it is intact, otherwise
+    trained now on a seeded sample (read by one task per shard) and saved."""
+    ctx = plan.ctx
+    path, record_path = ctx.path(store, TEMPLATE), ctx.path(store, TEMPLATE_RECORD)
+    record = _read_json(store, record_path)
+    if record and store.filesystem.get_file_info(path).size == record.get("bytes"):
+        if store_sha256(store, path) == record.get("sha256"):
+            _remove_sample(store, ctx)  # a run killed between the record and the clean-up
+            return record["sha256"]
+    rows = sample_rows(ctx.info.rows, plan.train_rows, plan.seed)
+    calls = []
+    for shard in plan.shards:
+        mine = rows[(rows >= shard.first_row) & (rows < shard.first_row + shard.rows)]
+        if len(mine):
+            calls.append((ctx, shard, mine))
+    gpus = _training_gpus(runner, use_gpu)
+    samples = runner.map(write_sample, calls, name="index training sample")
+    train = (ctx, samples, plan.nlist, plan.nprobe, plan.seed, use_gpu if gpus else False)
+    [record] = runner.map(train_template, [train], name="index training", gpus=gpus)
+    store.backend.replace(record_path, json.dumps(record).encode())
+    _remove_sample(store, ctx)
+    logger.info("trained %d lists on %d sampled rows", plan.nlist, record["train_rows"])
+    return record["sha256"]
+
+
+def _shards_to_build(
+    store: GalleryStore, plan: BuildPlan, runner: TaskRunner, template: str
+) -> list[Shard]:
+    """The shards without a record, or whose file fails its record (checked by tasks, each
+    logged with why): what a rerun of the build redoes (their count is logged)."""
+    ctx = plan.ctx
     listing = pafs.FileSelector(ctx.path(store, SHARDS_DIR), allow_not_found=True)
     recorded = {
         Path(e.path).stem
         for e in store.filesystem.get_file_info(listing)
         if e.path.endswith(".json")
     }
-    checked = [s for s in shards if s.name in recorded]
+    checked = [s for s in plan.shards if s.name in recorded]
     problems = runner.map(
         verify_shard, [(ctx, s, template) for s in checked], name="index shard check"
     )
@@ -364,16 +332,67 @@ def build_sharded_index(
     for s, why in zip(checked, problems, strict=True):
         if why is not None:
             logger.warning("index shard %s is redone: %s", s.name, why)
-    todo = [s for s in shards if s.name not in recorded or s.name in bad]
-    skipped = info.rows - sum(s.rows for s in todo)
+    todo = [s for s in plan.shards if s.name not in recorded or s.name in bad]
     logger.info(
         "%s/%s: %d shards, %d to build (%d rows from an earlier run)",
-        gallery,
-        info.version,
-        len(shards),
+        ctx.gallery,
+        ctx.info.version,
+        len(plan.shards),
         len(todo),
-        skipped,
+        ctx.info.rows - sum(s.rows for s in todo),
     )
+    return todo
+
+
+def build_sharded_index(
+    store: GalleryStore,
+    gallery: str,
+    info: VersionInfo,
+    dist: Distance,
+    *,
+    runner: TaskRunner | None = None,
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    train_size: int | None = None,
+    rows_per_shard: int | None = None,
+    batch_size: int = 65536,
+    seed: int = 0,
+    use_gpu: bool | str = "auto",
+    build: str | None = None,
+    keep_shards: bool = True,
+) -> dict:
+    """Build (or resume) the sharded IVF index of ``info``; return the pointer to publish.
+
+    Args:
+        runner: a :class:`TaskRunner` that runs the tasks: :class:`LocalTasks` (default) or the
+            Ray layer's ``RayTasks``.
+        nlist / nprobe / train_size: default ``ivf_nlist(N)``, ``ivf_nprobe(nlist)``,
+            ``64 nlist`` sampled rows (module docstring).
+        rows_per_shard: rows added by one task (default ``SHARD_BYTES / (4 d + 8)``).
+        build: the build folder's name (default: a digest of the version and the parameters,
+            so that a rerun resumes).
+    """
+    runner = runner or LocalTasks()
+    plan = plan_build(
+        store,
+        gallery,
+        info,
+        dist,
+        threads=getattr(runner, "threads", None),
+        nlist=nlist,
+        nprobe=nprobe,
+        train_size=train_size,
+        rows_per_shard=rows_per_shard,
+        batch_size=batch_size,
+        seed=seed,
+        build=build,
+    )
+    ctx = plan.ctx
+    _record_plan(store, ctx, plan.identity, plan.shards)
+    _remove_scratch(store, ctx)
+    template = _template(store, plan, runner, use_gpu)
+    todo = _shards_to_build(store, plan, runner, template)
+    skipped = info.rows - sum(s.rows for s in todo)
     runner.map(
         build_shard,
         [(ctx, s, template) for s in todo],
@@ -381,36 +400,18 @@ def build_sharded_index(
         rows=[s.rows for s in todo],
         skipped=skipped,
     )
-    [files] = runner.map(merge_shards, [(ctx, shards, template)], name="index merge")
+    [files] = runner.map(merge_shards, [(ctx, plan.shards, template)], name="index merge")
     if not keep_shards:
         store.filesystem.delete_dir(ctx.path(store, SHARDS_DIR))
-    return {
-        "build": build,
-        "kind": SHARDED_IVF,
-        "distance": dist.name,
-        "rows": info.rows,
-        "nlist": nlist,
-        "nprobe": nprobe,
-        "shards": len(shards),
-        "files": files,
-    }
+    return plan.pointer(files)
 
 
-def load_sharded_index(
-    store: GalleryStore, prefix: str, pointer: dict, *, verify: str = "auto", use_gpu=False
-) -> tuple[SearchIndex, MappedIds, tempfile.TemporaryDirectory | None]:
-    """Open a published sharded build: ``(index over the memory-mapped lists, ids, the local
-    copy's folder or None)``. The folder (S3 stores) must outlive the index.
-
-    Raises:
-        CorruptIndexError: a file is missing, of the wrong size, fails its sha256 (small files
-            always, data files with ``verify="full"``), or cannot be parsed.
-    """
-    if verify not in VERIFY_MODES:
-        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+def _check_merged_files(
+    store: GalleryStore, prefix: str, pointer: dict, folder: str, verify: str
+) -> None:
+    """Every merged file has the pointer's size; the small ones (all with ``verify="full"``)
+    its sha256. From a remote store the files the loader opens are copied into ``folder``."""
     remote = store.backend.scheme != "file"
-    copy = tempfile.TemporaryDirectory(prefix="raycompat-index-") if remote else None
-    folder = copy.name if copy else prefix
     for name in MERGED_FILES:
         expected, path = pointer["files"][name], f"{prefix}/{name}"
         uri = store.backend.uri(path)
@@ -438,6 +439,24 @@ def load_sharded_index(
                 raise CorruptIndexError(
                     f"{uri}: expected sha256 {expected['sha256']}, found {found}; rebuild the index"
                 )
+
+
+def load_sharded_index(
+    store: GalleryStore, prefix: str, pointer: dict, *, verify: str = "auto", use_gpu=False
+) -> tuple[SearchIndex, MappedIds, tempfile.TemporaryDirectory | None]:
+    """Open a published sharded build: ``(index over the memory-mapped lists, ids, the local
+    copy's folder or None)``. The folder (S3 stores) must outlive the index.
+
+    Raises:
+        CorruptIndexError: a file is missing, of the wrong size, fails its sha256 (small files
+            always, data files with ``verify="full"``), or cannot be parsed.
+    """
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+    remote = store.backend.scheme != "file"
+    copy = tempfile.TemporaryDirectory(prefix="raycompat-index-") if remote else None
+    folder = copy.name if copy else prefix
+    _check_merged_files(store, prefix, pointer, folder, verify)
     try:
         meta = json.loads(Path(folder, "index.faiss.json").read_text())
         flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY

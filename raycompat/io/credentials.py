@@ -7,8 +7,10 @@ of everything a job writes:
 - :func:`redact` replaces the value of every credential key of a config by :data:`REDACTED`
   before the config is dumped; :func:`drop_redacted` removes such markers again when a written
   config is run, so the credentials come from the environment (or an instance role) instead.
-- :func:`register_secrets` remembers credential *values* where storage options enter (the job
-  config loaders, ``GalleryStore``); :func:`scrub` removes them from any text, and
+- :func:`register_secrets` remembers credential *values*; :func:`accept_storage_options`, the
+  one door every filesystem's options pass through (:mod:`raycompat.io.uri`: store,
+  training runs, sweeps, weights), registers them and the environment's; the job config
+  loaders register whole configs early. :func:`scrub` removes them from any text, and
   :class:`ScrubSecrets`, installed by :func:`configure_logging`, from every log line.
 - :func:`write_private` writes a report atomically with mode 0600 (reports name private paths).
 
@@ -101,6 +103,16 @@ def register_secrets(obj: Any) -> None:
     elif isinstance(obj, list | tuple):
         for v in obj:
             register_secrets(v)
+
+
+def accept_storage_options(options: Mapping | None) -> dict:
+    """The s3fs ``storage_options`` a filesystem is built with: the entries a written config
+    carries as :data:`REDACTED` dropped (:func:`drop_redacted`), and every credential value
+    left, plus the environment's ``AWS_*`` ones, registered for :func:`scrub`."""
+    options = drop_redacted(options)
+    register_secrets(options)
+    register_environment_secrets()
+    return options
 
 
 def register_environment_secrets() -> None:

@@ -1,11 +1,13 @@
 """Filesystem backends of the store: local disk and S3, picked by the root URI's scheme.
 
-A :class:`Backend` bundles a ``pyarrow.fs.FileSystem`` for bulk Parquet I/O with the small
-writes the manifest protocol needs: ``create_exclusive`` (create-if-absent, atomic, raises
-``FileExistsError``; returns a *stamp* of what it wrote), ``replace_if`` (overwrite a file only
-if it is still the one this writer last wrote, by its stamp; never creates one; raises
-:class:`ChangedError` otherwise: the lease heartbeat's fencing) and ``replace`` (atomic
-overwrite, for index pointers and plans that are not fenced).
+A :class:`Backend` bundles the ``pyarrow.fs.FileSystem`` for bulk Parquet I/O, which comes from
+the one I/O resolver (:func:`raycompat.io.uri.filesystem`: the store's ``storage_options`` are
+the same s3fs options as everyone's), with the small writes the manifest protocol needs:
+``create_exclusive`` (create-if-absent, atomic, raises ``FileExistsError``; returns a *stamp* of
+what it wrote), ``replace_if`` (overwrite a file only if it is still the one this writer last
+wrote, by its stamp; never creates one; raises :class:`ChangedError` otherwise: the lease
+heartbeat's fencing) and ``replace`` (atomic overwrite, for index pointers and plans that are
+not fenced).
 
 - Local: records are written to a temporary file, fsynced, then hard-linked to their name
   (``link`` fails if the name exists, atomically, on every POSIX filesystem) or ``os.replace``d.
@@ -16,16 +18,10 @@ overwrite, for index pointers and plans that are not fenced).
   ``If-None-Match: *`` (S3 conditional writes), and ``replace_if`` is a PutObject with
   ``If-Match: <ETag>`` (the stamp). pyarrow's native S3 client cannot send those headers, so
   s3fs is needed for the records even when bulk I/O is native.
-
-Bulk I/O on S3 uses pyarrow's native ``S3FileSystem`` by default (``bulk_io="native"``;
-``benchmarks/store_io.py`` measured it faster than s3fs behind ``FSSpecHandler``; see
-``docs/store.md``). ``storage_options`` are s3fs options; those the native client cannot express
-make ``bulk_io="auto"`` fall back to s3fs.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 from collections.abc import Callable
@@ -34,14 +30,16 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from raycompat.io.uri import (  # native_s3_options: imported from here before it moved
+    filesystem,
+    native_s3_options,  # noqa: F401
+    s3fs_filesystem,
+    split_uri,
+)
 from raycompat.registry import Registry
 from raycompat.store.errors import StoreError
 
-logger = logging.getLogger(__name__)
-
 BACKENDS: Registry[Backend] = Registry("store filesystem scheme")
-# s3fs options that only tune caching on the s3fs side; the native client can ignore them.
-_NATIVE_IGNORED = {"skip_instance_cache", "use_listings_cache", "listings_expiry_time"}
 
 
 @dataclass
@@ -65,7 +63,7 @@ class Backend:
 
 def open_backend(root: str, storage_options: dict | None = None, bulk_io: str = "auto") -> Backend:
     """Build the backend for ``root`` (``"s3://bucket/prefix"`` or a local path)."""
-    scheme, _, rest = root.partition("://") if "://" in root else ("file", "", root)
+    scheme, rest = split_uri(root)
     return BACKENDS.create(scheme, path=rest, options=dict(storage_options or {}), bulk_io=bulk_io)
 
 
@@ -73,7 +71,7 @@ class ChangedError(StoreError):
     """``replace_if`` found the file gone or replaced by another writer; nothing was written."""
 
 
-def _local_write(path: str, data: bytes, publish: Callable[[str, str], None]) -> tuple:
+def local_write(path: str, data: bytes, publish: Callable[[str, str], None]) -> tuple:
     """Write ``data`` to ``path`` through an fsynced temporary file; returns the stamp."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}")
@@ -83,28 +81,28 @@ def _local_write(path: str, data: bytes, publish: Callable[[str, str], None]) ->
             handle.flush()
             os.fsync(handle.fileno())
         publish(tmp, path)
-        return _local_stamp(path)
+        return local_stamp(path)
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
 
 
-def _local_stamp(path: str) -> tuple:
+def local_stamp(path: str) -> tuple:
     st = os.stat(path)
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _local_replace_if(path: str, data: bytes, stamp: Any) -> tuple:
+def local_replace_if(path: str, data: bytes, stamp: Any) -> tuple:
     try:
-        found = _local_stamp(path)
+        found = local_stamp(path)
     except FileNotFoundError:
         raise ChangedError(f"{path} no longer exists") from None
     if stamp is None or found != tuple(stamp):
         raise ChangedError(f"{path} was replaced by another writer")
-    return _local_write(path, data, os.replace)
+    return local_write(path, data, os.replace)
 
 
-def _s3_replace_if(s3: Any, path: str, data: bytes, stamp: Any) -> str | None:
+def s3_replace_if(s3: Any, path: str, data: bytes, stamp: Any) -> str | None:
     if stamp is None:
         raise ChangedError(f"s3://{path}: no ETag of this writer's last write to compare")
     try:
@@ -115,7 +113,7 @@ def _s3_replace_if(s3: Any, path: str, data: bytes, stamp: Any) -> str | None:
         if _precondition_failed(error):
             raise ChangedError(f"s3://{path} was replaced by another writer") from None
         raise
-    return _etag(out)
+    return etag(out)
 
 
 def _precondition_failed(error: OSError) -> bool:
@@ -124,7 +122,7 @@ def _precondition_failed(error: OSError) -> bool:
     return code in ("PreconditionFailed", "412") or "pre-conditions" in str(error)
 
 
-def _etag(response: Any) -> str | None:
+def etag(response: Any) -> str | None:
     return response.get("ETag") if isinstance(response, dict) else None
 
 
@@ -136,66 +134,22 @@ def _local(*, path: str, options: dict, bulk_io: str) -> Backend:
         "file",
         pafs.LocalFileSystem(),
         os.path.abspath(path),
-        create_exclusive=lambda p, data: _local_write(p, data, os.link),
-        replace=lambda p, data: _local_write(p, data, os.replace),
-        replace_if=_local_replace_if,
+        create_exclusive=lambda p, data: local_write(p, data, os.link),
+        replace=lambda p, data: local_write(p, data, os.replace),
+        replace_if=local_replace_if,
     )
-
-
-def native_s3_options(options: dict) -> dict[str, Any]:
-    """Translate s3fs ``storage_options`` into ``pyarrow.fs.S3FileSystem`` keyword arguments.
-
-    Raises:
-        StoreError: an option has no native equivalent (the message lists them).
-    """
-    opts, client = dict(options), dict(options.get("client_kwargs") or {})
-    opts.pop("client_kwargs", None)
-    out: dict[str, Any] = {}
-    for s3fs_key, native_key in (
-        ("key", "access_key"),
-        ("secret", "secret_key"),
-        ("token", "session_token"),
-        ("anon", "anonymous"),
-    ):
-        if s3fs_key in opts:
-            out[native_key] = opts.pop(s3fs_key)
-    endpoint = client.pop("endpoint_url", None) or opts.pop("endpoint_url", None)
-    if endpoint:
-        scheme, _, host = endpoint.partition("://")
-        out.update(endpoint_override=host.rstrip("/"), scheme=scheme)
-    if "region_name" in client:
-        out["region"] = client.pop("region_name")
-    left = sorted(set(opts) - _NATIVE_IGNORED) + [f"client_kwargs.{k}" for k in sorted(client)]
-    if left:
-        raise StoreError(f"storage_options {left} have no pyarrow S3FileSystem equivalent")
-    return out
 
 
 @BACKENDS.register("s3")
 def _s3(*, path: str, options: dict, bulk_io: str) -> Backend:
-    import fsspec
-
-    s3 = fsspec.filesystem("s3", **options)
-    bulk = _s3_bulk(s3, options, bulk_io)
+    bulk, root = filesystem(f"s3://{path}", options, bulk_io)
+    s3 = s3fs_filesystem(options)  # the version records' conditional PUTs
     return Backend(
         "s3",
         bulk,
-        path.rstrip("/"),
-        create_exclusive=lambda p, data: _etag(s3.pipe_file(p, data, mode="create")),
+        root,
+        create_exclusive=lambda p, data: etag(s3.pipe_file(p, data, mode="create")),
         replace=lambda p, data: s3.pipe_file(p, data),
-        replace_if=lambda p, data, stamp: _s3_replace_if(s3, p, data, stamp),
+        replace_if=lambda p, data, stamp: s3_replace_if(s3, p, data, stamp),
         head=lambda p: s3.info(p, refresh=True),
     )
-
-
-def _s3_bulk(s3: Any, options: dict, bulk_io: str) -> pafs.FileSystem:
-    if bulk_io not in ("auto", "native", "fsspec"):
-        raise StoreError(f"bulk_io must be 'auto', 'native' or 'fsspec', got {bulk_io!r}")
-    if bulk_io != "fsspec":
-        try:
-            return pafs.S3FileSystem(**native_s3_options(options))
-        except StoreError as error:
-            if bulk_io == "native":
-                raise
-            logger.info("bulk I/O through s3fs: %s", error)
-    return pafs.PyFileSystem(pafs.FSSpecHandler(s3))

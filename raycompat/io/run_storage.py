@@ -1,37 +1,29 @@
 """Where a run lives: a local folder or an ``s3://`` prefix, through one pyarrow filesystem.
 
-Credentials are never part of the config: pyarrow's S3 client reads them from the environment
-(``AWS_ACCESS_KEY_ID`` ...) or the instance role. Only the endpoint of an S3-compatible store
-(MinIO, a test server) is configurable.
+The filesystem comes from the one resolver, :func:`raycompat.io.uri.filesystem`, with
+the run's ``storage_options`` (s3fs's, as the store's: credentials, ``client_kwargs.endpoint_url``
+of an S3-compatible store); what they leave out comes from the environment
+(``AWS_ACCESS_KEY_ID`` ...) or the instance role. The small JSON and text files of a run are
+written whole through it (S3 objects cannot be appended to).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from raycompat.config.train import RunSpec
+from raycompat.io.uri import filesystem
 
 
 def run_filesystem(run: RunSpec) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, base path)`` of ``run.storage_path`` (absolute for local folders)."""
-    parsed = urlparse(run.storage_path)
-    if parsed.scheme in ("", "file"):
-        return pafs.LocalFileSystem(), os.path.abspath(parsed.path or run.storage_path)
-    if parsed.scheme != "s3":
-        raise ValueError(f"run.storage_path: unsupported scheme {parsed.scheme!r} (local or s3://)")
-    options = {}
-    if run.endpoint_url:
-        endpoint = urlparse(run.endpoint_url)
-        options = {"endpoint_override": endpoint.netloc, "scheme": endpoint.scheme or "https"}
-    region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
-    if region:
-        options["region"] = region
-    fs = pafs.S3FileSystem(**options)
-    return fs, f"{parsed.netloc}{parsed.path}".rstrip("/")
+    try:
+        return filesystem(run.storage_path, run.storage_options)
+    except ValueError as err:
+        raise ValueError(f"run.storage_path: {err}") from None
 
 
 def read_json(fs: pafs.FileSystem, path: str):

@@ -1,10 +1,12 @@
-"""Read model weights from a local path or an object store (``s3://bucket/key``) through fsspec.
+"""Read model weights from a local path or an object store (``s3://bucket/key``) through fsspec
+(:func:`raycompat.io.uri.fsspec_filesystem`, the I/O layer's fsspec form).
 
 Nothing is ever downloaded from a model hub: weights are files the user names. ``.safetensors``
 files are read with :func:`safetensors.torch.load`; anything else with
 ``torch.load(..., weights_only=True)``, which refuses pickles that would run code.
 Credentials come from the environment (``AWS_ACCESS_KEY_ID`` ...) or ``storage_options``
-(``key``/``secret``, ``client_kwargs={"endpoint_url": ...}``) and are never logged.
+(``key``/``secret``, ``client_kwargs={"endpoint_url": ...}``: the store's and the runs' options)
+and are never logged.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import pickle
 from collections.abc import Mapping
 from typing import IO, Any
 
-import fsspec
 import torch
 from torch import nn
 
-from raycompat.io.credentials import drop_redacted, register_secrets
+from raycompat.errors import DataError
+from raycompat.io.uri import fsspec_filesystem
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ _NESTING_KEYS = ("state_dict", "model", "module")
 _SHOW = 5  # how many offending keys an error message lists
 
 
-class WeightsMismatchError(ValueError):
+class WeightsMismatchError(DataError, ValueError):
     """A state dict does not fit a model: missing / unexpected keys or shape mismatches."""
 
 
@@ -42,10 +44,9 @@ def open_uri(uri: str, mode: str = "rb", storage_options: dict | None = None) ->
     naming it when the store refuses the credentials.
     """
     uri = str(uri)
-    options = drop_redacted(storage_options)  # "<redacted>" in a written config: use the env
-    register_secrets(options)
     try:
-        return fsspec.open(uri, mode, **options).open()
+        fs, path = fsspec_filesystem(uri, storage_options)  # "<redacted>" entries dropped
+        return fs.open(path, mode)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"no file at {uri!r} ({err})") from err
     except PermissionError as err:

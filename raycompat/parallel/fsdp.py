@@ -9,6 +9,10 @@ unit (it holds the head).
 Checkpoint: a ``torch.distributed.checkpoint`` (DCP) folder. Each rank writes only its shards,
 to ``__<rank>_<n>.distcp``; rank 0 also writes ``.metadata``. The per-rank directories of one
 save therefore merge into one folder that DCP loads as is (same world size).
+
+``torch.distributed.checkpoint``, ``device_mesh`` and ``fsdp`` are imported inside the methods:
+registering the strategy must not cost every Ray Train worker their import (seconds each), and
+only an FSDP run uses them.
 """
 
 from __future__ import annotations
@@ -17,16 +21,7 @@ import itertools
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_state_dict,
-)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 
 from raycompat.parallel.base import STRATEGIES, Prepared, Strategy, rank, trainable, world_size
 
@@ -51,15 +46,23 @@ class FSDPPrepared(Prepared):
     strategy_name = "fsdp"
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
         return state if rank() == 0 else None
 
     def _save_shards(self, directory: str) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_state, "optim": optimizer_state}, checkpoint_id=directory)
 
     def _load_shards(self, directory: str) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
         # get_state_dict gives the sharded layout (and creates empty optimizer state) for DCP
         # to fill in place.
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
@@ -86,6 +89,9 @@ class FSDPStrategy(Strategy):
         self.reshard_after_forward = reshard_after_forward
 
     def _wrap(self, model, make_optimizer, device, precision, channels_last) -> Prepared:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
         if not dist.is_initialized():
             raise RuntimeError(
                 "the fsdp strategy needs an initialised default process group "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import UsageError
 from raycompat.store.adopt_scan import FileReport
 from raycompat.store.errors import CorruptFileError, PublishConflictError, SchemaError, StoreError
 from raycompat.store.external import ExternalFiles, FilePin, stat_file
@@ -43,7 +44,7 @@ from raycompat.store.table_formats import TableSnapshot, parse_as_of, read_snaps
 CATALOG_PREFIX = "iceberg:"  # iceberg:<namespace>.<table>: a table of an SQL catalog
 
 
-class AdoptOptionError(StoreError):
+class AdoptOptionError(UsageError, StoreError):
     """A catalog option without a catalog-qualified name, or such a name without its catalog:
     a usage error (``raycompat adopt`` exits 2)."""
 

@@ -1,13 +1,17 @@
 """Errors raised by :mod:`raycompat.store`.
 
 Every error is a :class:`StoreError` (a ``ValueError``) whose message names the file, manifest
-record or argument at fault and, for per-row problems, the row.
+record or argument at fault and, for per-row problems, the row. A store error is a
+:class:`~raycompat.errors.DataError` (exit 1), except one the user fixes, such as
+:class:`MissingStoreError`, which is also a :class:`~raycompat.errors.UsageError` (exit 2).
 """
 
 from __future__ import annotations
 
+from raycompat.errors import DataError, UsageError
 
-class StoreError(ValueError):
+
+class StoreError(DataError, ValueError):
     """Base class of every store error."""
 
 
@@ -53,6 +57,6 @@ class VerificationError(StoreError):
     """The staged rows or ids differ from what the publisher expected."""
 
 
-class MissingStoreError(StoreError):
+class MissingStoreError(UsageError, StoreError):
     """There is no store at the root (a mistyped path): readers refuse it rather than list
     nothing."""

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
+from raycompat.errors import UsageError
 from raycompat.registry import Registry
 from raycompat.store.errors import ManifestError, StoreError
 from raycompat.store.gallery import GalleryStore
@@ -35,7 +36,7 @@ VECTOR_COLUMNS = ("embedding", "side_info")
 PROPERTY_PREFIX = "raycompat.source."
 
 
-class ExportOptionError(StoreError):
+class ExportOptionError(UsageError, StoreError):
     """An option given to a format that does not take it, or one the format needs missing: a
     usage error (``raycompat export`` exits 2)."""
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import UsageError
 from raycompat.io.filesystems import Backend
 from raycompat.store.errors import StoreError
 from raycompat.store.gallery import GalleryStore
@@ -56,7 +57,7 @@ logger = logging.getLogger(__name__)
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
 
 
-class GcArgumentError(StoreError):
+class GcArgumentError(UsageError, StoreError):
     """``older_than_s`` shorter than the store's lease timeout, or ``keep_versions`` < 1: a usage
     error (``raycompat gc`` exits 2)."""
 

@@ -25,6 +25,7 @@ from raycompat.config.train import DataSpec, TrainConfig
 from raycompat.data import LFWPairs, create_dataset
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.data.splits import holdout_split, replay_buffer
+from raycompat.engine import embed
 from raycompat.evaluation import EvalSet, verification_eval_set
 from raycompat.methods import Batch
 from raycompat.train.scenarios import StepPlan
@@ -245,10 +246,16 @@ def extract(prepared, dataset, rows: np.ndarray, batch_size: int, rank: int, wor
     mine = padded[rank::world]
     prepared.eval()
     parts = []
+
+    def features(images: torch.Tensor) -> torch.Tensor:  # through the strategy's wrapper
+        return prepared.module(images, output="features")
+
     for start in range(0, len(mine), batch_size):
-        images = load_images(dataset, mine[start : start + batch_size], "none", None)
+        images = prepared.prepare_inputs(
+            load_images(dataset, mine[start : start + batch_size], "none", None)
+        )
         with prepared.autocast():
-            parts.append(prepared.module(prepared.prepare_inputs(images), output="features"))
+            parts.append(embed(features, images, normalize=False))
     prepared.train()
     local = torch.cat(parts).float() if parts else torch.zeros(0, prepared.model.embed_dim)
     if world > 1:

@@ -190,44 +190,65 @@ def _evidence_row(label: str, e: dict) -> str:
     )
 
 
+def _table(header: list[str], rows: list[str]) -> list[str]:
+    """A Markdown table: ``header`` cells, then ``rows`` (each already a ``| ... |`` line)."""
+    return ["| " + " | ".join(header) + " |", "| --- |" + " --- |" * (len(header) - 1), *rows]
+
+
 def markdown(report: Report, files: dict[str, str]) -> str:
-    matrix, array = report.matrix, report.matrix.as_array()
-    ok = compatible_cells(array)
+    """``report.md``: one section after another (``files``: kind -> file name, as written by
+    :func:`write_report`)."""
+    sections = (
+        _header(report),
+        _decisions_section(report),
+        _matrix_section(report, files),
+        _evidence_sections(report),
+        _backfill_sections(report, files),
+        _versions_section(report),
+        _timings_section(report),
+        _features_section(files),
+    )
+    return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _header(report: Report) -> list[str]:
     lines = [f"# Upgrade report: {report.name}", ""]
     if report.split:
         lines += [f"Test images: {report.split}. Every table below uses them.", ""]
-    lines += [
+    return lines + [
         f"Protocol: {report.protocol} (top-1 %, rows: query model, columns: gallery model; "
         "✗ marks cells that fail ECC, M(t, k) <= M(k, k)). Wall time "
         f"{report.seconds:.0f} s.",
         "",
     ]
-    lines += [
-        "## Decisions",
-        "",
-        "| model | method | classes | action | queries | why |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+
+
+def _decisions_section(report: Report) -> list[str]:
+    """What each entry of the history did, and why (resumed entries say by whom)."""
+    rows = []
     for o in report.outcomes:
         earlier = "decided" if o.action in ("refuse", "failed") else "published"
         note = f" ({earlier} by an earlier run)" if o.resumed else ""
-        lines.append(
+        rows.append(
             f"| {o.model_version} | {o.method} | {o.classes} | **{o.action}**{note} | "
             f"{o.gallery_version or '-'} | {o.reason} |"
         )
-    lines += [
-        "",
-        "## Compatibility matrix",
-        "",
-        "| query \\ gallery | " + " | ".join(matrix.names) + " |",
-        "| --- |" + " --- |" * len(matrix.names),
-    ]
+    header = ["model", "method", "classes", "action", "queries", "why"]
+    return ["## Decisions", "", *_table(header, rows), ""]
+
+
+def _matrix_section(report: Report, files: dict[str, str]) -> list[str]:
+    """The lower triangle of M (top-1 %, ✗ where ECC fails), then AC/AA/ACA and the heatmap."""
+    matrix, array = report.matrix, report.matrix.as_array()
+    ok = compatible_cells(array)
+    rows = []
     for t, name in enumerate(matrix.names):
         cells = [
             (f"{array[t, k] * 100:.2f}" + ("" if ok[t, k] else " ✗")) if k <= t else ""
             for k in range(len(matrix.names))
         ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines = ["## Compatibility matrix", "", *_table(["query \\ gallery", *matrix.names], rows)]
     summary = report.summary()
     if "AC" in summary:
         lines += [
@@ -235,8 +256,12 @@ def markdown(report: Report, files: dict[str, str]) -> str:
             f"AC = {summary['AC']:.3f}, AA = {summary['AA'] * 100:.2f}, "
             f"ACA = {summary['ACA'] * 100:.2f} (over the {len(matrix)} models above).",
         ]
-    lines += ["", f"![compatibility matrix]({files['matrix']})", ""]
-    lines += [
+    return lines + ["", f"![compatibility matrix]({files['matrix']})", ""]
+
+
+def _evidence_sections(report: Report) -> list[str]:
+    """One self/cross table per judged upgrade: the candidate, then its baselines."""
+    lines = [
         "## Self- and cross-tests per upgrade",
         "",
         "M(old, old): the gallery model's self-test; M(new, old): the new model's queries "
@@ -244,58 +269,49 @@ def markdown(report: Report, files: dict[str, str]) -> str:
         "trained on the same data for comparison and never published.",
         "",
     ]
+    header = ["model", "M(old, old)", "M(new, old)", "M(new, new)", "ECC", "update gain"]
     for o in report.outcomes:
-        if not o.evidence:
-            continue
-        lines += [
-            f"### {o.model_version} ({o.method}) against {o.against}",
-            "",
-            "| model | M(old, old) | M(new, old) | M(new, new) | ECC | update gain |",
-            "| --- | --- | --- | --- | --- | --- |",
-            _evidence_row(f"{o.model_version} ({o.method}), stored gallery", o.evidence["direct"]),
-        ]
-        if "seen_classes" in o.evidence:
-            seen = o.evidence["seen_classes"]
-            label = f"{o.model_version} ({o.method}), classes < {seen['classes']} only"
-            lines.append(_evidence_row(label, seen))
-        if "transformed" in o.evidence:
-            lines.append(
-                _evidence_row(
-                    f"{o.model_version} ({o.method}), h(gallery)", o.evidence["transformed"]
-                )
-            )
-        for method, e in o.baselines.items():
-            lines.append(_evidence_row(f"baseline: {method}", e))
-        lines.append("")
-    lines += _backfill_sections(report, files)
-    lines += [
-        "## Gallery versions",
-        "",
-        "| version | model | rows | lineage | queried by |",
-        "| --- | --- | --- | --- | --- |",
+        if o.evidence:
+            title = f"### {o.model_version} ({o.method}) against {o.against}"
+            lines += [title, "", *_table(header, _evidence_rows(o)), ""]
+    return lines
+
+
+def _evidence_rows(o: Outcome) -> list[str]:
+    candidate = f"{o.model_version} ({o.method})"
+    rows = [_evidence_row(f"{candidate}, stored gallery", o.evidence["direct"])]
+    if "seen_classes" in o.evidence:
+        seen = o.evidence["seen_classes"]
+        rows.append(_evidence_row(f"{candidate}, classes < {seen['classes']} only", seen))
+    if "transformed" in o.evidence:
+        rows.append(_evidence_row(f"{candidate}, h(gallery)", o.evidence["transformed"]))
+    return rows + [_evidence_row(f"baseline: {method}", e) for method, e in o.baselines.items()]
+
+
+def _versions_section(report: Report) -> list[str]:
+    rows = [
+        f"| {v['version']} | {v['model_version']} | {v['rows']} | {v['lineage']} | "
+        f"{', '.join(v['queried_by'])} |"
+        for v in report.versions
     ]
-    for v in report.versions:
-        lines.append(
-            f"| {v['version']} | {v['model_version']} | {v['rows']} | {v['lineage']} | "
-            f"{', '.join(v['queried_by'])} |"
-        )
-    lines += [
-        "",
-        "## Timings (s)",
-        "",
-        "| model | " + " | ".join(STAGES) + " |",
-        "| --- |" + " --- |" * len(STAGES),
+    header = ["version", "model", "rows", "lineage", "queried by"]
+    return ["## Gallery versions", "", *_table(header, rows), ""]
+
+
+def _timings_section(report: Report) -> list[str]:
+    """Wall seconds of each stage per entry (``-``: the stage did not run)."""
+    rows = [
+        f"| {o.model_version} | "
+        + " | ".join(f"{o.seconds[s]:.1f}" if s in o.seconds else "-" for s in STAGES)
+        + " |"
+        for o in report.outcomes
     ]
-    for o in report.outcomes:
-        lines.append(
-            f"| {o.model_version} | "
-            + " | ".join(f"{o.seconds[s]:.1f}" if s in o.seconds else "-" for s in STAGES)
-            + " |"
-        )
+    return ["## Timings (s)", "", *_table(["model", *STAGES], rows)]
+
+
+def _features_section(files: dict[str, str]) -> list[str]:
     plots = [f for k, f in files.items() if k.startswith("features_")]
-    if plots:
-        lines += ["", "## 2-D features", ""] + [f"![{p}]({p})" for p in plots]
-    return "\n".join(lines) + "\n"
+    return ["", "## 2-D features", ""] + [f"![{p}]({p})" for p in plots] if plots else []
 
 
 STAGES = ("train", "baselines", "evaluate", "fct", "publish")
@@ -318,28 +334,35 @@ def _backfill_sections(report: Report, files: dict[str, str]) -> list[str]:
         "at 100% M(new, new).",
         "",
     ]
+    names = [(order, name) for order, (name, _) in BACKFILL_ORDERS.items()]
     for o in outcomes:
         b = o.backfill
         seeds = ", ".join(map(str, b["random_seeds"]))
+        header = [
+            "order",
+            "AUC top-1",
+            "AUC mAP",
+            f"top-1 at {b['budget']:.0%}",
+            f"budget for {b['target']:.0%} of new/new top-1",
+        ]
         lines += [
             f"### {o.model_version} ({o.method}): budget {b['budget']:.0%}, {b['order']} order",
             "",
             f"Random order: the mean over seeds {seeds}.",
             "",
-            f"| order | AUC top-1 | AUC mAP | top-1 at {b['budget']:.0%} | "
-            f"budget for {b['target']:.0%} of new/new top-1 |",
-            "| --- | --- | --- | --- | --- |",
+            *_table(header, [_backfill_row(name, b["summary"][order]) for order, name in names]),
         ]
-        for order, (name, _) in BACKFILL_ORDERS.items():
-            row = b["summary"][order]
-            need = row["budget_for_target"]
-            lines.append(
-                f"| {name} | {_pct(row['auc_top1'])} | {_pct(row['auc_mean_ap'])} | "
-                f"{_pct(row['top1_at_budget'])} | {'-' if need is None else f'{need:.0%}'} |"
-            )
         key = f"backfill_{o.model_version}"
         lines += ["", f"![partial backfill of {o.model_version}]({files[key]})", ""]
     return lines
+
+
+def _backfill_row(name: str, row: dict) -> str:
+    need = row["budget_for_target"]
+    return (
+        f"| {name} | {_pct(row['auc_top1'])} | {_pct(row['auc_mean_ap'])} | "
+        f"{_pct(row['top1_at_budget'])} | {'-' if need is None else f'{need:.0%}'} |"
+    )
 
 
 def write_report(

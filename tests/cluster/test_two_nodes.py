@@ -36,7 +36,7 @@ import s3fs
 
 from raycompat.store import GalleryStore
 from tests.cluster.pipelines.test_pipelines import make_source, random_models, target
-from tests.test_train_ray import TOY
+from tests.cluster.train.test_train_ray import TOY
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The upgrade job's FastFill partial backfill, pure pieces: config, decision, curves, report.
 
 The end-to-end run (train, decide, write the version with the Ray pipeline, report) is in
-tests/test_upgrade_job.py.
+tests/cluster/upgrade/test_job.py.
 """
 
 from __future__ import annotations

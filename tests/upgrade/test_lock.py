@@ -23,7 +23,7 @@ from raycompat.upgrade.lock import UpgradeRunningError, lease_dir, upgrade_lease
 from raycompat.upgrade.report import Outcome
 from tests.conftest import store_with_v1
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 

@@ -9,7 +9,10 @@ predicted ``sigma``, largest first) or in a seeded random order, which are re-ex
 their source images by the new model (``provenance="extracted"``). ``uncertainty`` holds h's
 ``sigma`` of every row when h has the head.
 
-Two passes over the source version's chunks, both resumable:
+The driver reads as plan, then run: :func:`plan_partial_backfill` (``backfill_plan.py``)
+checks every input and decides ``k``, the schema and the run's identity without reading a row;
+then two passes over the source version's chunks, both resumable (:func:`decide_selection`,
+:func:`write_rows`):
 
 - A (``selection.py``): an actor pool writes each row's selection key; Ray Data sorts them and the
   driver keeps only the ``k``-th (a threshold): exactly ``k`` rows pass it, ties broken by id.
@@ -31,32 +34,30 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import posixpath
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from raycompat.backfill import check_budget
-from raycompat.cluster.pipelines.extract import PREFETCH_BATCHES, embed
-from raycompat.cluster.pipelines.inputs import (
-    file_digest,
-    iter_chunk_batches,
-    plan_version_chunks,
-    vectors,
+from raycompat.cluster.pipelines.backfill_plan import (  # noqa: F401  (importable from here too)
+    BACKFILL_COLUMNS,
+    BackfillPlan,
+    budget_too_low,
+    extracted_in_version,
+    partial_backfill_lineage,
+    plan_partial_backfill,
 )
+from raycompat.cluster.pipelines.extract import PREFETCH_BATCHES, embed
+from raycompat.cluster.pipelines.inputs import iter_chunk_batches, vectors
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.prefetch import prefetch
 from raycompat.cluster.pipelines.resume import record_plan
 from raycompat.cluster.pipelines.runner import ChunkWorker, RunOptions, run_staged
 from raycompat.cluster.pipelines.selection import (
-    ORDERS,
     SELECTION_FILE,
     Selection,
     key_path,
@@ -65,22 +66,13 @@ from raycompat.cluster.pipelines.selection import (
     stored_selection,
 )
 from raycompat.cluster.pipelines.sources import SourceSpec, open_source
-from raycompat.cluster.pipelines.transform import check_transformation
-from raycompat.config import ConfigError
-from raycompat.fct.models import (
-    H,
-    load_transformation,
-    read_transformation_spec,
-    weights_path,
-)
+from raycompat.fct.models import H, load_transformation
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
-from raycompat.store.commit_checks import RECORD_READERS
-from raycompat.store.part_record import IdFingerprint, PartRecord, part_record_path
-from raycompat.store.schema import ID_TYPES, PROVENANCE_FIELD, UNCERTAINTY_FIELD, embedding_schema
-from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
+from raycompat.store.part_record import IdFingerprint
+from raycompat.store.schema import ID_TYPES
+from raycompat.train.export import load_exported_model
 
 logger = logging.getLogger(__name__)
-BACKFILL_COLUMNS = ("provenance", "uncertainty")
 
 
 class BackfillChunks(ChunkWorker):
@@ -195,51 +187,6 @@ class BackfillChunks(ChunkWorker):
         return pa.table(columns)
 
 
-def partial_backfill_lineage(
-    version: str,
-    source: str,
-    transformation: str | None,
-    model_version: str,
-    budget: float,
-    order: str,
-    seed: int,
-) -> str:
-    """``"v3 = partial_backfill(v1, h=fct_m3, extract=m3, budget=0.3, order=uncertainty)"``
-    (no ``h=`` from a partial source; ``seed=`` for the random order)."""
-    args = [source] + ([f"h={Path(transformation).name}"] if transformation else [])
-    args += [f"extract={model_version}", f"budget={budget!r}", f"order={order}"]
-    args += [f"seed={seed}"] if order == "random" else []
-    return f"{version} = partial_backfill({', '.join(args)})"
-
-
-def extracted_in_version(store: GalleryStore, gallery: str, info: VersionInfo) -> int | None:
-    """Rows a partial backfill version holds extracted, from the counts in its parts' records
-    (O(parts) reads, no row); None if a part has none (not written by this pipeline)."""
-    if info.external is not None:
-        return None
-
-    def read(path: str) -> int | None:
-        record = part_record_path(posixpath.dirname(path), posixpath.basename(path))
-        try:
-            with store.filesystem.open_input_stream(record) as handle:
-                counts = PartRecord.from_json(handle.read(), record).extra.get("counts")
-        except FileNotFoundError:
-            return None
-        return None if counts is None else int(counts["extracted"])
-
-    with ThreadPoolExecutor(RECORD_READERS) as pool:
-        counts = list(pool.map(read, [path for path, _ in store.version_files(gallery, info)]))
-    return None if None in counts else sum(counts)
-
-
-def _budget_too_low(budget: float, k: int, source: VersionInfo, extracted: int) -> ConfigError:
-    return ConfigError(
-        f"budget {budget!r} is {k} of {source.rows} rows, but source {source.version} holds "
-        f"{extracted} extracted rows already; a partial backfill never turns them back into "
-        f"h(old): use a budget >= {extracted / source.rows:.6g}"
-    )
-
-
 def staged_counts(staging: Staging, chunks: list[Chunk]) -> dict[str, int]:
     """``{"extracted", "copied"}`` rows summed over the counts in the staged parts' records."""
     counts = {"extracted": 0, "copied": 0}
@@ -256,75 +203,120 @@ def staged_counts(staging: Staging, chunks: list[Chunk]) -> dict[str, int]:
     return counts
 
 
-def _check_inputs(
-    source: VersionInfo,
-    target: VersionInfo,
-    carried: list[str],
-    transformation: str | None,
+def _keys_or_all(
+    store: GalleryStore, gallery: str, staging: Staging, plan: BackfillPlan, run: RunOptions
+) -> Selection:
+    """Pass A when :attr:`BackfillPlan.needs_keys`; else all or none of the rows."""
+    if not plan.needs_keys:
+        return Selection(plan.source.rows, plan.k)
+    key_kwargs = dict(
+        source=plan.source,
+        transformation=plan.transformation,
+        order=plan.order,
+        seed=plan.seed,
+        partial=plan.partial,
+    )
+    id_type = ID_TYPES[plan.id_type]
+    return select_rows(store, gallery, staging, plan.chunks, plan.k, key_kwargs, run, id_type)
+
+
+def decide_selection(
+    store: GalleryStore, gallery: str, staging: Staging, plan: BackfillPlan, run: RunOptions
+) -> tuple[Selection, bool]:
+    """Record the plan, then the selection an earlier run decided or pass A's (logged); returns
+    it and whether it was resumed. A budget below the rows the source holds extracted (counted by
+    pass A) aborts the staging area: its plan names the refused budget."""
+    refused = None
+    try:
+        record_plan(staging, plan.identity, plan.chunks)
+        selection = stored_selection(staging)
+        resumed = selection is not None
+        if selection is None:
+            selection = _keys_or_all(store, gallery, staging, plan, run)
+            if selection.already_extracted > plan.k:
+                extracted = selection.already_extracted
+                refused = budget_too_low(plan.budget, plan.k, plan.source, extracted)
+            else:
+                staging.write_meta(SELECTION_FILE, selection.to_json())
+    except BaseException:
+        staging.release()
+        raise
+    if refused is not None:
+        staging.abort()  # a corrected rerun starts afresh
+        raise refused
+    logger.info(
+        "%s/%s: %d of %d rows to extract (%d extracted in the source), threshold %s",
+        gallery,
+        plan.target.version,
+        plan.k,
+        plan.source.rows,
+        selection.already_extracted,
+        selection.threshold,
+    )
+    return selection, resumed
+
+
+def _counting(
+    plan: BackfillPlan, counts: dict, verify: Callable[[Staging], None] | None
+) -> Callable[[Staging], None]:
+    """The pre-publish check of pass B: the staged parts' counts (into ``counts``) add up to
+    ``k`` extracted rows, then the caller's ``verify``."""
+
+    def checked(staged: Staging) -> None:
+        counts.update(staged_counts(staged, plan.chunks))
+        if counts["extracted"] != plan.k:
+            raise StoreError(
+                f"{staged.uri}: staged {counts['extracted']} extracted rows, expected {plan.k}"
+            )
+        if verify is not None:
+            verify(staged)
+
+    return checked
+
+
+def write_rows(
+    store: GalleryStore,
+    gallery: str,
+    staging: Staging,
+    plan: BackfillPlan,
+    selection: Selection,
+    *,
     model: str,
     images: SourceSpec,
-    id_type: str,
-    order: str,
-) -> bool:
-    """Every check that needs no row, before any Ray work; returns whether the rows get a
-    ``sigma`` (h has the head, or a partial source stores one)."""
-    if target.side_info_width is not None:
-        raise SchemaError(
-            f"target {target.version}: a partial backfill writes no side_info column "
-            f"(side_info_width must be None)"
-        )
-    if "provenance" in carried:  # raising the budget of an earlier partial backfill
-        if source.model_version != target.model_version:
-            raise SchemaError(
-                f"source {source.version} is a partial backfill of model "
-                f"{source.model_version!r}; target {target.version} declares "
-                f"{target.model_version!r} (its extracted rows would be of another model)"
-            )
-        if source.width != target.width or (target.normalized and not source.normalized):
-            raise SchemaError(
-                f"source {source.version} (width {source.width}, normalized "
-                f"{source.normalized}) does not fit target {target.version} (width "
-                f"{target.width}, normalized {target.normalized})"
-            )
-        if order == "uncertainty" and "uncertainty" not in carried:
-            raise SchemaError(
-                f"order='uncertainty' but source {source.version} stores no uncertainty column "
-                f"(it was backfilled without sigma); use order='random'"
-            )
-        with_uncertainty = "uncertainty" in carried
-    else:
-        if not transformation:
-            raise ConfigError(
-                f"source {source.version} holds old-model rows: a partial backfill needs the "
-                f"transformation h (a directory holding h.safetensors + h.json)"
-            )
-        check_transformation(source, target, transformation, None)
-        with_uncertainty = bool(read_transformation_spec(transformation, H)["uncertainty"])
-        if order == "uncertainty" and not with_uncertainty:
-            raise ConfigError(
-                f"order='uncertainty' needs h with an uncertainty head, but "
-                f"{Path(transformation) / 'h.json'} has none (uncertainty: false); export h "
-                f"fitted with fit_uncertain_transformation, or use order='random'"
-            )
-    spec, _ = read_spec(model)
-    with torch.device("meta"):
-        width = build_model(spec).embed_dim
-    if width != target.width:
-        raise SchemaError(
-            f"{model} embeds {width}-d features but target {target.version} "
-            f"declares width {target.width}"
-        )
-    if images.kind != "dataset":
-        raise ConfigError(
-            f"images: a partial backfill loads images by id, which only the 'dataset' source "
-            f"supports (ids are row numbers); got kind {images.kind!r}"
-        )
-    if id_type != "int64":
-        raise SchemaError(
-            f"source {source.version} has {id_type} ids; the 'dataset' image source needs int64 "
-            f"ids (its row numbers)"
-        )
-    return with_uncertainty
+    run: RunOptions,
+    verify: Callable[[Staging], None] | None,
+) -> tuple[dict, dict]:
+    """Pass B: every chunk through :class:`BackfillChunks`, then publish; returns the writer's
+    summary and the staged ``{"extracted", "copied"}`` counts."""
+    counts: dict = {}
+    worker_kwargs = dict(
+        source=plan.source,
+        transformation=plan.transformation and str(plan.transformation),
+        model=str(model),
+        images=images,
+        selection=selection,
+        order=plan.order,
+        carried=[f.name for f in plan.kept],
+        with_uncertainty=plan.with_uncertainty,
+    )
+    source = plan.source
+    result = run_staged(
+        store,
+        gallery,
+        staging,
+        name=f"partial backfill {gallery}/{source.version} -> {plan.target.version}",
+        identity=plan.identity,
+        chunks=plan.chunks,
+        worker=BackfillChunks,
+        worker_kwargs=worker_kwargs,
+        schema=plan.schema,
+        run=run,
+        verify=_counting(plan, counts, verify),
+        # each part maps its input chunk's rows 1:1, as the transform's do: O(parts)
+        check="records" if source.ids else "rows",
+        expected_ids=IdFingerprint.from_dict(source.ids) if source.ids else None,
+    )
+    return result, counts
 
 
 def partial_backfill_version(
@@ -365,129 +357,46 @@ def partial_backfill_version(
         ``threshold`` (``{"key", "id"}`` of the k-th row, or None when k is 0 or N),
         ``budget``, ``order``, ``seed``, ``selection_seconds`` and ``selection_resumed``.
     """
-    budget = check_budget(budget)
-    if order not in ORDERS:
-        raise ConfigError(f"order must be one of {list(ORDERS)}, got {order!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed must be an int >= 0, got {seed!r}")
     run = options or RunOptions()
-    source = store.version(gallery, source_version)  # ManifestError if absent
-    chunks, id_type, carried_fields = plan_version_chunks(store, gallery, source, run.rows_per_file)
-    carried = [f.name for f in carried_fields]
-    partial = "provenance" in carried
-    if partial and transformation:
-        logger.info("%s/%s is a partial backfill: h is not applied again", gallery, source_version)
-    h_dir = None if partial else transformation
-    with_uncertainty = _check_inputs(source, target, carried, h_dir, model, images, id_type, order)
-    rows = source.rows
-    k = int(np.rint(budget * rows))
-    stored = extracted_in_version(store, gallery, source) if partial else 0
-    if stored is not None and stored > k:  # known before any work for this pipeline's versions
-        raise _budget_too_low(budget, k, source, stored)
-    lineage = partial_backfill_lineage(
-        target.version, source.version, h_dir, target.model_version, budget, order, seed
-    )
-    target = dataclasses.replace(target, lineage=lineage)
-    kept = [f for f in carried_fields if f.name not in BACKFILL_COLUMNS]
-    schema = embedding_schema(target.width, id_type, dtype=target.dtype)
-    schema = pa.schema(
-        list(schema) + kept + [PROVENANCE_FIELD] + ([UNCERTAINTY_FIELD] if with_uncertainty else [])
-    )
-    staging = store.begin(gallery, target, staging_name or f"partial-backfill-{source_version}")
-    identity = {
-        "kind": "partial_backfill",
-        "source": f"{gallery}/{source.version}@{source.created}",
-        "h": file_digest(weights_path(h_dir, H)) if h_dir else None,
-        "model": file_digest(Path(model) / MODEL_FILE),
-        "images": repr(images),
-        "budget": budget,
-        "order": order,
-        "seed": seed if order == "random" else None,
-        "rows_per_file": run.rows_per_file,
-    }
-    start, refused = time.perf_counter(), None
-    try:
-        record_plan(staging, identity, chunks)
-        selection = stored_selection(staging)
-        resumed = selection is not None
-        if selection is None:
-            # k == 0 of a partial source whose counts are unknown: pass A checks it holds none
-            if k < rows and (k > 0 or stored is None):
-                key_kwargs = dict(
-                    source=source, transformation=h_dir, order=order, seed=seed, partial=partial
-                )
-                selection = select_rows(
-                    store, gallery, staging, chunks, k, key_kwargs, run, ID_TYPES[id_type]
-                )
-            else:
-                selection = Selection(rows, k)
-            if selection.already_extracted > k:
-                refused = _budget_too_low(budget, k, source, selection.already_extracted)
-            else:
-                staging.write_meta(SELECTION_FILE, selection.to_json())
-    except BaseException:
-        staging.release()
-        raise
-    if refused is not None:
-        staging.abort()  # its plan names the refused budget; a corrected rerun starts afresh
-        raise refused
-    selection_s = time.perf_counter() - start
-    logger.info(
-        "%s/%s: %d of %d rows to extract (%d extracted in the source), threshold %s",
-        gallery,
-        target.version,
-        k,
-        rows,
-        selection.already_extracted,
-        selection.threshold,
-    )
-
-    counts = {}
-
-    def checked(staged: Staging) -> None:
-        counts.update(staged_counts(staged, chunks))
-        if counts["extracted"] != k:
-            raise StoreError(
-                f"{staged.uri}: staged {counts['extracted']} extracted rows, expected {k}"
-            )
-        if verify is not None:
-            verify(staged)
-
-    result = run_staged(
+    plan = plan_partial_backfill(
         store,
         gallery,
-        staging,
-        name=f"partial backfill {gallery}/{source_version} -> {target.version}",
-        identity=identity,
-        chunks=chunks,
-        worker=BackfillChunks,
-        worker_kwargs=dict(
-            source=source,
-            transformation=h_dir and str(h_dir),
-            model=str(model),
-            images=images,
-            selection=selection,
-            order=order,
-            carried=[f.name for f in kept],
-            with_uncertainty=with_uncertainty,
-        ),
-        schema=schema,
-        run=run,
-        verify=checked,
-        # each part maps its input chunk's rows 1:1, as the transform's do: O(parts)
-        check="records" if source.ids else "rows",
-        expected_ids=IdFingerprint.from_dict(source.ids) if source.ids else None,
+        source_version,
+        target,
+        transformation,
+        model,
+        images,
+        budget,
+        order,
+        seed,
+        run,
     )
-    threshold = selection.threshold
+    name = staging_name or f"partial-backfill-{source_version}"
+    staging = store.begin(gallery, plan.target, name)
+    start = time.perf_counter()
+    selection, resumed = decide_selection(store, gallery, staging, plan, run)
+    selection_s = time.perf_counter() - start
+    result, counts = write_rows(
+        store, gallery, staging, plan, selection, model=model, images=images, run=run, verify=verify
+    )
     return {
         **result,
-        "extracted": k,
-        "newly_extracted": k - counts["copied"],
-        "already_extracted": counts["copied"],
-        "threshold": None if threshold is None else dataclasses.asdict(threshold),
-        "budget": budget,
-        "order": order,
-        "seed": seed,
+        **selection_summary(plan, selection, counts),
         "selection_seconds": selection_s,
         "selection_resumed": resumed,
+    }
+
+
+def selection_summary(plan: BackfillPlan, selection: Selection, counts: dict) -> dict:
+    """The summary's rows (``extracted``, ``newly_extracted``, ``already_extracted``), the
+    ``threshold`` and the options the selection was made with."""
+    threshold = selection.threshold
+    return {
+        "extracted": plan.k,
+        "newly_extracted": plan.k - counts["copied"],
+        "already_extracted": counts["copied"],
+        "threshold": None if threshold is None else dataclasses.asdict(threshold),
+        "budget": plan.budget,
+        "order": plan.order,
+        "seed": plan.seed,
     }

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import torch
-import torch.nn.functional as F
 
+from raycompat import engine
 from raycompat.cluster.pipelines.inputs import file_digest
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.prefetch import prefetch
@@ -74,13 +75,64 @@ class ExtractChunks(ChunkWorker):
 
 
 def embed(model, images: torch.Tensor, autocast: torch.dtype | None, normalize: bool):
-    """``(B, C, H, W)`` -> float32 ``(B, d)`` features (L2-normalised if ``normalize``)."""
-    with (
-        torch.inference_mode(),
-        torch.autocast(images.device.type, autocast, enabled=autocast is not None),
-    ):
-        features = model.forward_features(images).float()
-    return F.normalize(features, dim=1) if normalize else features
+    """``(B, C, H, W)`` -> float32 ``(B, d)`` features (L2-normalised if ``normalize``):
+    :func:`raycompat.engine.embed` of ``model.forward_features``."""
+    return engine.embed(model.forward_features, images, normalize=normalize, autocast=autocast)
+
+
+def check_model_width(model: str, target: VersionInfo) -> None:
+    """The exported ``model`` embeds ``target.width``-d features: the model is built from its
+    ``model.json`` on the meta device (no weight is read); else ``SchemaError`` naming both."""
+    spec, _ = read_spec(model)
+    with torch.device("meta"):
+        width = build_model(spec).embed_dim
+    if width != target.width:
+        raise SchemaError(
+            f"{model} embeds {width}-d features but target {target.version} "
+            f"declares width {target.width}"
+        )
+
+
+@dataclass(frozen=True)
+class ExtractPlan:
+    """What an extraction writes, decided before any Ray work: the source's ``chunks``, the
+    output ``schema``, whether ids are checked unique on the cluster (``distributed``) and the
+    run's ``identity`` (recorded in ``_plan.json``: a rerun with other inputs is refused)."""
+
+    chunks: list[Chunk]
+    schema: pa.Schema
+    distributed: bool
+    identity: dict
+
+
+def plan_extraction(
+    target: VersionInfo, model: str, source: SourceSpec, run: RunOptions, augment: str, seed: int
+) -> ExtractPlan:
+    """Check the inputs (augmentation name, model width, no side info) and plan the chunks."""
+    AUGMENTATIONS.get(augment)
+    check_model_width(model, target)
+    if target.side_info_width is not None:
+        raise SchemaError(
+            f"target {target.version}: extraction writes no side_info column "
+            f"(side_info_width must be None)"
+        )
+    images = open_source(source)
+    chunks = images.plan(run.rows_per_file)
+    total = sum(c.rows for c in chunks)
+    distributed = run.unique_ids == "distributed" or (
+        run.unique_ids == "auto" and total >= DISTRIBUTED_UNIQUE_ROWS
+    )
+    id_type, with_label = images.id_type_and_labels()
+    schema = embedding_schema(target.width, id_type, with_label=with_label, dtype=target.dtype)
+    identity = {
+        "kind": "extract",
+        "model": file_digest(Path(model) / MODEL_FILE),
+        "source": repr(source),
+        "augment": augment,
+        "seed": seed,
+        "rows_per_file": run.rows_per_file,
+    }
+    return ExtractPlan(chunks, schema, distributed, identity)
 
 
 def extract_version(
@@ -102,51 +154,22 @@ def extract_version(
     Returns the progress summary plus ``"version"``, the published record.
     """
     run = run or RunOptions()
-    AUGMENTATIONS.get(augment)
-    spec, _ = read_spec(model)
-    with torch.device("meta"):
-        width = build_model(spec).embed_dim
-    if width != target.width:
-        raise SchemaError(
-            f"{model} embeds {width}-d features but target {target.version} "
-            f"declares width {target.width}"
-        )
-    if target.side_info_width is not None:
-        raise SchemaError(
-            f"target {target.version}: extraction writes no side_info column "
-            f"(side_info_width must be None)"
-        )
-    images = open_source(source)
-    chunks = images.plan(run.rows_per_file)
-    total = sum(c.rows for c in chunks)
-    distributed = run.unique_ids == "distributed" or (
-        run.unique_ids == "auto" and total >= DISTRIBUTED_UNIQUE_ROWS
-    )
-    id_type, with_label = images.id_type_and_labels()
-    schema = embedding_schema(target.width, id_type, with_label=with_label, dtype=target.dtype)
+    plan = plan_extraction(target, model, source, run, augment, seed)
     staging = store.begin(gallery, target, staging_name or f"extract-{target.version}")
-    identity = {
-        "kind": "extract",
-        "model": file_digest(Path(model) / MODEL_FILE),
-        "source": repr(source),
-        "augment": augment,
-        "seed": seed,
-        "rows_per_file": run.rows_per_file,
-    }
     return run_staged(
         store,
         gallery,
         staging,
         name=f"extract {gallery}/{target.version}",
-        identity=identity,
-        chunks=chunks,
+        identity=plan.identity,
+        chunks=plan.chunks,
         worker=ExtractChunks,
         worker_kwargs=dict(model=str(model), source=source, augment=augment, seed=seed),
-        schema=schema,
+        schema=plan.schema,
         run=run,
         verify=verify,
         # ids come from the image source, which nothing checked unique: at scale they are
         # grouped on the cluster and the commit reads part records only (O(parts))
-        check="records" if distributed else "rows",
-        distributed_unique=distributed,
+        check="records" if plan.distributed else "rows",
+        distributed_unique=plan.distributed,
     )

@@ -4,7 +4,8 @@
     build_version_index(store, "faces", "v3", runner=RayTasks(workers=8))   # kind="auto"
 
 The build itself (plan, training, resume, publishing) is the core's
-(:mod:`raycompat.index.sharded`); this runner only decides where its task functions run:
+(:mod:`raycompat.index.sharded`); this runner, a :class:`raycompat.index.tasks.TaskRunner`,
+only decides where its task functions run:
 at most ``workers`` Ray tasks at a time, each reserving ``cpus_per_task`` CPUs and running faiss
 with as many threads. Results come back in call order; the add phase logs its progress
 (rows done, rows/s, ETA) with :class:`~raycompat.cluster.pipelines.progress.Progress` as shards
@@ -25,7 +26,7 @@ T = TypeVar("T")
 
 
 class RayTasks:
-    """Runs the sharded build's task functions as Ray tasks (``LocalTasks``' interface).
+    """Runs the sharded build's task functions as Ray tasks (a ``TaskRunner``, as ``LocalTasks``).
 
     Args:
         workers: tasks in flight at once (each holds one shard's index in memory).

@@ -30,6 +30,7 @@ from raycompat.cluster.pipelines.progress import Progress
 from raycompat.cluster.pipelines.resume import pending_chunks, record_plan
 from raycompat.cluster.pipelines.unique import check_unique_distributed
 from raycompat.config.pipelines import RunOptions  # noqa: F401  (part of this module's API)
+from raycompat.errors import DataError
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.lease import LeaseRef
 from raycompat.store.part_record import IdFingerprint, PartRecord
@@ -37,7 +38,7 @@ from raycompat.store.part_record import IdFingerprint, PartRecord
 logger = logging.getLogger(__name__)
 
 
-class PipelineError(RuntimeError):
+class PipelineError(DataError, RuntimeError):
     """A chunk failed in an actor; the message carries the actor's error (file, row...)."""
 
 
@@ -102,6 +103,23 @@ class ChunkWorker:
             results["rows"].append(chunk.rows)
             results["record"].append(record.to_json().decode())
         return results
+
+
+def chunk_worker_kwargs(
+    store: GalleryStore, gallery: str, staging: Staging, schema: pa.Schema
+) -> dict:
+    """The :class:`ChunkWorker` constructor's arguments that every pool over ``staging``
+    shares (all but ``run``, which :func:`run_chunks` adds): where the store and the staging
+    area are, the output ``schema`` and the driver's lease, which actors check."""
+    return dict(
+        root=store.root,
+        storage_options=store.storage_options,
+        gallery=gallery,
+        info=staging.info,
+        staging_name=staging.path.rsplit("/", 1)[1],
+        schema=schema,
+        lease=staging.lease_ref,
+    )
 
 
 def run_chunks(
@@ -171,16 +189,7 @@ def run_staged(
         todo = pending_chunks(staging, chunks)
         total = sum(c.rows for c in chunks)
         progress = Progress(name, total, total - sum(c.rows for c in todo), run.progress_every_s)
-        kwargs = dict(
-            root=store.root,
-            storage_options=store.storage_options,
-            gallery=gallery,
-            info=staging.info,
-            staging_name=staging.path.rsplit("/", 1)[1],
-            schema=schema,
-            lease=staging.lease_ref,
-            **worker_kwargs,
-        )
+        kwargs = {**chunk_worker_kwargs(store, gallery, staging, schema), **worker_kwargs}
         run_chunks(todo, worker, kwargs, run, progress, staging)
         if verify is not None:  # the caller's quality gate: raising here publishes nothing
             verify(staging)

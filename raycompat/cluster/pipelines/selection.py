@@ -39,7 +39,12 @@ import torch
 from raycompat.cluster.pipelines.inputs import iter_chunk_batches, vectors
 from raycompat.cluster.pipelines.parts import Chunk
 from raycompat.cluster.pipelines.progress import Progress
-from raycompat.cluster.pipelines.runner import ChunkWorker, RunOptions, run_chunks
+from raycompat.cluster.pipelines.runner import (
+    ChunkWorker,
+    RunOptions,
+    chunk_worker_kwargs,
+    run_chunks,
+)
 from raycompat.fct.models import H, load_transformation
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
@@ -268,15 +273,7 @@ def select_rows(
     name = f"partial backfill keys {gallery}/{staging.info.version}"
     progress = Progress(name, rows, rows - sum(c.rows for c in todo), run.progress_every_s)
     schema = pa.schema([pa.field("id", id_type, nullable=False), pa.field("key", pa.float64())])
-    base = dict(
-        root=store.root,
-        storage_options=store.storage_options,
-        gallery=gallery,
-        info=staging.info,
-        staging_name=staging.path.rsplit("/", 1)[1],
-        schema=schema,
-        lease=staging.lease_ref,
-    )
+    base = chunk_worker_kwargs(store, gallery, staging, schema)
     run_chunks(todo, KeyChunks, {**base, **worker_kwargs}, run, progress)
     already = extracted_in_source(staging, chunks) if worker_kwargs["partial"] else 0
     threshold = None

@@ -245,7 +245,8 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     run_path = f"{base}/{cfg.run.name}"
     fs.create_dir(run_path, recursive=True)
     state = storage.read_json(fs, f"{run_path}/state.json") or {"steps": {}}
-    write_text(fs, f"{run_path}/config.yaml", dump_config(cfg))  # credentials redacted
+    config = dump_config(cfg)  # credentials redacted
+    storage.write_bytes(fs, f"{run_path}/config.yaml", config.encode())
     storage.write_json(fs, f"{run_path}/plan.json", describe(plans))
 
     checkpoints, metrics = {}, {}
@@ -287,8 +288,3 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     )
     storage.write_json(fs, f"{run_path}/summary.json", result.summary())
     return result
-
-
-def write_text(fs, path: str, text: str) -> None:
-    with fs.open_output_stream(path) as out:
-        out.write(text.encode())

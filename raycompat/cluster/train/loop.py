@@ -1,11 +1,12 @@
 """The per-worker function of one training step (Ray Train V2 ``train_loop_per_worker``).
 
 Read top to bottom: open the data, build the step's model (initialised as the plan says) and its
-compatibility method (with the parent step's model frozen as the old model), wrap both in the
-parallel strategy, resume from ``ray.train.get_checkpoint()`` if there is one, then per epoch:
-train on this rank's share, extract validation and test features (every rank, collectively),
-score the epoch for model selection, and report a checkpoint holding the strategy's training
-state, the exported model and the features. Rank 0 writes the shared files; under FSDP and
+compatibility method (with the parent step's model frozen as the old model), then hand a
+:class:`ModelStep` to the shared skeleton (:mod:`raycompat.cluster.train.worker`: parallel
+strategy, resume from ``ray.train.get_checkpoint()``, the epoch loop). Per epoch the step trains
+on this rank's share, extracts validation and test features (every rank, collectively), scores
+the epoch for model selection, and reports a checkpoint holding the strategy's training state,
+the exported model and the features. Rank 0 writes the shared files; under FSDP and
 DeepSpeed every rank writes its own shard.
 
 Every step runs under a :class:`~raycompat.engine.StepGuard`: features, loss terms and the
@@ -17,29 +18,33 @@ the driver stops the run without Ray's retries (:mod:`raycompat.cluster.train.gu
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import tempfile
 import time
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import ray.train
 import ray.train.torch
 import torch
 
 from raycompat.cluster.console import set_log_level
-from raycompat.cluster.train.epoch_log import EpochClock, images_per_s, log_epoch
+from raycompat.cluster.train.epoch_log import images_per_s
+from raycompat.cluster.train.worker import (  # noqa: F401  (scaling_config, maybe_fail: old home)
+    TRAIN_STATE,
+    EpochTraining,
+    WorkerTask,
+    maybe_fail,
+    scaling_config,
+    setup_worker,
+    train_worker,
+)
 from raycompat.config.train import TrainConfig
 from raycompat.engine import StepGuard
 from raycompat.evaluation import EvalSet, score, selection_score
-from raycompat.io.run_storage import exists, touch
 from raycompat.io.weights import load_weights
 from raycompat.methods import OldModel, create_method
-from raycompat.parallel import create_strategy
-from raycompat.train import schedule
 from raycompat.train.data import (
     extract,
     make_splits,
@@ -57,9 +62,6 @@ from raycompat.train.export import (
     save_features,
 )
 from raycompat.train.scenarios import StepPlan
-
-log = logging.getLogger(__name__)
-TRAIN_STATE = "train_state"
 
 
 def initial_model(cfg: TrainConfig, plan: StepPlan, index: int, parent_dir: Path | None):
@@ -108,49 +110,22 @@ def selection_metrics(cfg, plan, labels, val_rows, val, parent_plan, parent_dir)
     return metrics
 
 
-def scaling_config(scaling) -> ray.train.ScalingConfig:
-    """Ray Train's ScalingConfig from a run's ``scaling`` section (training and FCT runs)."""
-    return ray.train.ScalingConfig(
-        num_workers=scaling.num_workers,
-        use_gpu=scaling.use_gpu,
-        resources_per_worker={"CPU": scaling.cpus_per_worker},
-        placement_strategy=scaling.placement_strategy,
-    )
+@dataclass
+class StepData:
+    """One scenario step's images: the dataset and its splits, this step's new and replay rows
+    and training targets, and the test images (``open_step_data``)."""
+
+    dataset: object
+    labels: np.ndarray
+    splits: object
+    new: np.ndarray
+    replay: np.ndarray
+    targets: np.ndarray
+    test_dataset: object
+    test_rows: np.ndarray
 
 
-def maybe_fail(cfg: TrainConfig, index: int, epoch: int, batch: int, rank: int, marker) -> bool:
-    """The ``run.inject_failure`` test hook (:class:`~raycompat.config.train.FailurePoint`):
-    kind ``error`` raises once; returns True where kind ``nan`` wants this batch's loss NaN."""
-    point = cfg.run.inject_failure
-    if point is None or (point.step, point.epoch, point.batch, point.rank) != (
-        index,
-        epoch,
-        batch,
-        rank,
-    ):
-        return False
-    fs, path = marker
-    if point.kind == "nan":
-        touch(fs, f"{path}_nan_{uuid.uuid4().hex}")  # one marker per hit: tests count attempts
-        return True
-    if not exists(fs, path):  # once per run: the marker survives the restart
-        touch(fs, path)
-        raise RuntimeError(f"injected failure at step {index} epoch {epoch} batch {batch}")
-    return False
-
-
-def train_loop_per_worker(config: dict) -> None:
-    cfg: TrainConfig = config["cfg"]
-    plans: list[StepPlan] = config["plans"]
-    index: int = config["index"]
-    set_log_level()  # RAYCOMPAT_VERBOSE=1 (a job's --verbose): our DEBUG lines too
-    plan = plans[index]
-    parent_plan = plans[plan.parent] if plan.parent is not None else None
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    torch.set_num_threads(max(1, int(cfg.scaling.cpus_per_worker)))
-
+def open_step_data(cfg: TrainConfig, plan: StepPlan) -> StepData:
     dataset = open_dataset(cfg.data)
     labels = dataset.labels
     splits = make_splits(cfg, labels)
@@ -159,11 +134,14 @@ def train_loop_per_worker(config: dict) -> None:
         new, replay = step_rows(plan, labels, splits, cfg)
     targets = targets_for(plan, labels)
     test_dataset, test_rows, _ = test_source(cfg, dataset, labels, splits)
+    return StepData(dataset, labels, splits, new, replay, targets, test_dataset, test_rows)
 
-    parent_dir = None
-    if config["parent"] is not None:
-        parent_dir = Path(tempfile.mkdtemp(prefix="raycompat-parent-"))
-        config["parent"].to_directory(str(parent_dir))
+
+def step_model(cfg, plans, index: int, data: StepData, parent_dir: Path | None, device):
+    """``(model, method)`` of the step: the initial model and its compatibility method, the
+    parent's model frozen as the old one, prepared on the step's new rows."""
+    plan = plans[index]
+    parent_plan = plans[plan.parent] if plan.parent is not None else None
     model = initial_model(cfg, plan, index, parent_dir).to(device)
     old = old_model(plan, parent_plan, parent_dir, device)
     options = cfg.method_options if plan.method == cfg.method else {}
@@ -171,109 +149,117 @@ def train_loop_per_worker(config: dict) -> None:
     method.check_model(model)
     if plan.epochs:
         no_replay = np.zeros(0, np.int64)
-        passes = sampler_batches(dataset, targets, new, no_replay, 256, 0, cfg.seed, 0, 1, "none")
+        passes = sampler_batches(
+            data.dataset, data.targets, data.new, no_replay, 256, 0, cfg.seed, 0, 1, "none"
+        )
         method.prepare(model, (batch for batch, _ in passes))
+    return model, method
 
-    per_worker = max(1, cfg.batch_size // world)
-    prepared = create_strategy(cfg.scaling.strategy, **cfg.scaling.strategy_options).setup(
-        model,
-        schedule.optimizer_factory(cfg.optim),
-        device,
-        precision=cfg.scaling.precision if device.type == "cuda" else "fp32",
-        channels_last=cfg.scaling.channels_last and device.type == "cuda",
-    )
 
-    start, global_step = 0, 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as directory:
-            state = prepared.load(os.path.join(directory, TRAIN_STATE))
-        start = state["epoch"] + 1
-        global_step = state.get("global_step", 0)  # absent from checkpoints of older versions
-        log.info("%s: resumed after epoch %d", plan.name, start)
-
-    # A torch optimizer steps after the guard's gradient check; DeepSpeed's engine owns its step
-    # (and clips with strategy_options.gradient_clipping).
-    optimizer = prepared.optimizer
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        optimizer = None
-    guard = StepGuard(cfg.optim.clip_grad_norm, global_step, where=plan.name)
-    epochs = range(start, plan.epochs) if plan.epochs else ([0] if checkpoint is None else [])
-    clock = EpochClock(start, plan.epochs)
-    for epoch in epochs:
-        began, sums, steps, seen_rows = time.perf_counter(), {}, 0, []
-        if plan.epochs:
-            prepared.set_lr(schedule.lr_at(cfg.optim, epoch, plan.epochs))
-            batches = batch_source(
-                cfg, dataset, targets, new, replay, per_worker, epoch, rank, world
-            )
-            with guard.watch(prepared.model, optimizer):
-                for batch, rows in guard.steps(batches, epoch):
-                    poison = maybe_fail(cfg, index, epoch, guard.step, rank, config["marker"])
-                    batch.images = prepared.prepare_inputs(batch.images)
-                    batch.targets = batch.targets.to(device)
-                    if batch.replay is not None:
-                        batch.replay = batch.replay.to(device)
-                    with prepared.autocast():
-                        terms = method(prepared.module, batch)
-                    if poison:
-                        terms["loss"] = terms["loss"] * float("nan")
-                    values = guard.check_terms(terms)
-                    prepared.backward_step(terms["loss"])  # the guard checks the gradient norm
-                    if optimizer is not None:
-                        values["grad_norm"] = guard.grad_norm
-                    for name, value in values.items():
-                        sums[name] = sums.get(name, 0.0) + value
-                    steps += 1
-                    seen_rows.append(rows)
-        trained_s = time.perf_counter() - began
-        val = extract(prepared, dataset, splits.val, cfg.eval.batch_size, rank, world)
-        test = extract(prepared, test_dataset, test_rows, cfg.eval.batch_size, rank, world)
-        # Last line of defence (a step the guard cannot see, such as DeepSpeed's): never report
-        # a model whose features are not finite.
-        guard.check_tensors({"validation features": val, "test features": test})
-        metrics = {
-            "epoch": epoch,
-            "global_step": guard.global_step,
-            "steps": steps,
-            "seconds": time.perf_counter() - began,
-            # over all workers, from this rank's share (every rank runs as many steps)
-            "images_per_s": images_per_s(world * sum(map(len, seen_rows)), trained_s),
-            **{k: v / max(steps, 1) for k, v in sums.items()},
-        }
-        if len(splits.val):
-            metrics.update(
-                selection_metrics(cfg, plan, labels, splits.val, val, parent_plan, parent_dir)
-            )
-        if not cfg.scenario.model_selection:
-            metrics["selection_score"] = float(epoch)
-        report(cfg, plan, prepared, metrics, val, test, rank, seen_rows)
-        if rank == 0 and plan.epochs:  # the console's one line per epoch (metrics.jsonl: all)
-            loss_terms = {k: metrics[k] for k in sums if k != "grad_norm"}
-            run_step = f"{cfg.run.name}/{plan.name}"
-            log_epoch(log, run_step, epoch, plan.epochs, loss_terms, metrics["images_per_s"], clock)
+def train_loop_per_worker(config: dict) -> None:
+    cfg: TrainConfig = config["cfg"]
+    plans: list[StepPlan] = config["plans"]
+    index: int = config["index"]
+    set_log_level()  # RAYCOMPAT_VERBOSE=1 (a job's --verbose): our DEBUG lines too
+    device = ray.train.torch.get_device()
+    torch.set_num_threads(max(1, int(cfg.scaling.cpus_per_worker)))
+    data = open_step_data(cfg, plans[index])
+    parent_dir = None
+    if config["parent"] is not None:
+        parent_dir = Path(tempfile.mkdtemp(prefix="raycompat-parent-"))
+        config["parent"].to_directory(str(parent_dir))
+    model, method = step_model(cfg, plans, index, data, parent_dir, device)
+    prepared, rank, world = setup_worker(model, cfg, cfg.scaling.channels_last)
+    task = ModelStep(cfg, plans, index, data, method, parent_dir, prepared, rank, world)
+    train_worker(task, prepared, cfg, rank, config["marker"])
     if parent_dir is not None:
         shutil.rmtree(parent_dir, ignore_errors=True)
 
 
-def batch_source(cfg, dataset, targets, new, replay, per_worker, epoch, rank, world):
-    if cfg.data.loader == "ray_data":
-        from raycompat.cluster.train.ray_data import shard_batches
+class ModelStep(WorkerTask):
+    """A scenario step's model: its compatibility method's loss on this rank's share of the
+    step's rows, every step guarded; each epoch extracts validation and test features (every
+    rank, collectively) and scores the epoch for model selection."""
 
-        return shard_batches(per_worker, len(replay) > 0, cfg.seed, epoch, rank)
-    return sampler_batches(
-        dataset, targets, new, replay, per_worker, epoch, cfg.seed, rank, world, cfg.data.augment
-    )
+    checked = True
 
+    def __init__(self, cfg, plans, index, data, method, parent_dir, prepared, rank, world):
+        self.cfg, self.plan, self.data, self.method = cfg, plans[index], data, method
+        self.parent_plan = plans[self.plan.parent] if self.plan.parent is not None else None
+        self.parent_dir, self.prepared, self.rank, self.world = parent_dir, prepared, rank, world
+        self.name, self.where = f"{cfg.run.name}/{self.plan.name}", self.plan.name
+        self.epochs, self.failure_step = self.plan.epochs, index
 
-def report(cfg, plan, prepared, metrics, val, test, rank, seen_rows) -> None:
-    directory = tempfile.mkdtemp(prefix=f"raycompat-rank{rank}-")
-    train_state = {"epoch": metrics["epoch"], "global_step": metrics["global_step"]}
-    prepared.save(os.path.join(directory, TRAIN_STATE), train_state)
-    state = prepared.full_state_dict()
-    rows = np.concatenate(seen_rows) if seen_rows else np.zeros(0, np.int64)
-    np.save(os.path.join(directory, f"rows_rank{rank}.npy"), rows)
-    if rank == 0:
+    def batches(self, epoch: int):
+        cfg, data = self.cfg, self.data
+        per_worker = max(1, cfg.batch_size // self.world)
+        batches = batch_source(
+            cfg,
+            data.dataset,
+            data.targets,
+            data.new,
+            data.replay,
+            per_worker,
+            epoch,
+            self.rank,
+            self.world,
+        )
+        return batches, None  # lr per epoch
+
+    def loss(self, batch, poison: bool):
+        prepared = self.prepared
+        batch.images = prepared.prepare_inputs(batch.images)
+        batch.targets = batch.targets.to(prepared.device)
+        if batch.replay is not None:
+            batch.replay = batch.replay.to(prepared.device)
+        with prepared.autocast():
+            terms = self.method(prepared.module, batch)
+        if poison:
+            terms["loss"] = terms["loss"] * float("nan")
+        return terms["loss"], terms
+
+    def epoch_metrics(self, trained: EpochTraining, guard: StepGuard) -> dict:
+        cfg, data, prepared, rank, world = self.cfg, self.data, self.prepared, self.rank, self.world
+        self.val = extract(
+            prepared, data.dataset, data.splits.val, cfg.eval.batch_size, rank, world
+        )
+        self.test = extract(
+            prepared, data.test_dataset, data.test_rows, cfg.eval.batch_size, rank, world
+        )
+        # Last line of defence (a step the guard cannot see, such as DeepSpeed's): never report
+        # a model whose features are not finite.
+        guard.check_tensors({"validation features": self.val, "test features": self.test})
+        metrics = {
+            "epoch": trained.epoch,
+            "global_step": guard.global_step,
+            "steps": trained.steps,
+            "seconds": time.perf_counter() - trained.began,
+            # over all workers, from this rank's share (every rank runs as many steps)
+            "images_per_s": images_per_s(world * trained.trained_rows(), trained.trained_s),
+            **{k: v / max(trained.steps, 1) for k, v in trained.sums.items()},
+        }
+        if len(data.splits.val):
+            metrics.update(
+                selection_metrics(
+                    cfg,
+                    self.plan,
+                    data.labels,
+                    data.splits.val,
+                    self.val,
+                    self.parent_plan,
+                    self.parent_dir,
+                )
+            )
+        if not cfg.scenario.model_selection:
+            metrics["selection_score"] = float(trained.epoch)
+        return metrics
+
+    def save_shard(self, directory: str, rank: int, trained: EpochTraining) -> None:
+        rows = np.concatenate(trained.rows) if trained.rows else np.zeros(0, np.int64)
+        np.save(os.path.join(directory, f"rows_rank{rank}.npy"), rows)
+
+    def export(self, directory: str, state: dict, metrics: dict) -> None:
+        plan = self.plan
         export_model(
             directory,
             state,
@@ -284,8 +270,16 @@ def report(cfg, plan, prepared, metrics, val, test, rank, seen_rows) -> None:
             label_map={str(c): o for c, o in plan.label_map.items()},
             epoch=metrics["epoch"],
         )
-        save_features(directory, "val", val)
-        save_features(directory, "test", test)
+        save_features(directory, "val", self.val)
+        save_features(directory, "test", self.test)
         Path(directory, "metrics.json").write_text(json.dumps(metrics, default=float))
-    ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
-    shutil.rmtree(directory, ignore_errors=True)
+
+
+def batch_source(cfg, dataset, targets, new, replay, per_worker, epoch, rank, world):
+    if cfg.data.loader == "ray_data":
+        from raycompat.cluster.train.ray_data import shard_batches
+
+        return shard_batches(per_worker, len(replay) > 0, cfg.seed, epoch, rank)
+    return sampler_batches(
+        dataset, targets, new, replay, per_worker, epoch, cfg.seed, rank, world, cfg.data.augment
+    )

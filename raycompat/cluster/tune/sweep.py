@@ -45,9 +45,9 @@ from raycompat.cluster.tune.objectives import PROXY, objective
 from raycompat.cluster.tune.reaper import PlacementGroupReaper
 from raycompat.cluster.tune.space import param_space, trial_overrides
 from raycompat.config import ConfigError, apply_overrides, load_config
-from raycompat.config.train import RunSpec, ScalingSpec, TrainConfig
+from raycompat.config.train import ScalingSpec, TrainConfig
 from raycompat.config.tune import SweepConfig
-from raycompat.io import run_storage as storage
+from raycompat.io.uri import filesystem
 from raycompat.metrics.compatibility import CompatibilityMatrix
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class ObjectiveReportCallback(TuneReportCallback):
 def trial_config(base: TrainConfig, sweep: SweepConfig, params: dict, trial_id: str) -> TrainConfig:
     cfg = apply_overrides(base, trial_overrides(split_params(params)[0]))
     run = dataclasses.replace(
-        cfg.run, name=trial_id, storage_path=runs_path(sweep), endpoint_url=sweep.endpoint_url
+        cfg.run, name=trial_id, storage_path=runs_path(sweep), storage_options=sweep.storage_options
     )
     return dataclasses.replace(cfg, run=run)
 
@@ -93,10 +93,12 @@ def runs_path(sweep: SweepConfig) -> str:
 
 
 def sweep_storage(sweep: SweepConfig) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, path of <storage_path> in it)``, as Tune's ``storage_filesystem`` wants."""
-    return storage.run_filesystem(
-        RunSpec(storage_path=sweep.storage_path, endpoint_url=sweep.endpoint_url)
-    )
+    """``(filesystem, path of <storage_path> in it)``, as Tune's ``storage_filesystem`` wants:
+    the one I/O resolver's, from the sweep's ``storage_options``."""
+    try:
+        return filesystem(sweep.storage_path, sweep.storage_options)
+    except ValueError as err:
+        raise ValueError(f"storage_path: {err}") from None
 
 
 def check_storage(sweep: SweepConfig) -> None:
@@ -108,8 +110,8 @@ def check_storage(sweep: SweepConfig) -> None:
         fs.get_file_info(f"{base}/{sweep.name}")
     except OSError as err:
         hint = (
-            "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or the instance "
-            "role) and endpoint_url"
+            "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, the instance "
+            "role, or storage_options key/secret) and storage_options.client_kwargs.endpoint_url"
             if is_remote(sweep)
             else "check that the folder is writable"
         )

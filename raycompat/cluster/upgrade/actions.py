@@ -10,6 +10,7 @@ refusal that says why), and a model is registered only with its grant.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from raycompat.cluster.upgrade import steps
 from raycompat.config.upgrade import (
     PartialBackfillSpec,
     UpgradeConfig,
+    UpgradeSpec,
     gallery_version_of,
     partial_backfill_of,
 )
@@ -43,6 +45,21 @@ RELATION = {
 }
 
 
+@dataclass
+class Candidate:
+    """A trained candidate, judged against the gallery: what :meth:`Publisher.carry_out` needs."""
+
+    position: int  # its entry in the history (names the version it may write)
+    spec: UpgradeSpec
+    directory: str  # its local model files (and ``h.*`` for FCT)
+    features: np.ndarray  # (N, d) test features
+    current: VersionInfo  # the gallery version it was judged against
+    written: VersionInfo | None  # its version, when an earlier run wrote it and stopped
+    old_self: float  # M(old, old): the gallery model's self-test that a rewrite must beat
+    proof: dict  # the evidence its grant carries ("direct", "transformed", ...)
+    parent: str  # the gallery model's version
+
+
 class Publisher:
     def __init__(
         self, cfg: UpgradeConfig, store: GalleryStore, catalog: Catalog, data: EvalData
@@ -50,66 +67,65 @@ class Publisher:
         self.cfg, self.store, self.catalog, self.data = cfg, store, catalog, data
         self.gallery = cfg.store.gallery
 
-    def act(
-        self,
-        position,
-        spec,
-        decision: Decision,
-        directory,
-        features,
-        current,
-        mine,
-        old_self,
-        proof,
-        parent,
-    ) -> tuple[Decision, str | None]:
+    def carry_out(self, decision: Decision, candidate: Candidate) -> tuple[Decision, str | None]:
+        """Write the version ``decision`` asks for (unless an earlier run wrote it), then
+        register the candidate with its grant. Returns the decision (a refusal when the written
+        version failed its check) and the version the candidate queries (None if refused)."""
         if decision.action == "refuse":
             return decision, None
-        version = current.version
         try:
-            if decision.action == "transform":
-                version = gallery_version_of(self.cfg, position)
-                if mine is None:
-                    self.transform(spec, directory, features, current, version, old_self)
-            elif decision.action == "backfill":
-                version = gallery_version_of(self.cfg, position)
-                if mine is None:
-                    self.extract(spec, directory, features, version)
-            elif decision.action == "partial_backfill":
-                version = gallery_version_of(self.cfg, position)
-                backfill = partial_backfill_of(spec, self.cfg.policy)
-                if mine is None:
-                    extracted = self.partial_backfill(
-                        spec, backfill, directory, features, current, version, old_self
-                    )
-                else:  # an earlier run published it and stopped before the grant; the
-                    # pipeline commits exactly round(budget * rows) extracted rows
-                    extracted = int(np.rint(backfill.budget * mine.rows))
-                proof = {
-                    **proof,
-                    "partial_backfill": {
-                        "budget": backfill.budget,
-                        "order": backfill.order,
-                        "extracted": extracted,
-                    },
-                }
+            version, proof = self._write_version(decision.action, candidate)
         except VerificationError as err:
-            log.error("%s: %s", spec.model_version, err)
+            log.error("%s: %s", candidate.spec.model_version, err)
             return Decision(
                 "refuse",
                 f"{decision.reason}; but the written version failed its "
                 f"check before publishing: {err}",
             ), None
         self.publish(
-            spec,
-            parent,
-            directory,
-            features.shape[1],
+            candidate.spec,
+            candidate.parent,
+            candidate.directory,
+            candidate.features.shape[1],
             version,
             RELATION[decision.action],
             {"reason": decision.reason, **proof},
         )
         return decision, version
+
+    def act(self, position, spec, decision: Decision, *fields) -> tuple[Decision, str | None]:
+        """:meth:`carry_out` with the candidate given field by field, as 0.2 called it:
+        ``position, spec, decision``, then :class:`Candidate`'s other fields in order."""
+        return self.carry_out(decision, Candidate(position, spec, *fields))
+
+    def _write_version(self, action: str, c: Candidate) -> tuple[str, dict]:
+        """The version the candidate will query under ``action``, written unless ``c.written``
+        holds it already, and the evidence its grant carries. ``compatible``: the current one."""
+        if action not in ("transform", "backfill", "partial_backfill"):
+            return c.current.version, c.proof
+        version = gallery_version_of(self.cfg, c.position)
+        if action == "partial_backfill":
+            backfilled = self._partial_backfill_evidence(c, version)
+            return version, {**c.proof, "partial_backfill": backfilled}
+        if c.written is None:  # else an earlier run wrote it and stopped before the grant
+            if action == "transform":
+                self.transform(c.spec, c.directory, c.features, c.current, version, c.old_self)
+            else:
+                self.extract(c.spec, c.directory, c.features, version)
+        return version, c.proof
+
+    def _partial_backfill_evidence(self, c: Candidate, version: str) -> dict:
+        """Partially backfill ``version`` (unless ``c.written`` holds it); the grant's
+        ``partial_backfill`` evidence: budget, order and rows re-extracted."""
+        backfill = partial_backfill_of(c.spec, self.cfg.policy)
+        if c.written is None:
+            extracted = self.partial_backfill(
+                c.spec, backfill, c.directory, c.features, c.current, version, c.old_self
+            )
+        else:  # an earlier run published it and stopped before the grant; the pipeline
+            # commits exactly round(budget * rows) extracted rows
+            extracted = int(np.rint(backfill.budget * c.written.rows))
+        return {"budget": backfill.budget, "order": backfill.order, "extracted": extracted}
 
     def publish(self, spec, parent, directory, width, version, relation, evidence) -> None:
         """Model files, record and grant (each create-if-absent: a rerun is a no-op)."""

@@ -23,13 +23,16 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
 from raycompat.cluster.pipelines import load_transformation
 from raycompat.cluster.train.fct_fit import transform_features, transform_with_uncertainty
 from raycompat.cluster.upgrade import steps
-from raycompat.cluster.upgrade.actions import Publisher
+from raycompat.cluster.upgrade.actions import Candidate, Publisher
 from raycompat.config.upgrade import (
     UpgradeConfig,
     decision_digest,
@@ -46,6 +49,7 @@ from raycompat.train.export import load_exported_model
 from raycompat.upgrade.backfill_eval import backfill_evaluation
 from raycompat.upgrade.evaluate import (
     EvalData,
+    Evidence,
     evidence,
     evidence_on_classes,
     model_features,
@@ -54,6 +58,16 @@ from raycompat.upgrade.policy import decide
 from raycompat.upgrade.report import Outcome
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reference:
+    """What a candidate is judged against (all on the N test images)."""
+
+    parent: steps.Parent  # the model the gallery is stored in
+    old: np.ndarray  # (N, d_old) its test features
+    gallery: np.ndarray  # (N, d_old) the stored rows of the test images, else ``old``
+    old_self: float  # M(old, gallery): the gallery's self-test
 
 
 class Upgrader:
@@ -232,26 +246,24 @@ class Upgrader:
 
     def _initial(self, position: int, spec, mine: VersionInfo | None) -> Outcome:
         seconds: dict[str, float] = {}
-        t = time.perf_counter()
-        directory, features = self._train(spec, spec.method, None)
-        seconds["train"] = time.perf_counter() - t
+        with _timed(seconds, "train"):
+            directory, features = self._train(spec, spec.method, None)
         self._add(spec.model_version, features)
         version = gallery_version_of(self.cfg, position)
         self_test = self.data.score(features, features)
         reason = f"initial model: the gallery is extracted with it (self-test {self_test:.4f})"
-        t = time.perf_counter()
-        if mine is None:  # else an earlier run published it and stopped before registering
-            self.publisher.extract(spec, directory, features, version)
-        self.publisher.publish(
-            spec,
-            None,
-            directory,
-            features.shape[1],
-            version,
-            "extracted",
-            {"reason": reason, "self_test": self_test},
-        )
-        seconds["publish"] = time.perf_counter() - t
+        with _timed(seconds, "publish"):
+            if mine is None:  # else an earlier run published it and stopped before registering
+                self.publisher.extract(spec, directory, features, version)
+            self.publisher.publish(
+                spec,
+                None,
+                directory,
+                features.shape[1],
+                version,
+                "extracted",
+                {"reason": reason, "self_test": self_test},
+            )
         return Outcome(
             spec.model_version,
             spec.method,
@@ -265,87 +277,43 @@ class Upgrader:
     def _upgrade(
         self, position: int, spec, current: VersionInfo, mine: VersionInfo | None
     ) -> Outcome:
+        """Train the candidate against the gallery's model, score it (with its baselines and,
+        for FCT, against h(gallery)), decide, then carry the decision out."""
         seconds: dict[str, float] = {}
         parent = steps.parent_of(self.catalog, current.model_version, self.work)
-        t = time.perf_counter()
-        directory, features = self._train(spec, spec.method, parent)
-        seconds["train"] = time.perf_counter() - t
-
-        # Evaluate against what the service searches: the stored rows of the test images when
-        # the gallery holds them, else the gallery model's features.
-        t = time.perf_counter()
-        old = self.stored_features(parent.model_version)
-        self._add(parent.model_version, old)
-        gallery = steps.version_rows(self.store, self.gallery, current.version, self.data.rows)
-        gallery = old if gallery is None else gallery
-        old_self = self.data.score(old, gallery)
-        direct = evidence(self.data, features, gallery, old_self, parent.model_version)
-        self._add(spec.model_version, features)
-        seconds["evaluate"] = time.perf_counter() - t
-
-        t = time.perf_counter()
+        with _timed(seconds, "train"):
+            directory, features = self._train(spec, spec.method, parent)
+        with _timed(seconds, "evaluate"):
+            reference = self._reference(parent, current)
+            direct = self._evidence(features, reference)
+            self._add(spec.model_version, features)
         baselines = {}
-        for method in spec.baselines:
-            _, base_features = self._train(spec, method, parent, suffix=f"-{method}")
-            baselines[method] = evidence(
-                self.data, base_features, gallery, old_self, parent.model_version
-            ).as_dict()
-            seen = evidence_on_classes(
-                self.data, parent.classes, base_features, gallery, old, parent.model_version
-            )
-            if seen is not None:
-                baselines[f"{method}, classes < {parent.classes} only"] = seen.as_dict()
         if spec.baselines:
-            seconds["baselines"] = time.perf_counter() - t
-
+            with _timed(seconds, "baselines"):
+                baselines = self._baselines(spec, reference)
         fct, backfill = None, {}
         if METHODS.get(spec.method).needs_transformation:
-            t = time.perf_counter()
-            partial = partial_backfill_of(spec, self.cfg.policy)  # h learns its uncertainty
-            run = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}-fct"
-            steps.train_fct(
-                self.cfg, spec, parent, directory, current.normalized, self.work, partial, run
-            )
-            h = load_transformation(directory)
-            if partial is None:
-                transformed = transform_features(h, gallery)
-            else:  # what each budget would buy, on the test images (FastFill's curves)
-                transformed, uncertainty = transform_with_uncertainty(h, gallery)
-                backfill = backfill_evaluation(
-                    features,
-                    transformed,
-                    uncertainty,
-                    self.data.eval_set.labels,
-                    partial,
-                    distance=self.data.distance,
-                )
-            fct = evidence(
-                self.data, features, transformed, old_self, parent.model_version, transformed=True
-            )
-            seconds["fct"] = time.perf_counter() - t
+            with _timed(seconds, "fct"):
+                fct, backfill = self._fct_evidence(spec, reference, directory, features, current)
         decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill)
         log.info("%s: %s (%s)", spec.model_version, decision.action, decision.reason)
         proof = {"direct": direct.as_dict(), **({"transformed": fct.as_dict()} if fct else {})}
-        seen = evidence_on_classes(
-            self.data, parent.classes, features, gallery, old, parent.model_version
-        )
+        seen = self._evidence_on_seen_classes(features, reference)
         if seen is not None:  # reported, not decisive: the service searches every image
             proof["seen_classes"] = {**seen.as_dict(), "classes": parent.classes}
-
-        t = time.perf_counter()
-        decision, version = self.publisher.act(
+        candidate = Candidate(
             position,
             spec,
-            decision,
             directory,
             features,
             current,
             mine,
-            old_self,
+            reference.old_self,
             proof,
             parent.model_version,
         )
-        seconds["publish"] = time.perf_counter() - t
+        with _timed(seconds, "publish"):
+            decision, version = self.publisher.carry_out(decision, candidate)
         return Outcome(
             spec.model_version,
             spec.method,
@@ -359,3 +327,103 @@ class Upgrader:
             seconds,
             backfill=backfill,
         )
+
+    # ---- the stages of one upgrade -----------------------------------------------------------
+
+    def _reference(self, parent: steps.Parent, current: VersionInfo) -> Reference:
+        """What the candidate is judged against: the service's view, i.e. the stored rows of
+        the test images when the gallery holds them, else the gallery model's features."""
+        old = self.stored_features(parent.model_version)
+        self._add(parent.model_version, old)
+        gallery = steps.version_rows(self.store, self.gallery, current.version, self.data.rows)
+        gallery = old if gallery is None else gallery
+        return Reference(parent, old, gallery, self.data.score(old, gallery))
+
+    def _evidence(
+        self, features: np.ndarray, reference: Reference, transformed: np.ndarray | None = None
+    ) -> Evidence:
+        """``features`` ((N, d) test features) against the stored rows, or against
+        ``transformed`` ((N, d) h(rows), FCT)."""
+        gallery = reference.gallery if transformed is None else transformed
+        return evidence(
+            self.data,
+            features,
+            gallery,
+            reference.old_self,
+            reference.parent.model_version,
+            transformed=transformed is not None,
+        )
+
+    def _evidence_on_seen_classes(
+        self, features: np.ndarray, reference: Reference
+    ) -> Evidence | None:
+        """The evidence on the test images of the gallery model's classes, or None."""
+        parent = reference.parent
+        return evidence_on_classes(
+            self.data,
+            parent.classes,
+            features,
+            reference.gallery,
+            reference.old,
+            parent.model_version,
+        )
+
+    def _baselines(self, spec, reference: Reference) -> dict[str, dict]:
+        """Each baseline method trained on the same data: method -> its direct evidence (and
+        ``"<method>, classes < C only"`` -> its evidence on the gallery model's classes)."""
+        baselines = {}
+        for method in spec.baselines:
+            _, features = self._train(spec, method, reference.parent, suffix=f"-{method}")
+            baselines[method] = self._evidence(features, reference).as_dict()
+            seen = self._evidence_on_seen_classes(features, reference)
+            if seen is not None:
+                classes = reference.parent.classes
+                baselines[f"{method}, classes < {classes} only"] = seen.as_dict()
+        return baselines
+
+    def _fct_evidence(
+        self,
+        spec,
+        reference: Reference,
+        directory: str,
+        features: np.ndarray,
+        current: VersionInfo,
+    ) -> tuple[Evidence, dict]:
+        """Train h (FCT sec. 3.3) into ``directory`` and score the candidate against h(rows);
+        with a partial backfill, h learns its uncertainty and the backfill curves on the test
+        images come too (FastFill), else ``{}``."""
+        partial = partial_backfill_of(spec, self.cfg.policy)  # h learns its uncertainty
+        run = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}-fct"
+        steps.train_fct(
+            self.cfg,
+            spec,
+            reference.parent,
+            directory,
+            current.normalized,
+            self.work,
+            partial,
+            run,
+        )
+        h = load_transformation(directory)
+        backfill = {}
+        if partial is None:
+            transformed = transform_features(h, reference.gallery)
+        else:  # what each budget would buy, on the test images (FastFill's curves)
+            transformed, uncertainty = transform_with_uncertainty(h, reference.gallery)
+            backfill = backfill_evaluation(
+                features,
+                transformed,
+                uncertainty,
+                self.data.eval_set.labels,
+                partial,
+                distance=self.data.distance,
+            )
+        return self._evidence(features, reference, transformed), backfill
+
+
+@contextmanager
+def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    """Record the block's wall seconds as ``seconds[stage]`` (not when it raises)."""
+    began = time.perf_counter()
+    yield
+    seconds[stage] = time.perf_counter() - began

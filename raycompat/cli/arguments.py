@@ -1,0 +1,270 @@
+"""The ``raycompat`` command's arguments: one function per subcommand, and the table of them.
+
+:data:`SUBCOMMANDS` maps each subcommand's name to its help and the function that adds its
+arguments; :func:`build_parser` adds the global flags (``--debug``, ``--verbose``, accepted
+before or after the subcommand) and one subparser per entry, in the table's order. The
+handlers are in :mod:`raycompat.cli.app` (``COMMANDS``). Argument types (:func:`duration_s`,
+:func:`positive_int`, ``--as-of``) fail as usage errors, exit 2. Imports stay light: ``--help``
+loads neither torch nor Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raycompat.cli.errors import DEBUG_ENV, DEBUG_FLAG
+from raycompat.store.lease import DEFAULT_TIMEOUT_S
+
+STORE_HELP = "store root: a folder or s3://bucket/prefix"
+_DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_s(text: str) -> float:
+    """``"24h"``, ``"90m"``, ``"2d"``, ``"30s"`` or plain seconds -> seconds."""
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in _DURATION else text
+    try:
+        value = float(number) * _DURATION.get(unit, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration like 24h, 90m or 3600"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be >= 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``--nprobe``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return value
+
+
+def as_of(text: str) -> str:
+    """``--as-of``, checked by argparse (a usage error, exit 2) and passed on as given."""
+    from raycompat.store.table_formats import parse_as_of
+
+    try:
+        parse_as_of(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+# ---- one function per subcommand -------------------------------------------------------------
+
+
+def _versions_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("gallery")
+    p.add_argument("--store", required=True, help=STORE_HELP)
+
+
+def _models_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True)
+
+
+def _search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("images", nargs="*", type=str, help="query images, embedded with --model")
+    p.add_argument("--vectors", help="query vectors of --model: a .npy (Q, d) or a Parquet file")
+    p.add_argument("--ids", nargs="+", help="query with rows stored in the version --model queries")
+    p.add_argument("--store", required=True)
+    p.add_argument("--gallery", required=True)
+    p.add_argument("--model", required=True, help="a registered model version")
+    p.add_argument("-k", type=int, default=5)
+    p.add_argument(
+        "--nprobe",
+        type=positive_int,
+        default=None,
+        help="inverted lists visited per query by an IVF index (default: the build's, which "
+        "grows with the gallery; ignored by an exact flat index)",
+    )
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="the run's report directory, e.g. outputs/upgrade/report/<name>")
+    p.add_argument("--json", action="store_true", help="report.json instead of report.md")
+
+
+def _gc_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True)
+    p.add_argument(
+        "--older-than",
+        type=duration_s,
+        default=duration_s("24h"),
+        help="only what is older than this (24h, 90m, 2d or seconds; default 24h; at least "
+        f"the lease timeout, {DEFAULT_TIMEOUT_S:g} s): a staging area counts from when its "
+        "lease expired",
+    )
+    p.add_argument(
+        "--keep-versions",
+        type=int,
+        default=None,
+        help="also remove published versions older than the newest K, unless a registered "
+        "model queries them or the newest version's lineage names them",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list what would go and what is kept, with reasons; delete nothing",
+    )
+
+
+def _mark_store_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True, help=STORE_HELP)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="mark it even if it holds no version record and no model catalog yet",
+    )
+
+
+def _adopt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "uri",
+        help="a Delta or Iceberg table, or a folder of *.parquet files (local or s3://); or "
+        "iceberg:<namespace>.<table> in --catalog-uri",
+    )
+    p.add_argument("--store", required=True, help=STORE_HELP)
+    p.add_argument("--gallery", required=True)
+    p.add_argument("--version", required=True, help="the new version's name")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="the embeddings' model; registered if new, and granted the version",
+    )
+    p.add_argument("--id-column", default="id", help="the table's id column (default id)")
+    p.add_argument(
+        "--embedding-column", default="embedding", help="its vector column (default embedding)"
+    )
+    p.add_argument(
+        "--normalized",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="mark the version normalized: auto (iff every row is unit-norm), yes (required), no",
+    )
+    p.add_argument(
+        "--as-of",
+        type=as_of,
+        default=None,
+        help="a Delta version or Iceberg snapshot id, or an ISO timestamp (default: current)",
+    )
+    p.add_argument(
+        "--catalog-uri",
+        default=None,
+        help="for URI iceberg:<namespace>.<table>: the SQL catalog (sqlite:///path/catalog.db)",
+    )
+    p.add_argument("--warehouse", default=None, help="the catalog's warehouse (optional)")
+    p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
+
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target", help="Delta: a folder or s3:// URI; Iceberg: namespace.table in --catalog-uri"
+    )
+    p.add_argument("--store", required=True, help=STORE_HELP)
+    p.add_argument("--gallery", required=True)
+    p.add_argument("--version", required=True, help="the published version to export")
+    p.add_argument("--format", required=True, choices=["delta", "iceberg"])
+    p.add_argument(
+        "--mode",
+        choices=["error", "overwrite"],
+        default=None,
+        help="Delta: overwrite replaces an existing Delta table's rows (default: refuse it)",
+    )
+    p.add_argument("--catalog-uri", help="Iceberg: the SQL catalog, e.g. sqlite:///catalog.db")
+    p.add_argument("--warehouse", help="Iceberg: where its tables live (a folder or s3:// URI)")
+
+
+def _history_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("gallery", help="the gallery's name (an unknown one lists those that exist)")
+    p.add_argument("--store", required=True, help=STORE_HELP)
+
+
+# ---- the table -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One entry of the table: its ``--help`` line and the function adding its arguments."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    as_json: bool = True  # takes --json: JSON instead of a table
+    description: str | None = None
+
+
+SUBCOMMANDS = {
+    "versions": Subcommand("a gallery's versions, lineage and query models", _versions_arguments),
+    "models": Subcommand("registered model versions", _models_arguments),
+    "search": Subcommand(
+        "top-k gallery ids for query images, vectors or stored ids", _search_arguments
+    ),
+    "report": Subcommand("show an upgrade run's report", _report_arguments, as_json=False),
+    "gc": Subcommand(
+        "remove abandoned staging areas, stale temporary files, old index builds and "
+        "(with --keep-versions) superseded versions",
+        _gc_arguments,
+    ),
+    "mark-store": Subcommand(
+        "mark a store written before store markers, so gc may manage it",
+        _mark_store_arguments,
+        as_json=False,
+    ),
+    "adopt": Subcommand(
+        "publish an existing table (Delta, Iceberg or a Parquet folder; local or s3://) as "
+        "a version, in place (no copy); its files are pinned and validated on Ray",
+        _adopt_arguments,
+    ),
+    "export": Subcommand(
+        "write a version as a Delta or Iceberg table that Spark, Trino, DuckDB and Ray "
+        "Data read without raycompat (float16 is widened to float32)",
+        _export_arguments,
+    ),
+    "history": Subcommand(
+        "a gallery's story: versions and who wrote them, every decision (refused and "
+        "failed too) with its reason, and which model queries which version",
+        _history_arguments,
+        description="example: raycompat history mnist --store outputs/upgrade/store",
+    ),
+}
+
+
+def _global_flags() -> argparse.ArgumentParser:
+    """``--debug`` and ``--verbose``, a parent of the top parser and of every subcommand."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument(
+        DEBUG_FLAG,
+        action="store_true",
+        default=argparse.SUPPRESS,  # so a subcommand's default cannot reset the top-level flag
+        help=f"show the traceback of an error (or set {DEBUG_ENV}=1)",
+    )
+    flags.add_argument(
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show our debug log lines too (weights read, datasets opened...)",
+    )
+    return flags
+
+
+def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The top parser and one subparser per entry of :data:`SUBCOMMANDS`."""
+    flags = _global_flags()
+    top = argparse.ArgumentParser(prog=prog, description=description, parents=[flags])
+    sub = top.add_subparsers(dest="command", required=True)
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="JSON instead of a table")
+    for name, command in SUBCOMMANDS.items():
+        parents = [flags, as_json] if command.as_json else [flags]
+        p = sub.add_parser(
+            name, help=command.help, description=command.description, parents=parents
+        )
+        command.add_arguments(p)
+    return top

@@ -1,0 +1,229 @@
+"""The per-worker skeleton shared by every Ray Train run: a scenario step's model
+(:mod:`raycompat.cluster.train.loop`) and FCT's ``psi``, ``h`` and ``g``
+(:mod:`raycompat.cluster.train.fct_loop`).
+
+Read top to bottom: :func:`setup_worker` wraps the model and its optimizer in the configured
+:mod:`raycompat.parallel` strategy; :func:`train_worker` resumes from
+``ray.train.get_checkpoint()``, then per epoch sets the learning rate (one schedule,
+:func:`raycompat.train.schedule.lr_at`: per step at fractional epochs when the task knows its
+step count, else per epoch), steps every batch under a :class:`~raycompat.engine.StepGuard`, has
+the task score the epoch, reports a checkpoint and logs the epoch's console line. A
+:class:`WorkerTask` supplies only what differs: its batches, its loss, its metrics, its export.
+
+Checkpoint layout (every run): ``train_state/`` (the strategy's state plus ``epoch`` and
+``global_step``; checkpoints older than ``global_step`` resume at global step 0) and the task's
+exported files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import ray.train
+import ray.train.torch
+import torch
+
+from raycompat.cluster.train.epoch_log import EpochClock, log_epoch
+from raycompat.engine import StepGuard
+from raycompat.io.run_storage import exists, touch
+from raycompat.parallel import Prepared, create_strategy
+from raycompat.train.schedule import lr_at, optimizer_factory
+
+log = logging.getLogger(__name__)
+TRAIN_STATE = "train_state"
+
+
+@dataclass
+class EpochTraining:
+    """What one epoch of training did on this rank: steps, summed loss terms (floats), the rows
+    trained on (one array per step), the start time and the seconds spent training."""
+
+    epoch: int
+    began: float
+    steps: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    rows: list[np.ndarray] = field(default_factory=list)
+    trained_s: float = 0.0
+    last_lr: float | None = None
+
+    def add(self, values: dict[str, float], rows: np.ndarray) -> None:
+        for name, value in values.items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+        self.steps += 1
+        self.rows.append(rows)
+
+    def trained_rows(self) -> int:
+        return sum(map(len, self.rows))
+
+
+class WorkerTask:
+    """What one run trains. Subclasses set the attributes and override the methods they need.
+
+    Attributes:
+        name: ``<run.name>/<piece>``, the console line's name.
+        epochs: epochs to train; 0: evaluate once, untrained (a given model).
+        failure_step: the ``run.inject_failure.step`` that targets this run.
+        checked: check features, loss terms and gradient norm for NaN/inf (and clip to
+            ``optim.clip_grad_norm``) with the guard; False: the guard only counts steps.
+        where: prefix of the guard's messages.
+    """
+
+    name: str
+    epochs: int
+    failure_step: int = 0
+    checked: bool = False
+    where: str = ""
+
+    def batches(self, epoch: int) -> tuple[Iterable[tuple[object, np.ndarray]], int | None]:
+        """``((batch, rows) pairs, steps)``: ``steps`` known in advance puts the learning rate
+        on a per-step schedule (fractional epochs), None on a per-epoch one."""
+        raise NotImplementedError
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Before the epoch's first step (train mode, frozen statistics)."""
+
+    def loss(self, batch, poison: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss to step on, named scalar terms to average)`` of one batch; ``poison``: the
+        ``nan`` failure hook wants this loss NaN."""
+        raise NotImplementedError
+
+    def epoch_metrics(self, trained: EpochTraining, guard: StepGuard) -> dict:
+        """COLLECTIVE where it evaluates. The metrics the epoch reports (``epoch`` included);
+        ``guard`` checks what it evaluates."""
+        raise NotImplementedError
+
+    def export(self, directory: str, state: dict, metrics: dict) -> None:
+        """Rank 0: write the exported pieces of the full ``state`` into the checkpoint."""
+        raise NotImplementedError
+
+    def save_shard(self, directory: str, rank: int, trained: EpochTraining) -> None:
+        """Every rank: files of its own (default: none)."""
+
+
+def scaling_config(scaling) -> ray.train.ScalingConfig:
+    """Ray Train's ScalingConfig from a run's ``scaling`` section (training and FCT runs)."""
+    return ray.train.ScalingConfig(
+        num_workers=scaling.num_workers,
+        use_gpu=scaling.use_gpu,
+        resources_per_worker={"CPU": scaling.cpus_per_worker},
+        placement_strategy=scaling.placement_strategy,
+    )
+
+
+def setup_worker(model: torch.nn.Module, cfg, channels_last: bool) -> tuple[Prepared, int, int]:
+    """Wrap ``model`` and ``cfg.optim``'s optimizer in ``cfg.scaling``'s strategy; returns
+    ``(prepared, rank, world)``."""
+    ctx = ray.train.get_context()
+    device = ray.train.torch.get_device()
+    torch.set_num_threads(max(1, int(cfg.scaling.cpus_per_worker)))
+    prepared = create_strategy(cfg.scaling.strategy, **cfg.scaling.strategy_options).setup(
+        model,
+        optimizer_factory(cfg.optim),
+        device,
+        precision=cfg.scaling.precision if device.type == "cuda" else "fp32",
+        channels_last=channels_last and device.type == "cuda",
+    )
+    return prepared, ctx.get_world_rank(), ctx.get_world_size()
+
+
+def resume(prepared: Prepared, where: str) -> tuple[int, int]:
+    """``(first epoch to train, global step)``: ``(0, 0)``, or after the restored checkpoint."""
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return 0, 0
+    with checkpoint.as_directory() as directory:
+        state = prepared.load(os.path.join(directory, TRAIN_STATE))
+    log.info("%s: resumed after epoch %d", where, state["epoch"])
+    return state["epoch"] + 1, state.get("global_step", 0)  # absent from older checkpoints
+
+
+def maybe_fail(cfg, index: int, epoch: int, batch: int, rank: int, marker) -> bool:
+    """The ``run.inject_failure`` test hook (:class:`~raycompat.config.train.FailurePoint`):
+    kind ``error`` raises once; returns True where kind ``nan`` wants this batch's loss NaN."""
+    point = cfg.run.inject_failure
+    if point is None or (point.step, point.epoch, point.batch, point.rank) != (
+        index,
+        epoch,
+        batch,
+        rank,
+    ):
+        return False
+    fs, path = marker
+    if point.kind == "nan":
+        touch(fs, f"{path}_nan_{uuid.uuid4().hex}")  # one marker per hit: tests count attempts
+        return True
+    if not exists(fs, path):  # once per run: the marker survives the restart
+        touch(fs, path)
+        raise RuntimeError(f"injected failure at step {index} epoch {epoch} batch {batch}")
+    return False
+
+
+def train_worker(task: WorkerTask, prepared: Prepared, cfg, rank: int, marker) -> None:
+    """Resume, then train, score, report and log every remaining epoch of ``task``."""
+    first, global_step = resume(prepared, task.where or task.name)
+    clip = cfg.optim.clip_grad_norm if task.checked else None
+    guard = StepGuard(clip, global_step, where=task.where)
+    clock = EpochClock(first, task.epochs)
+    for epoch in range(first, max(task.epochs, 1)):  # 0 epochs: evaluated once, untrained
+        trained = EpochTraining(epoch, time.perf_counter())
+        if task.epochs:
+            train_epoch(task, prepared, cfg, guard, trained, rank, marker)
+        trained.trained_s = time.perf_counter() - trained.began
+        metrics = task.epoch_metrics(trained, guard)
+        report(task, prepared, metrics, trained, rank, guard.global_step)
+        if rank == 0 and task.epochs:  # the console's one line per epoch (metrics.jsonl: all)
+            terms = {k: metrics[k] for k in trained.sums if k != "grad_norm"}
+            log_epoch(log, task.name, epoch, task.epochs, terms, metrics["images_per_s"], clock)
+
+
+def train_epoch(task, prepared, cfg, guard: StepGuard, trained: EpochTraining, rank, marker):
+    """One pass over the task's batches: lr, failure hook, loss, guarded backward and step;
+    fills ``trained``."""
+    epoch = trained.epoch
+    batches, steps = task.batches(epoch)
+    if steps is None:
+        trained.last_lr = lr_at(cfg.optim, epoch, task.epochs)
+        prepared.set_lr(trained.last_lr)
+    task.begin_epoch(epoch)
+    # A torch optimizer steps after the guard's gradient check; DeepSpeed's engine owns its step
+    # (and clips with strategy_options.gradient_clipping).
+    optimizer = prepared.optimizer
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = None
+    watching = guard.watch(prepared.model, optimizer) if task.checked else contextlib.nullcontext()
+    with watching:
+        for batch, rows in guard.steps(batches, epoch):
+            poison = maybe_fail(cfg, task.failure_step, epoch, guard.step, rank, marker)
+            if steps is not None:
+                trained.last_lr = lr_at(cfg.optim, epoch + guard.step / steps, task.epochs)
+                prepared.set_lr(trained.last_lr)
+            loss, terms = task.loss(batch, poison)
+            values = guard.check_terms(terms) if task.checked else None
+            prepared.backward_step(loss)  # the guard checks the gradient norm
+            if values is None:
+                values = {name: float(value.detach()) for name, value in terms.items()}
+            elif optimizer is not None:
+                values["grad_norm"] = guard.grad_norm
+            trained.add(values, rows)
+
+
+def report(task, prepared, metrics: dict, trained: EpochTraining, rank: int, global_step: int):
+    """COLLECTIVE. Save the strategy state, export the pieces on rank 0, report the checkpoint."""
+    directory = tempfile.mkdtemp(prefix=f"raycompat-rank{rank}-")
+    train_state = {"epoch": metrics["epoch"], "global_step": global_step}
+    prepared.save(os.path.join(directory, TRAIN_STATE), train_state)
+    state = prepared.full_state_dict()
+    task.save_shard(directory, rank, trained)
+    if rank == 0:
+        task.export(directory, state, metrics)
+    ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+    shutil.rmtree(directory, ignore_errors=True)

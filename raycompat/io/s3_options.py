@@ -1,0 +1,53 @@
+"""The one S3 setting: s3fs ``storage_options``, spelled the same in every config.
+
+The store (``store.storage_options``), training runs (``run.storage_options``), sweeps
+(``storage_options``) and weight files all take s3fs's options: ``key``, ``secret``, ``token``,
+``anon``, ``client_kwargs={"endpoint_url": ..., "region_name": ...}``. What is absent comes from
+the environment (``AWS_ACCESS_KEY_ID`` ..., ``AWS_DEFAULT_REGION``) or the instance role.
+
+This module only reads and rewrites those dicts (no pyarrow, no s3fs), so config loading can
+use it: :func:`with_endpoint` folds the deprecated ``endpoint_url`` of the run and sweep configs
+into ``client_kwargs.endpoint_url``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+
+def endpoint_of(options: Mapping | None) -> str | None:
+    """The S3-compatible endpoint ``options`` name (``client_kwargs.endpoint_url``, or s3fs's
+    top-level ``endpoint_url``), or None for AWS itself."""
+    options = options or {}
+    client = options.get("client_kwargs") or {}
+    return client.get("endpoint_url") or options.get("endpoint_url")
+
+
+def with_endpoint(where: str, storage_options: dict, endpoint_url: str | None) -> dict:
+    """``storage_options`` with the deprecated ``<where>.endpoint_url`` setting moved into
+    ``client_kwargs.endpoint_url``; a one-line ``DeprecationWarning`` names the new key.
+
+    Raises:
+        ConfigError: both name an endpoint, and not the same one.
+    """
+    if not endpoint_url:
+        return storage_options
+    new_key = f"{where}storage_options.client_kwargs.endpoint_url"
+    warnings.warn(
+        f"{where}endpoint_url is deprecated: set {new_key} (the store's spelling)",
+        DeprecationWarning,
+        stacklevel=4,  # with_endpoint <- __post_init__ <- __init__ <- the caller
+    )
+    given = endpoint_of(storage_options)
+    if given == endpoint_url:
+        return storage_options
+    if given:
+        from raycompat.config import ConfigError
+
+        raise ConfigError(
+            f"{where}endpoint_url={endpoint_url!r} and {new_key}={given!r} disagree; "
+            f"set only {new_key}"
+        )
+    client = {**(storage_options.get("client_kwargs") or {}), "endpoint_url": endpoint_url}
+    return {**storage_options, "client_kwargs": client}
