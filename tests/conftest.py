@@ -29,6 +29,11 @@ FAKE_AWS_ENV = {
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/raycompat-test-aws-credentials",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+# Ray Train's controller polls its workers every 2 s by default, so every training run of the
+# suite (dozens) waits up to 2 s at each start, end and failure for nothing. Every Ray process
+# the tests start (the session's runtime, `ray start --head`, submitted jobs) inherits this.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+
 UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL",
                  "AWS_ENDPOINT_URL_S3")
 

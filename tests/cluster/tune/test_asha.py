@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from raycompat.config.train import ScalingSpec
 from raycompat.cluster.tune.sweep import DRIVER_CPUS, trials_that_fit
+from raycompat.config.train import ScalingSpec
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[3]
 
 
 def test_trials_that_fit_count_each_trials_driver_and_workers():
@@ -115,13 +115,16 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
     has 1-d features (cosine top-1 at chance), falls behind at ASHA's first rung and is stopped
     mid-training; the third trial can only get its worker if the stopped trial's placement group
     was removed. (ASHA compares a trial with the trials recorded before it at the rung, so the
-    third trial, equal to the first, goes on.)"""
+    third trial, equal to the first, goes on.) Each trial trains one model (the base's old
+    model, digits 0-4) for two epochs: the stop comes after the first, while its trainer runs."""
     from ray.util import placement_group_table
 
     before = set(placement_group_table())
     overrides = [
         "data.options={per_class: 40}",
         "epochs=2",
+        "scenario.kind=cores",
+        "scenario.tasks=[5]",
         "scaling.num_workers=1",
         "scaling.cpus_per_worker=3",
         "run.max_failures=0",
@@ -139,7 +142,7 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
                 "space=[{key: model.embed_dim, kind: grid, values: [32, 1, 32]}]",
                 "search=grid",
                 "num_samples=1",
-                "asha={grace_period: 1, reduction_factor: 2, max_t: 5}",
+                "asha={grace_period: 1, reduction_factor: 2, max_t: 3}",
                 f"storage_path={tmp_path}",
                 "name=asha",
             ]

@@ -13,11 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from raycompat.config import ConfigError, load_config
-from raycompat.data import create_dataset
-from raycompat.evaluation import EvalSet, score
-from raycompat.config.fct import SideInfoTrainConfig, TransformationTrainConfig
-from raycompat.fct.export import export_transformation
 from raycompat.cluster.train.fct_loop import (
     compute_triples,
     load_side_info,
@@ -25,11 +20,16 @@ from raycompat.cluster.train.fct_loop import (
     train_side_info,
     train_transformation,
 )
+from raycompat.config import ConfigError, load_config
+from raycompat.config.fct import SideInfoTrainConfig, TransformationTrainConfig
+from raycompat.config.train import ModelSpec
+from raycompat.data import create_dataset
+from raycompat.evaluation import EvalSet, score
+from raycompat.fct.export import export_transformation
+from raycompat.fct.transformation import fct_transformation
 from raycompat.fct.triples import Triples
 from raycompat.nn.side_info import create_side_info
-from raycompat.config.train import ModelSpec
 from raycompat.train.export import build_model, export_model, load_exported_model
-from raycompat.fct.transformation import fct_transformation
 
 IMAGES = "{num_classes: 4, images_per_class: 16, image_size: 28, channels: 1, seed: 0}"
 
@@ -158,30 +158,36 @@ def test_transformation_learns_freezes_bn_and_resumes(ray_local, tmp_path):
     perm = np.random.default_rng(1).permutation(len(labels))
     train, test = perm[:1600], perm[1600:]
     subset(triples, train).save(tmp_path / "triples")
+    # 4 epochs (BN frozen from 2 = epochs // 2 on, the failure at 3): each epoch reports a
+    # checkpoint, which costs more than its steps, so the epochs are few and the steps many.
+    epochs, half, batch_size = 4, 2, 32
     cfg = transformation_config(
         tmp_path / "triples",
         tmp_path,
-        "run.checkpoints_to_keep=8",
+        f"epochs={epochs}",
+        f"batch_size={batch_size}",
+        f"run.checkpoints_to_keep={epochs}",
         "run.max_failures=1",
-        "run.inject_failure={epoch: 5, batch: 3, rank: 1}",
+        "run.inject_failure={epoch: 3, batch: 3, rank: 1}",
     )
     result = train_transformation(cfg)
 
     assert (Path(tmp_path) / "fct" / "_injected_failure_transformation").is_file()
-    assert result.metrics["epoch"] == 7 and result.metrics["steps"] == 1600 // 64
+    assert result.metrics["epoch"] == epochs - 1
+    assert result.metrics["steps"] == 1600 // batch_size
     by_epoch = {m["epoch"]: c for c, m in result.best_checkpoints}
-    assert sorted(by_epoch) == list(range(8))
+    assert sorted(by_epoch) == list(range(epochs))
     assert [
         m["bn_frozen"] for _, m in sorted(result.best_checkpoints, key=lambda p: p[1]["epoch"])
-    ] == [False] * 4 + [True] * 4
+    ] == [False] * half + [True] * half
 
     means = []
-    for epoch in range(8):
+    for epoch in range(epochs):
         with by_epoch[epoch].as_directory() as directory:
             means.append(bn_running_means(load_transformation(directory)))
-    assert not torch.equal(means[2], means[3])  # still updating before epochs // 2
-    for epoch in range(4, 8):  # frozen from epoch 4 on, across the injected restart at 5
-        torch.testing.assert_close(means[epoch], means[3], rtol=0, atol=0)
+    assert not torch.equal(means[half - 2], means[half - 1])  # still updating before epochs // 2
+    for epoch in range(half, epochs):  # frozen from epochs // 2 on, across the restart at 3
+        torch.testing.assert_close(means[epoch], means[half - 1], rtol=0, atol=0)
 
     with result.checkpoint.as_directory() as directory:
         h, g = load_transformation(directory), load_transformation(directory, "g")
@@ -278,7 +284,7 @@ def test_side_info_bad_inputs_fail_before_training(tmp_path):
 def hard_row_triples(seed: int = 0, n: int = 800):
     """30% of the rows are hard: their new embedding carries noise their old one cannot
     predict, and the old embedding's last coordinate says which rows those are (as in
-    tests/test_backfill.py). Labels: 4 classes, the new model's head outputs."""
+    tests/backfill/test_backfill.py). Labels: 4 classes, the new model's head outputs."""
     g = np.random.default_rng(seed)
     labels = g.integers(0, 4, size=n)
     x = np.eye(4)[labels] @ g.normal(size=(4, 6)) + 0.3 * g.normal(size=(n, 6))
@@ -365,7 +371,12 @@ def test_ray_loop_trains_an_uncertain_transformation(ray_local, tmp_path):
     triples.save(tmp_path / "triples")
     head = classifier_dir(tmp_path / "new")
     cfg = uncertain_config(
-        tmp_path / "triples", tmp_path, f"classifier={head}", "discriminative_weight=0.1"
+        tmp_path / "triples",
+        tmp_path,
+        f"classifier={head}",
+        "discriminative_weight=0.1",
+        "epochs=3",  # as many steps as 6 epochs of 64, half the epochs' checkpoints
+        "batch_size=32",
     )
     result = train_transformation(cfg)
     assert {"h_mse", "h_sigma", "h_discriminative", "h_loss"} <= set(result.metrics)

@@ -26,7 +26,7 @@ from raycompat.cluster.console import (
 )
 from raycompat.cluster.train.epoch_log import EpochClock, epoch_line, images_per_s
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HARMLESS = (
     "[2026-11-23 13:08:28,495 E 15427 15557] core_worker.cc:2330: Actor with class name: "
     "'{name}' and ID: '7f6fdb8be3e616bc723e045d01000000' has constructor arguments in the object "
@@ -210,9 +210,9 @@ EPOCH_LINE = re.compile(r"toy/step_1 epoch (\d+)/(\d+): ce=\S+ loss=\S+ \| \d+ i
 NOISE = ("TrainingReport(", "Checkpoint successfully created", "Started training worker group")
 
 
-def run_job(address: str, storage: Path, *args: str) -> str:
-    """``jobs/train.py`` joined to the session's Ray; its stdout and stderr together."""
-    done = subprocess.run(
+def start_job(address: str, storage: Path, *args: str) -> subprocess.Popen:
+    """``jobs/train.py`` joined to the session's Ray, started in the background."""
+    return subprocess.Popen(
         [
             sys.executable,
             str(ROOT / "jobs" / "train.py"),
@@ -227,17 +227,41 @@ def run_job(address: str, storage: Path, *args: str) -> str:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=400,
     )
-    assert done.returncode == 0, done.stdout[-5000:]
-    return done.stdout
+
+
+def job_output(job: subprocess.Popen) -> str:
+    """The job's stdout and stderr together, once it has ended (successfully)."""
+    try:
+        out, _ = job.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, _ = job.communicate()
+        raise AssertionError(f"jobs/train.py still running after 400 s:\n{out[-5000:]}") from None
+    assert job.returncode == 0, out[-5000:]
+    return out
 
 
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_job_prints_one_line_per_epoch_and_verbose_restores_ray_trains_lines(ray_local, tmp_path):
     address = ray_local.get_runtime_context().gcs_address
-    out = run_job(address, tmp_path / "quiet", "epochs=2")
+    # Both jobs at once (2 training workers each: the session's 4 CPUs hold both); Ray sends
+    # each driver only its own job's lines, so neither sees the other's.
+    quiet = start_job(address, tmp_path / "quiet", "epochs=2")
+    try:
+        verbose_job = start_job(address, tmp_path / "verbose", "epochs=1", "--verbose")
+    except BaseException:
+        quiet.kill()
+        raise
+    try:
+        out = job_output(quiet)
+        verbose = job_output(verbose_job)
+    finally:
+        for job in (quiet, verbose_job):
+            if job.poll() is None:  # the other one failed: stop this one too
+                job.kill()
+                job.communicate()
     for noise in (*NOISE, "has constructor arguments in the object store"):
         assert noise not in out, out
     epochs = [m.groups() for m in EPOCH_LINE.finditer(out)]
@@ -246,7 +270,6 @@ def test_a_job_prints_one_line_per_epoch_and_verbose_restores_ray_trains_lines(r
     assert [(r["step"], r["epoch"]) for r in records] == [("step_1", 0), ("step_1", 1)]
     assert records[0]["images_per_s"] > 0 and "ce" in records[0]
 
-    verbose = run_job(address, tmp_path / "verbose", "epochs=1", "--verbose")
     assert "TrainingReport(" in verbose and "Checkpoint successfully created" in verbose
     # Unfiltered, the harmless line is there: the quiet run's filter did drop it. (If Ray no
     # longer prints it, drop its entry from HARMLESS_RAY_LINES.)

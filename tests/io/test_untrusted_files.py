@@ -21,7 +21,7 @@ from raycompat.data.base import CorruptDataError
 from raycompat.data.cifar import load_pickle
 from raycompat.io.weights import load_state_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _OpensFile:
@@ -211,7 +211,7 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
     assert secrets[0].startswith("AKIARAYCOMPAT")  # the distinctive fake values of conftest
     planted = {"key": secrets[0], "secret": secrets[1], "client_kwargs": options["client_kwargs"]}
     spec = importlib.util.spec_from_file_location(
-        "upgrade_job", Path(__file__).parent.parent / "jobs" / "upgrade.py"
+        "upgrade_job", Path(__file__).parents[2] / "jobs" / "upgrade.py"
     )
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
@@ -231,7 +231,7 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
             f"training.run.endpoint_url={s3_server}",
             "upgrades=[{model_version: m1, classes: 4, method: independent},"
             " {model_version: m2, classes: 10, method: fct,"
-            " fct: {width: 32, epochs: 2, batch_size: 64}}]",
+            " fct: {width: 32, epochs: 1, batch_size: 64}}]",
             "pipeline={rows_per_file: 200, batch_size: 200, actors: 1}",
             f"report_dir={tmp_path}/report",
             f"work_dir={tmp_path}/work",

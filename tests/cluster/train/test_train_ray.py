@@ -1,11 +1,16 @@
 """Ray Train component tests: real local Ray, 2 CPU workers, toy data (synthetic identities).
 
 Each test runs the training driver the way ``jobs/train.py`` does and checks what it stored.
+Every Ray Train run costs a fixed start-up (controller, worker group, process group) far above
+its toy training, so tests that need the same run share it through a module-scoped fixture
+(``ddp_run``, ``cores_run``, ``cl2r_job_run``, ``two_model_s3_run``), and a test that is not
+about workers runs one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -56,15 +61,37 @@ def naive_identification(features: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(labels[np.argmax(sims, axis=1)] == labels))
 
 
-def test_cores_two_workers_matrix_matches_a_naive_recomputation(ray_local, tmp_path):
-    cfg = toy_config(
-        tmp_path,
-        "method=cores",
-        "scenario.tasks=[3,6]",
-        "scenario.model_selection=true",
-        "run.name=cores",
-    )
-    result = run(cfg)
+CORES_STOPPED = [
+    "method=cores",
+    "scenario.tasks=[3,6]",
+    "scenario.model_selection=true",
+    "epochs=2",
+    "run.name=stopped",
+    "run.max_failures=0",
+    "run.checkpoints_to_keep=5",
+    "run.inject_failure={step: 1, epoch: 1, batch: 0, rank: 0}",
+]
+
+
+@pytest.fixture(scope="module")
+def cores_run(ray_local, tmp_path_factory):
+    """CoReS on 2 workers, two steps with model selection, run twice with the same command:
+    the first attempt stops at an injected failure in step_2 (``run.max_failures=0``), the second
+    resumes it. Returns ``(cfg, error of the first attempt, state.json after it, result)``."""
+    path = tmp_path_factory.mktemp("cores")
+    cfg = toy_config(path, *CORES_STOPPED)
+    error = None
+    try:
+        run(cfg)
+    except Exception as err:  # checked by test_a_stopped_run_resumes_with_the_same_command
+        error = err
+    state_file = Path(path) / "stopped" / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else None
+    return cfg, error, state, run(toy_config(path, *CORES_STOPPED))
+
+
+def test_cores_two_workers_matrix_matches_a_naive_recomputation(cores_run):
+    cfg, _, _, result = cores_run
     matrix = result.matrix.as_array()
     assert matrix.shape == (2, 2) and matrix[0, 1] == 0
     run_path = Path(result.run_path)
@@ -90,9 +117,17 @@ def test_cores_two_workers_matrix_matches_a_naive_recomputation(ray_local, tmp_p
     assert chosen["selection_score"] >= 0 and "val_cross_test" in chosen
 
 
-def test_each_worker_trains_on_different_rows(ray_local, tmp_path):
-    cfg = toy_config(tmp_path, "scenario.tasks=[6]", "epochs=1", "run.name=shards")
-    result = run(cfg)
+@pytest.fixture(scope="module")
+def ddp_run(ray_local, tmp_path_factory):
+    """One uninterrupted DDP run on 2 workers, one step of 2 epochs: the reference the
+    interrupted runs are compared with, and the checkpoint other tests read."""
+    path = tmp_path_factory.mktemp("ddp_reference")
+    cfg = toy_config(path, "scenario.tasks=[6]", "epochs=2", "run.name=ddp")
+    return cfg, run(cfg)
+
+
+def test_each_worker_trains_on_different_rows(ddp_run):
+    cfg, result = ddp_run
     directory = Path(checkpoint_dir(result, "step_1"))
     rows = [set(np.load(directory / f"rows_rank{r}.npy").tolist()) for r in range(2)]
     plan = plan_steps(cfg)[0]
@@ -114,9 +149,9 @@ def test_unknown_dataset_path_fails_before_any_worker_starts(ray_local, tmp_path
     assert not (tmp_path / cfg.run.name).exists()
 
 
-def test_a_worker_failure_resumes_from_the_last_checkpoint_ddp(ray_local, tmp_path):
+def test_a_worker_failure_resumes_from_the_last_checkpoint_ddp(ray_local, tmp_path, ddp_run):
     common = ["scenario.tasks=[6]", "epochs=2"]
-    clean = run(toy_config(tmp_path / "clean", *common, "run.name=clean"))
+    clean = ddp_run[1]  # the same config, uninterrupted
     failing = run(
         toy_config(
             tmp_path / "fail",
@@ -131,16 +166,9 @@ def test_a_worker_failure_resumes_from_the_last_checkpoint_ddp(ray_local, tmp_pa
     np.testing.assert_allclose(failing.matrix.as_array(), clean.matrix.as_array(), atol=1e-6)
 
 
-@pytest.fixture(scope="module")
-def ddp_reference(ray_local, tmp_path_factory):
-    """One uninterrupted DDP run of the config the sharded strategies are compared with."""
-    path = tmp_path_factory.mktemp("ddp_reference")
-    return run(toy_config(path, "scenario.tasks=[6]", "epochs=2", "run.name=ddp"))
-
-
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
 def test_sharded_strategies_train_fail_and_restore_their_own_checkpoints(
-    ray_local, tmp_path, strategy, ddp_reference
+    ray_local, tmp_path, strategy, ddp_run
 ):
     cfg = toy_config(
         tmp_path,
@@ -158,45 +186,54 @@ def test_sharded_strategies_train_fail_and_restore_their_own_checkpoints(
     model, _ = load_exported_model(directory)  # the unsharded export is complete
     assert all(torch.isfinite(p).all() for p in model.parameters())
     # Same maths as DDP (the strategies agree to 1e-5 in test_parallel), interrupted or not.
-    np.testing.assert_allclose(result.matrix.as_array(), ddp_reference.matrix.as_array(), atol=0.03)
+    np.testing.assert_allclose(result.matrix.as_array(), ddp_run[1].matrix.as_array(), atol=0.03)
 
 
-def test_a_stopped_run_resumes_with_the_same_command(ray_local, tmp_path):
-    args = [
-        "method=cores",
-        "scenario.tasks=[3,6]",
-        "epochs=2",
-        "run.name=stopped",
-        "run.max_failures=0",
-        "run.checkpoints_to_keep=5",
-        "run.inject_failure={step: 1, epoch: 1, batch: 0, rank: 0}",
-    ]
-    with pytest.raises(Exception, match="injected failure"):
-        run(toy_config(tmp_path, *args))
-    run_path = tmp_path / "stopped"
-    state = json.loads((run_path / "state.json").read_text())
+def test_a_stopped_run_resumes_with_the_same_command(cores_run):
+    _, error, state, result = cores_run
+    assert error is not None and re.search("injected failure", str(error)), error
+    run_path = Path(result.run_path)
     assert list(state["steps"]) == ["step_1"]
-    result = run(toy_config(tmp_path, *args))  # same command: the marker makes it pass now
+    # The same command passed the second time (the marker), skipping the finished step_1.
     assert result.checkpoints["step_1"].path == state["steps"]["step_1"]["checkpoint"]
     # step_2 restarted from its epoch-0 checkpoint: epochs 0 and 1 reported once each.
     assert len([p for p in (run_path / "step_2").glob("checkpoint_*") if p.is_dir()]) == 2
     assert result.matrix.as_array().shape == (2, 2)
 
 
-def test_cl2r_with_replay_through_ray_data_shards(ray_local, tmp_path):
-    cfg = toy_config(
-        tmp_path,
-        "method=dsimplex_hoc",
-        "scenario.kind=cl2r",
-        "scenario.tasks=[3,3]",
-        "scenario.replay_per_class=5",
-        "epochs=1",
-        "data.loader=ray_data",
-        "run.name=cl2r",
-    )
-    result = run(cfg)
-    assert result.matrix.as_array().shape == (2, 2)
-    directory = Path(checkpoint_dir(result, "step_2"))
+CL2R_CONFIG = Path(__file__).parents[3] / "configs" / "train_synthetic_cl2r.yaml"
+CL2R_OVERRIDES = [  # the config's method (dsimplex_hoc) and loader (ray_data) are kept
+    *TOY[:3],
+    "scenario.tasks=[3,3]",
+    "epochs=1",
+    "scenario.replay_per_class=5",
+    "model.backbone_kwargs={in_chans: 1, image_size: 28}",
+    "run.name=job",
+]
+
+
+@pytest.fixture(scope="module")
+def cl2r_job_run(ray_local, tmp_path_factory):
+    """``jobs/train.py`` on ``configs/train_synthetic_cl2r.yaml`` shrunk by overrides: CL2R with
+    replay, read through Ray Data shards. Returns ``(cfg, summary, storage path)``."""
+    import importlib.util
+
+    path = Path(__file__).parents[3] / "jobs" / "train.py"
+    spec = importlib.util.spec_from_file_location("train_job", path)
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    storage = tmp_path_factory.mktemp("cl2r_job")
+    overrides = [*CL2R_OVERRIDES, f"run.storage_path={storage}"]
+    summary = job.main(["--config", str(CL2R_CONFIG), *overrides])
+    return load_config(TrainConfig, str(CL2R_CONFIG), overrides), summary, storage
+
+
+def test_cl2r_with_replay_through_ray_data_shards(cl2r_job_run):
+    cfg, summary, storage = cl2r_job_run
+    assert (cfg.method, cfg.scenario.kind, cfg.data.loader) == ("dsimplex_hoc", "cl2r", "ray_data")
+    assert np.array(summary["matrix"]).shape == (2, 2)
+    state = json.loads((storage / "job" / "state.json").read_text())
+    directory = Path(state["steps"]["step_2"]["checkpoint"])
     rows = [np.load(directory / f"rows_rank{r}.npy") for r in range(2)]
     dataset = open_dataset(cfg.data)
     plan = plan_steps(cfg)[1]
@@ -216,6 +253,7 @@ def test_iam_cl2r_replacement_model_continues_the_sequence(ray_local, tmp_path):
         "scenario.tasks=[2,2,2]",
         "model.num_classes=12",
         "epochs=1",
+        "scaling.num_workers=1",  # not about workers: one start-up less per step
         "run.name=iam",
         "scenario.replacements=[{at_task: 2, pretrain_classes: [0, 1, 2, 3], "
         "model: {backbone: lenetpp, head: dsimplex, num_classes: 12}}]",
@@ -227,37 +265,55 @@ def test_iam_cl2r_replacement_model_continues_the_sequence(ray_local, tmp_path):
     assert info["allocation"] == "rtl" and info["seen_outputs"][-2:] == [6, 7]  # 11 - y, y = 5, 4
 
 
-def test_two_model_upgrade_with_a_given_black_box_old_model(ray_local, tmp_path):
-    first = run(
-        toy_config(
-            tmp_path,
-            "method=bct",
-            "scenario.kind=two_model",
-            "scenario.tasks=[3,6]",
-            "epochs=1",
-            "run.name=bct",
-        )
-    )
-    assert first.matrix.as_array().shape == (2, 2)
-    weights = str(Path(checkpoint_dir(first, "step_1")) / "model.safetensors")
+@pytest.fixture(scope="module")
+def s3_runs(s3_server):
+    """``(bucket, storage_options)`` of an empty bucket on the session's moto server, for the
+    module's shared run (conftest's ``s3_bucket`` is per test)."""
+    import uuid
+
+    import s3fs
+
+    options = {"client_kwargs": {"endpoint_url": s3_server}}
+    bucket = f"raycompat-test-{uuid.uuid4().hex[:12]}"
+    fs = s3fs.S3FileSystem(**options)
+    fs.mkdir(bucket)
+    yield bucket, options
+    fs.rm(bucket, recursive=True)
+
+
+@pytest.fixture(scope="module")
+def two_model_s3_run(ray_local, s3_server, s3_runs, cores_run, tmp_path_factory):
+    """A two-model NIFCL upgrade of a given black-box old model (step_1 of ``cores_run``,
+    trained from scratch on classes 0-2), with its run stored on S3."""
+    bucket, _ = s3_runs
+    weights = str(Path(checkpoint_dir(cores_run[3], "step_1")) / "model.safetensors")
     old = f"{{checkpoint: {weights}, classes: 3, access: black_box, model: {{num_classes: 6}}}}"
-    result = run(
-        toy_config(
-            tmp_path,
-            "method=nifcl_rw",
-            "scenario.kind=two_model",
-            "scenario.tasks=[3,6]",
-            "epochs=1",
-            "run.name=nifcl",
-            f"scenario.old_model={old}",
-        )
+    cfg = toy_config(
+        tmp_path_factory.mktemp("nifcl"),
+        "method=nifcl_rw",
+        "scenario.kind=two_model",
+        "scenario.tasks=[3,6]",
+        "epochs=1",
+        "run.name=nifcl",
+        f"scenario.old_model={old}",
+        f"run.storage_path=s3://{bucket}/runs",
+        f"run.endpoint_url={s3_server}",
     )
+    return run(cfg)
+
+
+def test_two_model_upgrade_with_a_given_black_box_old_model(cores_run, two_model_s3_run):
+    first = cores_run[3]  # the run that trained the old model
+    assert first.matrix.as_array().shape == (2, 2)
+    result = two_model_s3_run
     # The given old model is not retrained: its self-test is the first run's.
     assert result.matrix.as_array()[0, 0] == pytest.approx(first.matrix.as_array()[0, 0])
 
 
-def test_old_checkpoint_with_another_feature_width_is_rejected_before_training(ray_local, tmp_path):
-    first = run(toy_config(tmp_path, "scenario.tasks=[3]", "epochs=1", "run.name=old"))
+def test_old_checkpoint_with_another_feature_width_is_rejected_before_training(
+    ray_local, tmp_path, ddp_run
+):
+    first = ddp_run[1]  # a trained model of K=6 outputs: feature width 5
     weights = str(Path(checkpoint_dir(first, "step_1")) / "model.safetensors")
     old = f"{{checkpoint: {weights}, classes: 3, model: {{num_classes: 9}}}}"
     cfg = toy_config(
@@ -273,49 +329,21 @@ def test_old_checkpoint_with_another_feature_width_is_rejected_before_training(r
     assert not (tmp_path / "wide").exists()
 
 
-def test_runs_stored_on_s3(ray_local, s3_bucket, s3_server, tmp_path):
+def test_runs_stored_on_s3(s3_runs, two_model_s3_run):
     import s3fs
 
-    bucket, options = s3_bucket
-    cfg = toy_config(
-        tmp_path,
-        "scenario.tasks=[6]",
-        "epochs=1",
-        "run.name=s3run",
-        f"run.storage_path=s3://{bucket}/runs",
-        f"run.endpoint_url={s3_server}",
-    )
-    result = run(cfg)
+    bucket, options = s3_runs
+    result = two_model_s3_run
     fs = s3fs.S3FileSystem(**options)
-    summary = json.loads(fs.cat(f"{bucket}/runs/s3run/summary.json"))
+    summary = json.loads(fs.cat(f"{bucket}/runs/nifcl/summary.json"))
     assert summary["matrix"] == result.matrix.as_array().tolist()
-    assert fs.ls(f"{bucket}/runs/s3run/step_1")
+    assert fs.ls(f"{bucket}/runs/nifcl/step_1")
 
 
-def test_jobs_train_main_runs_a_config_file_with_overrides(ray_local, tmp_path):
-    import importlib.util
-
-    path = Path(__file__).parent.parent / "jobs" / "train.py"
-    spec = importlib.util.spec_from_file_location("train_job", path)
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
-    config = Path(__file__).parent.parent / "configs" / "train_synthetic_cl2r.yaml"
-    summary = job.main(
-        [
-            "--config",
-            str(config),
-            *TOY[:3],
-            "scenario.tasks=[3,3]",
-            "epochs=1",
-            "scenario.replay_per_class=5",
-            "data.loader=sampler",
-            "model.backbone_kwargs={in_chans: 1, image_size: 28}",
-            f"run.storage_path={tmp_path}",
-            "run.name=job",
-        ]
-    )
+def test_jobs_train_main_runs_a_config_file_with_overrides(cl2r_job_run):
+    _, summary, storage = cl2r_job_run
     assert len(summary["matrix"]) == 2 and 0 <= summary["AC"] <= 1
-    assert (tmp_path / "job" / "summary.json").is_file()
+    assert (storage / "job" / "summary.json").is_file()
 
 
 def test_a_non_finite_step_stops_the_run_once_and_keeps_the_last_good_checkpoint(
