@@ -39,6 +39,7 @@ from raycompat.store.manifest import VersionInfo, now_utc, record_path
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.paths import check_name, join
+from raycompat.store.publish import publish_record
 from raycompat.store.table_formats import TableSnapshot, parse_as_of, read_snapshot
 
 CATALOG_PREFIX = "iceberg:"  # iceberg:<namespace>.<table>: a table of an SQL catalog
@@ -374,21 +375,18 @@ def publish_version(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) 
     writer created it first with this same adoption, its record is returned (nothing written);
     otherwise a PublishConflictError names what differs."""
     record = record_path(store.path(plan.gallery), plan.version)
-    info = VersionInfo.from_json(info.to_json(), store.backend.uri(record))  # as readers see it
+    uri = store.backend.uri(record)
     store.mark()  # gc manages only marked stores (marker.py)
-    try:
-        store.backend.create_exclusive(record, info.to_json())
-    except FileExistsError:
+
+    def same_adoption_or_conflict() -> VersionInfo:
         winner = store.version(plan.gallery, plan.version)
-        uri = store.backend.uri(record)
         return _same_adoption(
-            store,
-            plan,
-            winner,
+            store, plan, winner,
             lambda differ: f"{uri} was published by another writer first, with other content "
             f"({differ})",
         )
-    return info
+
+    return publish_record(store.backend, record, info, same_adoption_or_conflict)
 
 
 def register_adopted(

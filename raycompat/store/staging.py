@@ -58,6 +58,7 @@ from raycompat.store.part_record import (
     part_record_path,
 )
 from raycompat.store.paths import check_name, join
+from raycompat.store.publish import publish_record
 from raycompat.store.schema import (
     cast_embeddings,
     validate_table,
@@ -383,14 +384,12 @@ class Staging:
         self.check_writable(f"publish version {version}")
         if isinstance(self.lease, Lease):
             self.lease.stop()  # nothing inside a published version is written again
-        try:
-            self._backend.create_exclusive(self._record, info.to_json())
-        except FileExistsError:
-            raise PublishConflictError(
-                f"{self._backend.uri(self._record)} was published by another writer first"
-            ) from None
-        logger.info("published %s (%d rows, %d files)", self._record, rows, len(parts))
-        return info
+        return publish_record(self._backend, self._record, info, self._lost_publish_race)
+
+    def _lost_publish_race(self) -> VersionInfo:
+        raise PublishConflictError(
+            f"{self._backend.uri(self._record)} was published by another writer first"
+        )
 
     def _relative(self, record: PartRecord) -> str:
         """A part file's path relative to the gallery prefix (as version records list it)."""
