@@ -20,11 +20,13 @@ from raycompat.metrics.compatibility import (
     forward_compatibility,
     update_gain,
 )
+from raycompat.metrics.flips import Flips, flip_rates, identification_flips
 from raycompat.metrics.retrieval import (
     cmc,
     map_at_r,
     mean_average_precision,
     template_identification,
+    top1_hits,
 )
 from raycompat.metrics.verification import (
     best_threshold,
@@ -35,6 +37,10 @@ from raycompat.metrics.verification import (
 
 __all__ = [
     "CompatibilityMatrix",
+    "Flips",
+    "flip_rates",
+    "identification_flips",
+    "top1_hits",
     "average_accuracy",
     "average_accuracy_tau",
     "average_compatibility",

@@ -128,6 +128,17 @@ def cmc(
         accuracy). Rank of a query = 1 + #{non-matching items scoring >= its best match}.
     """
     ks = _ks(topk)
+    rank, ok = _match_ranks(
+        query, gallery, query_labels, gallery_labels, distance, exclude_self, chunk_size
+    )
+    return {k: _mean_over_valid((rank <= k).float(), ok, f"top-{k}") for k in ks}
+
+
+def _match_ranks(
+    query, gallery, query_labels, gallery_labels, distance, exclude_self, chunk_size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rank (Q,), valid (Q,))``: each query's rank of its best match (pessimistic ties) and
+    whether it has a match at all."""
     dist, q, g, ql, gl = _setup(
         query, gallery, query_labels, gallery_labels, distance, exclude_self
     )
@@ -136,8 +147,28 @@ def cmc(
         best = torch.where(relevant, scores, -torch.inf).amax(dim=1, keepdim=True)
         ranks.append(((scores >= best) & ~relevant).sum(dim=1) + 1)
         valid.append(relevant.any(dim=1))
-    rank, ok = torch.cat(ranks), torch.cat(valid)
-    return {k: _mean_over_valid((rank <= k).float(), ok, f"top-{k}") for k in ks}
+    return torch.cat(ranks), torch.cat(valid)
+
+
+def top1_hits(
+    query: Any,
+    gallery: Any,
+    query_labels: Any,
+    gallery_labels: Any,
+    distance: str | Distance = "cosine",
+    exclude_self: bool = False,
+    chunk_size: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per query: is its nearest gallery item a match? What :func:`cmc`'s top-1 averages.
+
+    Returns:
+        ``(hit (Q,) bool, valid (Q,) bool)``; ``valid`` is False for a query with no matching
+        gallery item (left out of every average).
+    """
+    rank, ok = _match_ranks(
+        query, gallery, query_labels, gallery_labels, distance, exclude_self, chunk_size
+    )
+    return (rank == 1).cpu().numpy(), ok.cpu().numpy()
 
 
 def _average_precisions(
