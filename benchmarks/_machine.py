@@ -3,10 +3,12 @@ same machine)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -40,3 +42,24 @@ def emit(result: dict, out: str | os.PathLike | None) -> None:
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)
+
+
+def store_parser(doc: str, rows: int, width: int) -> argparse.ArgumentParser:
+    """The options every store benchmark shares (``--rows``, ``--width``, ``--pairs``,
+    ``--store``, ``--out``); a benchmark adds its own to the parser it gets back."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--width", type=int, default=width)
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--store", default=None, help="keep the store here (default: temporary)")
+    parser.add_argument("--out", default=None)
+    return parser
+
+
+def store_root(store: str | None) -> tuple[str, tempfile.TemporaryDirectory | None]:
+    """``(root, handle)``: ``store`` itself, or a temporary folder that lives as long as the
+    returned handle."""
+    if store:
+        return store, None
+    temporary = tempfile.TemporaryDirectory()
+    return temporary.name, temporary

@@ -21,7 +21,6 @@ imports, and whether torch or Ray appear in it.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gallery import GALLERY, centres_of, load, mixture, publish_mixture  # noqa: E402
-from _machine import emit, machine_info  # noqa: E402
+from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 from search_latency import _build_folder  # noqa: E402
 
 from raycompat.index.version_index import build_version_index, load_version_index  # noqa: E402
@@ -128,15 +127,9 @@ def import_profile() -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--width", type=int, default=32)
-    parser.add_argument("--pairs", type=int, default=7)
-    parser.add_argument("--store", default=None, help="keep the store here (default: temporary)")
-    parser.add_argument("--out", default=None)
+    parser = store_parser(__doc__, rows=200_000, width=32)
     args = parser.parse_args(argv)
-    temporary = None if args.store else tempfile.TemporaryDirectory()
-    root = args.store or temporary.name
+    root, temporary = store_root(args.store)
     prepare(root, args.rows, args.width)
     queries = Path(root, "q.npy")
     np.save(queries, mixture(np.random.default_rng(2), centres_of(args.width), 1))

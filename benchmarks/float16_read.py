@@ -21,9 +21,7 @@ interleaved pairs:
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,7 +31,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gallery import GALLERY, load, paired, publish_mixture  # noqa: E402
-from _machine import emit, machine_info  # noqa: E402
+from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
 from raycompat.store import GalleryStore, validate  # noqa: E402
 from raycompat.store.vectors import vectors, widen_float16  # noqa: E402
@@ -120,16 +118,10 @@ def widen(args, store: GalleryStore) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--width", type=int, default=128)
+    parser = store_parser(__doc__, rows=1_000_000, width=128)
     parser.add_argument("--batch-size", type=int, default=65536)
-    parser.add_argument("--pairs", type=int, default=7)
-    parser.add_argument("--store", default=None, help="keep the store here (default: temporary)")
-    parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    temporary = None if args.store else tempfile.TemporaryDirectory()
-    root = args.store or temporary.name
+    root, temporary = store_root(args.store)
     for dtype, version in VERSIONS.items():
         publish_mixture(root, version, args.rows, args.width, dtype=dtype)
     store = GalleryStore(root)

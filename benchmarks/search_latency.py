@@ -23,10 +23,8 @@ of ``--pairs`` pairs and of their ratios. Both answer the same ids (checked).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +35,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gallery import GALLERY, centres_of, load, mixture, paired, publish_mixture  # noqa: E402
-from _machine import emit, machine_info  # noqa: E402
+from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
 from raycompat.index.search import stdout_to_stderr  # noqa: E402
 from raycompat.index.version_index import build_version_index, load_version_index  # noqa: E402
@@ -115,17 +113,11 @@ def compare(ours, script: FaissScript, queries: np.ndarray, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--width", type=int, default=32)
+    parser = store_parser(__doc__, rows=1_000_000, width=32)
     parser.add_argument("--singles", type=int, default=200, help="single queries per pair")
     parser.add_argument("--batch", type=int, default=1000, help="queries of the batch call")
-    parser.add_argument("--pairs", type=int, default=7)
-    parser.add_argument("--store", default=None, help="keep the store here (default: temporary)")
-    parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    temporary = None if args.store else tempfile.TemporaryDirectory()
-    root = args.store or temporary.name
+    root, temporary = store_root(args.store)
     result = {"benchmark": "search_latency", "machine": machine_info(), "args": vars(args)}
     result["prepare"] = build(root, args.rows, args.width)
     result["load_start"] = load()
