@@ -141,6 +141,7 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
                 f"overrides={overrides!r}".replace("'", '"'),
                 "space=[{key: model.embed_dim, kind: grid, values: [32, 1, 32]}]",
                 "search=grid",
+                "objective=self_test",  # one model per trial: AA needs two
                 "num_samples=1",
                 "asha={grace_period: 1, reduction_factor: 2, max_t: 3}",
                 f"storage_path={tmp_path}",

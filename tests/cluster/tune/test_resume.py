@@ -31,10 +31,11 @@ def test_sweep_killed_mid_way_resumes_from_storage_without_retraining(ray_local,
         "--config",
         str(ROOT / "configs" / "tune_hoc_lambda.yaml"),
         f"base={ROOT / 'configs' / 'train_mnist_cl2r.yaml'}",
-        # One task per trial (one training step, scored on AA): resuming is about trials.
+        # One task per trial (one training step, scored on its self-test): resuming is about
+        # trials, not the sequence.
         toy_cl2r(6, 40, "optim.lr=0.003", "optim.weight_decay=0.0", "scenario.tasks=[6]"),
         "space=[{key: method_options.lam, values: [0.1, 0.5]}]",
-        "objective=AA",
+        "objective=self_test",
         "max_concurrent_trials=1",
         f"storage_path={tmp_path}",
         "name=killed",
