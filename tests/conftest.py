@@ -199,3 +199,29 @@ def store_with_v1(tmp_path):
     staging.write_table(embedding_table(np.arange(4), np.ones((4, 9), np.float32)), "p.parquet")
     staging.commit()
     return store
+
+
+class SessionLogs:
+    """What Ray's session folder gained while a test ran: files created since, and the bytes
+    appended since to files that existed (Ray's logs are appended to for the whole session).
+
+    The credential tests scan what their own job made Ray write. Earlier tests' lines stay out:
+    a Tune sweep run before them logs the credentials Ray Tune copies from the environment into
+    every trainable's runtime environment (``ray.tune.execution.class_cache``), which is Ray's
+    behaviour with environment credentials (docs/tune.md, "Credentials"), not this job's.
+    """
+
+    def __init__(self, ray) -> None:
+        from pathlib import Path
+
+        self.root = Path(ray._private.worker._global_node.get_session_dir_path())
+        self.sizes = {p: p.stat().st_size for p in self.root.rglob("*") if p.is_file()}
+
+    def written(self, limit: int = 50_000_000) -> dict[str, bytes]:
+        blobs = {}
+        for path in self.root.rglob("*"):
+            if path.is_file() and path.stat().st_size < limit:
+                with open(path, "rb") as handle:
+                    handle.seek(self.sizes.get(path, 0))
+                    blobs[str(path)] = handle.read()
+        return blobs

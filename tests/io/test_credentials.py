@@ -34,7 +34,7 @@ from raycompat.io.credentials import (
     scrub,
     write_private,
 )
-from tests.conftest import FAKE_AWS_ENV, bucket_objects
+from tests.conftest import FAKE_AWS_ENV, SessionLogs, bucket_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY, SECRET = FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"], FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"]
@@ -253,6 +253,7 @@ def test_transform_job_on_s3_writes_and_logs_no_credential(
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
 
     caplog.set_level(logging.INFO)
+    session = SessionLogs(ray_local)
     bucket, options = s3_bucket
     secret_options = planted(s3_server)
     store = GalleryStore(f"s3://{bucket}/store", secret_options)
@@ -291,10 +292,7 @@ def test_transform_job_on_s3_writes_and_logs_no_credential(
     for path in tmp_path.rglob("*"):
         if path.is_file() and path != config:  # the user's own input holds them, of course
             blobs[str(path)] = path.read_bytes()
-    session = Path(ray_local._private.worker._global_node.get_session_dir_path())
-    for path in session.rglob("*"):  # Ray's own logs, the workers' included
-        if path.is_file() and path.stat().st_size < 50_000_000:
-            blobs[str(path)] = path.read_bytes()
+    blobs |= session.written()  # what Ray's own logs gained during the job, the workers' included
     out, err = capfd.readouterr()
     blobs |= {"stdout": out.encode(), "stderr": err.encode(), "log": caplog.text.encode()}
     assert not leaks(blobs), f"credentials found in {leaks(blobs)[:5]}"

@@ -20,6 +20,7 @@ import torch
 from raycompat.data.base import CorruptDataError
 from raycompat.data.cifar import load_pickle
 from raycompat.io.weights import load_state_dict
+from tests.conftest import SessionLogs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -206,6 +207,7 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
     from raycompat.io.credentials import REDACTED
 
     caplog.set_level(logging.INFO)
+    session = SessionLogs(ray_local)
     bucket, options = s3_bucket
     secrets = [os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]]
     assert secrets[0].startswith("AKIARAYCOMPAT")  # the distinctive fake values of conftest
@@ -249,8 +251,8 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
         except FileNotFoundError:  # a zero-byte "directory" marker the store client created
             continue
     assert len(blobs) >= 10
-    session = Path(ray_local._private.worker._global_node.get_session_dir_path())
-    for path in [*session.rglob("*"), *tmp_path.rglob("*")]:
+    blobs |= session.written()  # what Ray's logs gained during this job, the workers' included
+    for path in tmp_path.rglob("*"):
         if path.is_file() and path != config and path.stat().st_size < 50_000_000:
             blobs[str(path)] = path.read_bytes()
     out, err = capfd.readouterr()
