@@ -33,6 +33,9 @@ FAKE_AWS_ENV = {
 # suite (dozens) waits up to 2 s at each start, end and failure for nothing. Every Ray process
 # the tests start (the session's runtime, `ray start --head`, submitted jobs) inherits this.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+# Each run also starts a preemption-watcher actor (one more process importing Ray, for spot
+# instances being reclaimed), which no test exercises.
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 
 UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL",
                  "AWS_ENDPOINT_URL_S3")
