@@ -67,12 +67,18 @@ class PolicySpec:
     new model into a new version (the expensive path compatibility exists to avoid);
     ``partial_backfill`` (FCT upgrades only; others are refused) writes ``h(current)`` with the
     fraction ``partial_backfill.budget`` of its rows re-extracted, most uncertain first.
+
+    ``max_negative_flip_rate``: refuse an upgrade whose negative-flip rate (the fraction of
+    the test queries the old system answered right at top-1 and the upgraded one answers
+    wrong, on the gallery the action would serve; identification protocol) is above it, in
+    [0, 1]; None (default): no gate.
     """
 
     on_incompatible: Literal["refuse", "backfill", "partial_backfill"] = "refuse"
     partial_backfill: PartialBackfillSpec = field(
         default_factory=lambda: PartialBackfillSpec(budget=0.3)
     )
+    max_negative_flip_rate: float | None = bounded(None, ge=0.0, le=1.0)
 
 
 def partial_backfill_of(spec: UpgradeSpec, policy: PolicySpec) -> PartialBackfillSpec | None:
@@ -266,8 +272,19 @@ def decision_digest(cfg: UpgradeConfig, spec: UpgradeSpec, against: str | None) 
     content = {
         "entry": to_dict(spec),
         "training": redact(training),
-        "policy": to_dict(cfg.policy),
+        "policy": _policy_digest(cfg.policy),
         "gallery_images": redact(to_dict(cfg.gallery_images)),
         "against": against,
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _policy_digest(policy: PolicySpec) -> dict:
+    """The policy as the digest sees it: without the NFR gate while it is unset, so that the
+    configs written before the gate existed keep their digests (and standing decisions)."""
+    from raycompat.config import to_dict
+
+    out = to_dict(policy)
+    if out["max_negative_flip_rate"] is None:
+        del out["max_negative_flip_rate"]
+    return out

@@ -5,6 +5,11 @@ registration order, plus the candidate: ``M(t, k)`` queries with model t's featu
 gallery of model k's features *of the same test images* (REFERENCE.md protocols, via
 :mod:`raycompat.evaluation`). For an FCT upgrade the candidate's cross-test is also scored
 against ``h(phi_old)``, the gallery as it would be after the transformation.
+
+Beside each score, the evidence counts negative flips (Yan et al., CVPR 2021; under the
+identification protocol only): of the test queries, the share the old system (the gallery
+model's queries against its own gallery) answered right at top-1 and the upgraded one answers
+wrong, over all queries (NFR) and over the old system's right answers (NFR of old hits).
 """
 
 from __future__ import annotations
@@ -15,10 +20,24 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from raycompat.backfill import backfill_order, random_order
 from raycompat.config.train import TrainConfig
+from raycompat.config.upgrade import PartialBackfillSpec
 from raycompat.evaluation import EvalSet, grow_matrix, score
+from raycompat.index.distances import get_distance
 from raycompat.metrics.compatibility import CompatibilityMatrix, ecc, update_gain
+from raycompat.metrics.flips import flip_rates
+from raycompat.metrics.retrieval import top1_hits
 from raycompat.train.data import load_images, make_splits, open_dataset, test_source
+
+
+@dataclass(frozen=True)
+class Hits:
+    """``hit (N,)``: query i's nearest other test image is of its class; ``valid (N,)``: it has
+    one of its class at all (the queries every average counts)."""
+
+    hit: np.ndarray
+    valid: np.ndarray
 
 
 @dataclass
@@ -36,6 +55,19 @@ class EvalData:
 
     def score(self, query: np.ndarray, gallery: np.ndarray) -> float:
         return score(self.protocol, query, gallery, self.eval_set, self.distance)
+
+    def hits(self, query: np.ndarray, gallery: np.ndarray) -> Hits | None:
+        """Per query, whether its top-1 is a match: what :meth:`score` averages under the
+        identification protocol (the narrower features zero-padded, as there); None under
+        another protocol, whose score is not a mean over the same queries."""
+        if self.protocol != "identification":
+            return None
+        width = min(query.shape[1], gallery.shape[1])
+        labels = self.eval_set.labels
+        hit, valid = top1_hits(
+            query[:, :width], gallery[:, :width], labels, labels, self.distance, exclude_self=True
+        )
+        return Hits(hit, valid)
 
     def classes_below(self, classes: int) -> np.ndarray | None:
         """Mask of the test images of training classes ``[0, classes)``, when that subset is
@@ -77,6 +109,18 @@ def model_features(model, data: EvalData) -> np.ndarray:
     return torch.cat(parts).numpy()
 
 
+def holds_features(data: EvalData, rows: np.ndarray, features: np.ndarray) -> bool:
+    """Whether stored ``rows`` ((N, d)) are ``features`` as ``data.distance`` compares them
+    (to 1e-5 after its normalisation): a version extracted by the model holds its features up
+    to float rounding, which only reorders ties. The job then scores the features in memory,
+    so M(k, k) and M(t, k) are one number in the matrix and in the decision."""
+    if rows.shape != features.shape:
+        return False
+    dist = get_distance(data.distance)
+    a, b = dist.prepare(features, "features"), dist.prepare(rows, "stored rows")
+    return bool(torch.allclose(a.double(), b.double(), rtol=0.0, atol=1e-5))
+
+
 def history_matrix(names: list[str], features: dict[str, np.ndarray], data: EvalData):
     """Lower-triangular ``M(t, k)``, ``k <= t``, over ``names`` in order."""
     matrix: CompatibilityMatrix | None = None
@@ -94,6 +138,16 @@ class Evidence:
     against h(gallery)); ``old_self``: M(gallery, gallery); ``new_self``: M(new, new).
     ``ecc``: the empirical compatibility criterion, cross > old_self (>= unless strict);
     ``update_gain``: (cross - old_self) / (new_self - old_self), None when undefined.
+    ``gallery``: the stored version the scores are against when its rows are not the
+    ``against`` model's own features (an FCT or partially backfilled version), else "".
+
+    Negative flips against the old system (``against``'s queries against the same gallery),
+    fractions, None when not measured (another protocol than identification):
+    ``negative_flip_rate``: over all queries, for the new model's queries against this
+    gallery (the ``cross`` column); ``negative_flip_rate_of_old_hits``: the same over the
+    queries the old system answered right (None when it answered none);
+    ``backfill_negative_flip_rate`` (and ``_of_old_hits``): after a full backfill, the new
+    model's queries against its own re-extracted gallery (the ``new_self`` column).
     """
 
     against: str
@@ -103,9 +157,22 @@ class Evidence:
     ecc: bool
     update_gain: float | None
     transformed: bool = False
+    gallery: str = ""
+    negative_flip_rate: float | None = None
+    negative_flip_rate_of_old_hits: float | None = None
+    backfill_negative_flip_rate: float | None = None
+    backfill_negative_flip_rate_of_old_hits: float | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def negative_flips(old: Hits, new: Hits) -> tuple[float, float | None]:
+    """``(NFR, NFR of old hits)``: the share of all valid queries that ``old`` answered right
+    and ``new`` answers wrong, and the same share of the queries ``old`` answered right."""
+    flips = flip_rates(old.hit, new.hit, old.valid & new.valid)
+    of_hits = flips.negative / flips.old_accuracy if flips.old_accuracy > 0 else None
+    return flips.negative, of_hits
 
 
 def evidence(
@@ -115,15 +182,65 @@ def evidence(
     old_self: float,
     against: str,
     transformed: bool = False,
+    old_hits: Hits | None = None,
+    stored: str = "",
 ) -> Evidence:
+    """Score ``new`` ((N, d) test features) against ``gallery`` ((N, d') rows of the same
+    images); ``old_hits``: the old system's per-query hits (:meth:`EvalData.hits`), for the
+    negative flips (none counted without them); ``stored``: :attr:`Evidence.gallery`."""
     cross, new_self = data.score(new, gallery), data.score(new, new)
     try:
         gain = update_gain(cross, old_self, new_self)
     except ValueError:
         gain = None
+    flips = {}
+    if old_hits is not None:
+        served, backfilled = data.hits(new, gallery), data.hits(new, new)
+        nfr, nfr_of_hits = negative_flips(old_hits, served)
+        bnfr, bnfr_of_hits = negative_flips(old_hits, backfilled)
+        flips = dict(
+            negative_flip_rate=nfr,
+            negative_flip_rate_of_old_hits=nfr_of_hits,
+            backfill_negative_flip_rate=bnfr,
+            backfill_negative_flip_rate_of_old_hits=bnfr_of_hits,
+        )
     return Evidence(
-        against, cross, old_self, new_self, ecc(cross, old_self, data.strict), gain, transformed
+        against,
+        cross,
+        old_self,
+        new_self,
+        ecc(cross, old_self, data.strict),
+        gain,
+        transformed,
+        stored,
+        **flips,
     )
+
+
+# PartialBackfillSpec.order -> the test images' rows, first backfilled first
+PARTIAL_BACKFILL_ORDERS = {
+    "uncertainty": lambda uncertainty, n, seed: backfill_order(uncertainty),
+    "random": lambda uncertainty, n, seed: random_order(n, seed),
+}
+
+
+def partially_backfilled(
+    transformed: np.ndarray,
+    new: np.ndarray,
+    uncertainty: np.ndarray,
+    spec: PartialBackfillSpec,
+    seed: int,
+) -> np.ndarray:
+    """``(N, d)`` h(old) rows of the test images with ``round(budget * N)`` of them replaced by
+    the new model's, in ``spec.order`` (random: seeded by ``seed``, as the publisher's): the
+    gallery a partial backfill leaves, on the test images as the report's backfill curves
+    build it (:func:`raycompat.backfill.backfill_curve`)."""
+    n = len(new)
+    order = PARTIAL_BACKFILL_ORDERS[spec.order](uncertainty, n, seed)
+    gallery = np.array(transformed, dtype=np.float32, copy=True)
+    rows = order[: int(np.rint(spec.budget * n))]
+    gallery[rows] = new[rows]
+    return gallery
 
 
 def evidence_on_classes(
@@ -143,4 +260,12 @@ def evidence_on_classes(
     sub = dataclasses.replace(
         data, rows=data.rows[mask], eval_set=EvalSet(np.asarray(data.eval_set.labels)[mask])
     )
-    return evidence(sub, new[mask], gallery[mask], sub.score(old[mask], gallery[mask]), against)
+    old_hits = sub.hits(old[mask], gallery[mask])
+    return evidence(
+        sub,
+        new[mask],
+        gallery[mask],
+        sub.score(old[mask], gallery[mask]),
+        against,
+        old_hits=old_hits,
+    )

@@ -16,6 +16,12 @@ Actions, in the order they are considered:
 
 An FCT method never falls back to ``compatible``: it was not trained for it, and a transformed
 gallery that fails the criterion is a failed upgrade, not a reason to skip the rewrite.
+
+Then the gate ``policy.max_negative_flip_rate`` (None: none): an action whose negative-flip
+rate is above it (or was not measured) becomes ``refuse``. The NFR is that of the gallery the
+action serves: the stored one (``compatible``), ``h(gallery)`` (``transform``), the partially
+backfilled test gallery (``partial_backfill``) or the re-extracted one (``backfill``).
+Scores in reasons are percent of the test queries.
 """
 
 from __future__ import annotations
@@ -33,8 +39,16 @@ class Decision:
 
 
 def _ecc_text(e: Evidence, gallery: str) -> str:
+    """``gallery``: what the new model queries; the old self-test is against the stored
+    version when its rows are not the gallery model's own features (``e.gallery``)."""
     op = ">" if e.ecc else "<="
-    return f"M(new, {gallery}) = {e.cross:.4f} {op} M({e.against}, {e.against}) = {e.old_self:.4f}"
+    old = e.gallery or e.against
+    return f"M(new, {gallery}) = {e.cross:.2%} {op} M({e.against}, {old}) = {e.old_self:.2%}"
+
+
+def _stored(e: Evidence) -> str:
+    """The gallery ``e`` was scored against: the stored version, or its model's features."""
+    return e.gallery or e.against
 
 
 def _partial_text(spec: PartialBackfillSpec) -> str:
@@ -46,22 +60,69 @@ def decide(
     fct: Evidence | None,
     policy: PolicySpec,
     partial_backfill: PartialBackfillSpec | None = None,
+    backfilled: Evidence | None = None,
 ) -> Decision:
     """``direct``: the candidate against the stored gallery; ``fct``: against ``h(gallery)``
     when the method upgrades by transformation, else None; ``partial_backfill``: the entry's
-    own ``partial_backfill`` (None when it has none)."""
+    own ``partial_backfill`` (None when it has none); ``backfilled``: against the partially
+    backfilled test gallery, when a partial backfill can be decided."""
+    decision = _choose(direct, fct, policy, partial_backfill)
+    limit = policy.max_negative_flip_rate
+    if limit is None or decision.action == "refuse":
+        return decision
+    evidences = {"direct": direct, "transformed": fct, "backfilled": backfilled}
+    nfr = served_flips(decision.action, evidences)
+    if nfr is None:
+        return Decision(
+            "refuse",
+            f"{decision.reason}; but its negative-flip rate was not measured (identification "
+            f"protocol only) and policy.max_negative_flip_rate = {limit:.2%}: nothing is published",
+        )
+    if nfr > limit:
+        return Decision(
+            "refuse",
+            f"{decision.reason}; but NFR = {nfr:.2%} > policy.max_negative_flip_rate = "
+            f"{limit:.2%}: nothing is published",
+        )
+    return Decision(decision.action, f"{decision.reason}; NFR = {nfr:.2%} <= {limit:.2%}")
+
+
+SERVED = {  # action -> (evidence, its NFR field) of the gallery the candidate then queries
+    "compatible": ("direct", "negative_flip_rate"),
+    "transform": ("transformed", "negative_flip_rate"),
+    "partial_backfill": ("backfilled", "negative_flip_rate"),
+    "backfill": ("direct", "backfill_negative_flip_rate"),
+}
+
+
+def served_flips(action: str, evidences: dict[str, Evidence | None]) -> float | None:
+    """The NFR of the gallery ``action`` serves the candidate; ``evidences``: the job's
+    ``direct``, ``transformed`` and ``backfilled`` evidence (None: not evaluated)."""
+    which, field = SERVED[action]
+    e = evidences[which]
+    return None if e is None else getattr(e, field)
+
+
+def _choose(
+    direct: Evidence,
+    fct: Evidence | None,
+    policy: PolicySpec,
+    partial_backfill: PartialBackfillSpec | None,
+) -> Decision:
+    """The action by ECC and ``policy.on_incompatible`` (the module's list)."""
     if fct is not None and partial_backfill is not None:
         holds = "holds" if fct.ecc else "fails"
         return Decision(
             "partial_backfill",
             f"FCT with a partial backfill ({_partial_text(partial_backfill)}), as the entry "
-            f"asks; h alone: {_ecc_text(fct, f'h({fct.against})')}: ECC {holds}",
+            f"asks; h alone: {_ecc_text(fct, f'h({_stored(fct)})')}: ECC {holds}",
         )
     if fct is not None and fct.ecc:
-        return Decision("transform", "FCT: " + _ecc_text(fct, f"h({fct.against})") + ": ECC holds")
+        h = f"h({_stored(fct)})"
+        return Decision("transform", "FCT: " + _ecc_text(fct, h) + ": ECC holds")
     if fct is None and direct.ecc:
-        return Decision("compatible", "backward compatible: " + _ecc_text(direct, direct.against))
-    failed = _ecc_text(fct, f"h({fct.against})") if fct else _ecc_text(direct, direct.against)
+        return Decision("compatible", "backward compatible: " + _ecc_text(direct, _stored(direct)))
+    failed = _ecc_text(fct, f"h({_stored(fct)})") if fct else _ecc_text(direct, _stored(direct))
     why = f"ECC fails ({failed})"
     if policy.on_incompatible == "backfill":
         return Decision("backfill", why + "; the policy allows a backfill by re-extraction")

@@ -3,10 +3,15 @@
 ``write_report(directory, report)`` renders a :class:`Report` that the job filled in:
 the history's compatibility matrix (rows query models, columns gallery models; cells that fail
 ECC, M(t, k) <= M(k, k), are marked), AC/AA/ACA, one self/cross table per upgrade with its
-baselines beside it (as the papers' tables), for FCT upgrades whose ``h`` learned its
-uncertainty the partial-backfill curves (FastFill: accuracy against the fraction of the gallery
-re-extracted, three orders), the decision and why, what was published, and the timings of
-every stage.
+baselines beside it (as the papers' tables) and its negative flips, for FCT upgrades whose
+``h`` learned its uncertainty the partial-backfill curves (FastFill: accuracy against the
+fraction of the gallery re-extracted, three orders), the decision and why, what was published,
+and the timings of every stage.
+
+One number per quantity: every score is shown in percent of the test queries, each matrix cell
+is the number the decision used (the job scores the same arrays), and a score that is another
+quantity says so in its label (a stored version that is not the model's own features, the
+gallery model's classes only, a partial backfill on the test images).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from raycompat.metrics.compatibility import (
     average_compatibility,
     average_compatibility_accuracy,
 )
+from raycompat.upgrade.policy import SERVED
 
 
 @dataclass
@@ -58,13 +64,23 @@ class Report:
     split: str = ""  # which images the tables use (closed- or open-set), one sentence
 
     def summary(self) -> dict:
+        """Scores as fractions of the test queries (report.md shows them in percent); the
+        matrix's cells above the diagonal were never measured: null."""
+        n = len(self.matrix)
+        matrix = [[float(v) for v in row] + [None] * (n - len(row)) for row in self.matrix.rows]
         out = {
             "name": self.name,
             "protocol": self.protocol,
             "split": self.split,
-            "matrix": self.matrix.as_array().tolist(),
+            "unit": "fraction",
+            "matrix": matrix,
             "names": self.matrix.names,
             "decisions": {o.model_version: o.action for o in self.outcomes},
+            "negative_flips": {
+                o.model_version: dict(zip(FLIP_KEYS, flips, strict=True))
+                for o in self.outcomes
+                if (flips := served_flips(o)) is not None
+            },
             "seconds": round(self.seconds, 1),
         }
         if len(self.matrix) > 1:
@@ -74,6 +90,31 @@ class Report:
                 ACA=average_compatibility_accuracy(self.matrix),
             )
         return out
+
+
+FLIP_KEYS = ("negative_flip_rate", "negative_flip_rate_of_old_hits")
+
+
+def served_flips(o: Outcome) -> tuple[float | None, float | None] | None:
+    """``(NFR, NFR of old hits)`` of the gallery ``o``'s action serves the candidate
+    (:data:`raycompat.upgrade.policy.SERVED`); for a refusal or failure, of the path it was
+    judged on (h(gallery) for FCT, else the stored gallery). None without that evidence (the
+    initial model, a record written before flips were counted)."""
+    if not o.evidence:
+        return None
+    action = o.action
+    if action not in SERVED:
+        action = "transform" if "transformed" in o.evidence else "compatible"
+    which, field = SERVED[action]
+    if which not in o.evidence or field not in o.evidence[which]:
+        return None
+    e = o.evidence[which]
+    return e[field], e[f"{field}_of_old_hits"]
+
+
+def _flips_cell(nfr: float | None, of_old_hits: float | None) -> str:
+    """``NFR (NFR of old hits)`` in percent; ``-`` when not measured."""
+    return "-" if nfr is None else f"{_pct(nfr)} ({_pct(of_old_hits)})"
 
 
 def compatible_cells(array: np.ndarray) -> np.ndarray:
@@ -184,9 +225,14 @@ def _pct(x) -> str:
 
 def _evidence_row(label: str, e: dict) -> str:
     gain = "-" if e.get("update_gain") is None else f"{e['update_gain']:.3f}"
+    # evidence recorded before flips were counted has no such keys: "-"
+    served = _flips_cell(e.get("negative_flip_rate"), e.get("negative_flip_rate_of_old_hits"))
+    backfilled = _flips_cell(
+        e.get("backfill_negative_flip_rate"), e.get("backfill_negative_flip_rate_of_old_hits")
+    )
     return (
         f"| {label} | {_pct(e['old_self'])} | {_pct(e['cross'])} | {_pct(e['new_self'])} | "
-        f"{'yes' if e['ecc'] else '**no**'} | {gain} |"
+        f"{'yes' if e['ecc'] else '**no**'} | {gain} | {served} | {backfilled} |"
     )
 
 
@@ -229,12 +275,19 @@ def _decisions_section(report: Report) -> list[str]:
     for o in report.outcomes:
         earlier = "decided" if o.action in ("refuse", "failed") else "published"
         note = f" ({earlier} by an earlier run)" if o.resumed else ""
+        flips = _flips_cell(*(served_flips(o) or (None, None)))
         rows.append(
             f"| {o.model_version} | {o.method} | {o.classes} | **{o.action}**{note} | "
-            f"{o.gallery_version or '-'} | {o.reason} |"
+            f"{o.gallery_version or '-'} | {flips} | {o.reason} |"
         )
-    header = ["model", "method", "classes", "action", "queries", "why"]
-    return ["## Decisions", "", *_table(header, rows), ""]
+    header = ["model", "method", "classes", "action", "queries", "NFR (of old hits)", "why"]
+    note = (
+        "NFR: the share of the test queries (%) that the old system, the gallery model's "
+        "queries against its gallery, answered right at top-1 and the candidate answers wrong "
+        "on the gallery the action serves it (for a refusal: the one it was judged on); in "
+        "brackets, the same share of the queries the old system answered right."
+    )
+    return ["## Decisions", "", *_table(header, rows), "", note, ""]
 
 
 def _matrix_section(report: Report, files: dict[str, str]) -> list[str]:
@@ -265,11 +318,24 @@ def _evidence_sections(report: Report) -> list[str]:
         "## Self- and cross-tests per upgrade",
         "",
         "M(old, old): the gallery model's self-test; M(new, old): the new model's queries "
-        "against the gallery it would search; M(new, new): its self-test. Baselines are "
+        "against the gallery it would search; M(new, new): its self-test. NFR (%, of all test "
+        "queries; in brackets, of those the old system answered right): what the old system "
+        "(old queries, its gallery) answered right at top-1 and the new model's queries answer "
+        "wrong, against the gallery of the M(new, old) column, and after a full backfill "
+        "(its own re-extracted gallery, the M(new, new) column). Baselines are "
         "trained on the same data for comparison and never published.",
         "",
     ]
-    header = ["model", "M(old, old)", "M(new, old)", "M(new, new)", "ECC", "update gain"]
+    header = [
+        "model",
+        "M(old, old)",
+        "M(new, old)",
+        "M(new, new)",
+        "ECC",
+        "update gain",
+        "NFR (of old hits)",
+        "NFR after backfill",
+    ]
     for o in report.outcomes:
         if o.evidence:
             title = f"### {o.model_version} ({o.method}) against {o.against}"
@@ -279,13 +345,32 @@ def _evidence_sections(report: Report) -> list[str]:
 
 def _evidence_rows(o: Outcome) -> list[str]:
     candidate = f"{o.model_version} ({o.method})"
-    rows = [_evidence_row(f"{candidate}, stored gallery", o.evidence["direct"])]
+    direct = o.evidence["direct"]
+    rows = [_evidence_row(f"{candidate}, {_stored_label(direct)}", direct)]
     if "seen_classes" in o.evidence:
         seen = o.evidence["seen_classes"]
         rows.append(_evidence_row(f"{candidate}, classes < {seen['classes']} only", seen))
     if "transformed" in o.evidence:
         rows.append(_evidence_row(f"{candidate}, h(gallery)", o.evidence["transformed"]))
+    if "backfilled" in o.evidence:
+        label = f"{candidate}, h(gallery) partially backfilled{_budget_label(o)}, test images"
+        rows.append(_evidence_row(label, o.evidence["backfilled"]))
     return rows + [_evidence_row(f"baseline: {method}", e) for method, e in o.baselines.items()]
+
+
+def _stored_label(e: dict) -> str:
+    """The gallery the direct row is against: named by version when its rows are not the
+    gallery model's own features (then M(old, old) is the old model against those rows)."""
+    version = e.get("gallery")  # absent from evidence recorded before it was kept
+    return f"stored gallery {version} (not {e['against']}'s own features)" if version else (
+        "stored gallery"
+    )
+
+
+def _budget_label(o: Outcome) -> str:
+    if not o.backfill:
+        return ""
+    return f" ({o.backfill['budget']:.0%}, {o.backfill['order']} order)"
 
 
 def _versions_section(report: Report) -> list[str]:

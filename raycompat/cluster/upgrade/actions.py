@@ -194,13 +194,16 @@ class Publisher:
                 return
             cross = self.data.score(features, staged)
             log.info(
-                "%s: M(new, staged) = %.4f vs old self-test %.4f", staging.uri, cross, old_self
+                "%s: M(new, staged) = %.2f%% vs old self-test %.2f%%",
+                staging.uri,
+                cross * 100,
+                old_self * 100,
             )
             if not cross > old_self:
                 staging.abort()
                 raise VerificationError(
                     f"{staging.uri}: the new model's queries against the {rows} rows score "
-                    f"{cross:.4f}, not above the old self-test {old_self:.4f}"
+                    f"{cross:.2%}, not above the old self-test {old_self:.2%}"
                 )
 
         return verify

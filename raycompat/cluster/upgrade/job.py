@@ -50,9 +50,12 @@ from raycompat.upgrade.backfill_eval import backfill_evaluation
 from raycompat.upgrade.evaluate import (
     EvalData,
     Evidence,
+    Hits,
     evidence,
     evidence_on_classes,
+    holds_features,
     model_features,
+    partially_backfilled,
 )
 from raycompat.upgrade.policy import decide
 from raycompat.upgrade.report import Outcome
@@ -68,6 +71,8 @@ class Reference:
     old: np.ndarray  # (N, d_old) its test features
     gallery: np.ndarray  # (N, d_old) the stored rows of the test images, else ``old``
     old_self: float  # M(old, gallery): the gallery's self-test
+    old_hits: Hits | None  # the old system's top-1 hit per query (identification only)
+    stored: str = ""  # the version, when ``gallery`` is its rows rather than ``old``
 
 
 class Upgrader:
@@ -251,7 +256,7 @@ class Upgrader:
         self._add(spec.model_version, features)
         version = gallery_version_of(self.cfg, position)
         self_test = self.data.score(features, features)
-        reason = f"initial model: the gallery is extracted with it (self-test {self_test:.4f})"
+        reason = f"initial model: the gallery is extracted with it (self-test {self_test:.2%})"
         with _timed(seconds, "publish"):
             if mine is None:  # else an earlier run published it and stopped before registering
                 self.publisher.extract(spec, directory, features, version)
@@ -291,13 +296,17 @@ class Upgrader:
         if spec.baselines:
             with _timed(seconds, "baselines"):
                 baselines = self._baselines(spec, reference)
-        fct, backfill = None, {}
+        fct, backfilled, backfill = None, None, {}
         if METHODS.get(spec.method).needs_transformation:
             with _timed(seconds, "fct"):
-                fct, backfill = self._fct_evidence(spec, reference, directory, features, current)
-        decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill)
+                fct, backfilled, backfill = self._fct_evidence(
+                    spec, reference, directory, features, current
+                )
+        decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill, backfilled)
         log.info("%s: %s (%s)", spec.model_version, decision.action, decision.reason)
         proof = {"direct": direct.as_dict(), **({"transformed": fct.as_dict()} if fct else {})}
+        if backfilled is not None:  # the partial backfill on the test images, at its budget
+            proof["backfilled"] = backfilled.as_dict()
         seen = self._evidence_on_seen_classes(features, reference)
         if seen is not None:  # reported, not decisive: the service searches every image
             proof["seen_classes"] = {**seen.as_dict(), "classes": parent.classes}
@@ -332,12 +341,18 @@ class Upgrader:
 
     def _reference(self, parent: steps.Parent, current: VersionInfo) -> Reference:
         """What the candidate is judged against: the service's view, i.e. the stored rows of
-        the test images when the gallery holds them, else the gallery model's features."""
-        old = self.stored_features(parent.model_version)
-        self._add(parent.model_version, old)
-        gallery = steps.version_rows(self.store, self.gallery, current.version, self.data.rows)
-        gallery = old if gallery is None else gallery
-        return Reference(parent, old, gallery, self.data.score(old, gallery))
+        the test images when the gallery holds them, else the gallery model's features. The
+        features already in memory (the matrix's row) are used, and they stand for stored
+        rows that hold them (``holds_features``): one number per matrix cell."""
+        name = parent.model_version
+        old = self.features[name] if name in self.features else self.stored_features(name)
+        self._add(name, old)
+        rows = steps.version_rows(self.store, self.gallery, current.version, self.data.rows)
+        gallery, stored = old, ""
+        if rows is not None and not holds_features(self.data, rows, old):
+            gallery, stored = rows, current.version
+        old_self = self.data.score(old, gallery)
+        return Reference(parent, old, gallery, old_self, self.data.hits(old, gallery), stored)
 
     def _evidence(
         self, features: np.ndarray, reference: Reference, transformed: np.ndarray | None = None
@@ -352,6 +367,8 @@ class Upgrader:
             reference.old_self,
             reference.parent.model_version,
             transformed=transformed is not None,
+            old_hits=reference.old_hits,
+            stored=reference.stored,
         )
 
     def _evidence_on_seen_classes(
@@ -388,10 +405,11 @@ class Upgrader:
         directory: str,
         features: np.ndarray,
         current: VersionInfo,
-    ) -> tuple[Evidence, dict]:
+    ) -> tuple[Evidence, Evidence | None, dict]:
         """Train h (FCT sec. 3.3) into ``directory`` and score the candidate against h(rows);
-        with a partial backfill, h learns its uncertainty and the backfill curves on the test
-        images come too (FastFill), else ``{}``."""
+        with a partial backfill, h learns its uncertainty, and the evidence against the
+        partially backfilled test gallery and the backfill curves on the test images come too
+        (FastFill), else None and ``{}``."""
         partial = partial_backfill_of(spec, self.cfg.policy)  # h learns its uncertainty
         run = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}-fct"
         steps.train_fct(
@@ -405,7 +423,7 @@ class Upgrader:
             run,
         )
         h = load_transformation(directory)
-        backfill = {}
+        backfill, backfilled = {}, None
         if partial is None:
             transformed = transform_features(h, reference.gallery)
         else:  # what each budget would buy, on the test images (FastFill's curves)
@@ -418,7 +436,11 @@ class Upgrader:
                 partial,
                 distance=self.data.distance,
             )
-        return self._evidence(features, reference, transformed), backfill
+            mixed = partially_backfilled(
+                transformed, features, uncertainty, partial, self.cfg.training.seed
+            )
+            backfilled = self._evidence(features, reference, mixed)
+        return self._evidence(features, reference, transformed), backfilled, backfill
 
 
 @contextmanager

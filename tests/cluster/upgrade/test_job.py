@@ -258,6 +258,14 @@ def test_incompatible_upgrade_is_refused_then_backfilled_on_request(tiny_histori
     assert not (where / "store" / "_models" / "m2").exists()
     text = (where / "report" / "toy" / "report.md").read_text()
     assert "**refuse**" in text and "ECC fails" in text
+    # One number per cell: the decision scored the matrix's arrays; unmeasured cells are null.
+    report = json.loads((where / "report" / "toy" / "report.json").read_text())
+    direct = next(o for o in report["outcomes"] if o["model_version"] == "m2")["evidence"]
+    direct = direct["direct"]
+    (m11, m12), (m21, m22) = summary["matrix"]
+    assert (direct["old_self"], direct["cross"], direct["new_self"]) == (m11, m21, m22)
+    assert m12 is None and direct["gallery"] == ""
+    assert summary["negative_flips"]["m2"]["negative_flip_rate"] == direct["negative_flip_rate"]
 
     summary = tiny_run(where, "policy.on_incompatible=backfill")
     assert summary["decisions"] == {"m1": "initial", "m2": "backfill"}
@@ -301,7 +309,7 @@ def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, 
     )
     assert decision.action == "refuse" and version is None
     assert "failed its check before publishing" in decision.reason
-    assert "not above the old self-test 0.5000" in decision.reason
+    assert "not above the old self-test 50.00%" in decision.reason
     assert [v.version for v in store.versions("mnist")] == ["v1"]
     assert Catalog(store).models() == []
     assert not any((tmp_path / "store" / "mnist" / "_data" / "v3").glob("**/*.parquet"))
@@ -387,6 +395,12 @@ def test_an_fct_upgrade_with_a_partial_backfill_publishes_half_the_gallery_re_ex
     assert set(curves) == {"uncertainty", "random", "oracle"}
     # f = 1 is the new/new self-test, whatever the order
     assert curves["uncertainty"]["top1"][-1] == pytest.approx(m2["evidence"]["direct"]["new_self"])
+    # the partially backfilled test gallery: the curve's value at the budget, and its NFR
+    backfilled = m2["evidence"]["backfilled"]
+    at_budget = m2["backfill"]["summary"]["uncertainty"]["top1_at_budget"]
+    assert backfilled["cross"] == pytest.approx(at_budget, abs=1e-12)
+    flips = summary["negative_flips"]["m2"]
+    assert flips["negative_flip_rate"] == backfilled["negative_flip_rate"]
     assert (report_dir / "backfill_m2.png").stat().st_size > 0
     assert cli(["report", str(report_dir)]) == 0
     text = capsys.readouterr().out
