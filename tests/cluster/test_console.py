@@ -8,6 +8,7 @@ is read, quiet and verbose.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -227,6 +228,9 @@ def start_job(address: str, storage: Path, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # The console a user sees comes with Ray Train's defaults: conftest turns the
+        # preemption watcher off for speed, and its actor is among what prints to the console.
+        env={**os.environ, "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1"},
     )
 
 
