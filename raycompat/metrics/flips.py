@@ -36,6 +36,12 @@ class Flips:
     positive: float  # PFR: old wrong, new right
 
     @property
+    def negative_of_old_hits(self) -> float:
+        """NFR as a share of the samples the old system got right: #(old right, new wrong) /
+        #(old right); NaN when the old system got none right."""
+        return self.negative / self.old_accuracy if self.old_accuracy > 0 else float("nan")
+
+    @property
     def relative_negative(self) -> float:
         """NFR / ((1 - acc_new) * acc_old); NaN when either factor is 0 (no flip is possible)."""
         expected = (1.0 - self.new_accuracy) * self.old_accuracy
@@ -44,6 +50,7 @@ class Flips:
     def to_dict(self) -> dict[str, float]:
         return {"n": self.n, "old_accuracy": self.old_accuracy, "new_accuracy": self.new_accuracy,
                 "negative_flip_rate": self.negative, "positive_flip_rate": self.positive,
+                "negative_flip_rate_of_old_hits": self.negative_of_old_hits,
                 "relative_negative_flip_rate": self.relative_negative}
 
 

@@ -19,6 +19,7 @@ def test_flip_rates_of_six_hand_counted_samples():
     assert flips.new_accuracy - flips.old_accuracy == pytest.approx(flips.positive - flips.negative)
     # (2/6) / ((1 - 3/6) * 4/6) = (1/3) / (1/3)
     assert flips.relative_negative == pytest.approx(1.0)
+    assert flips.negative_of_old_hits == pytest.approx(2 / 4)  # 2 of the 4 old hits break
 
 
 def test_only_valid_samples_count():

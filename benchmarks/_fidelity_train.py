@@ -1,0 +1,302 @@
+"""Training half of ``benchmarks/fidelity.py``: model sequences, FCT's ``h`` and side-information.
+
+Everything is the Ray-free core run in process: models come from ``raycompat.nn.models``,
+losses from the ``raycompat.methods`` registry, steps from ``raycompat.engine.train_epoch``
+(under one :class:`~raycompat.engine.StepGuard` per model), FastFill's ``h`` from
+``raycompat.backfill.fit_uncertain_transformation`` and FCT's model and loss from
+``raycompat.fct.transformation``.
+
+A sequence follows the CoReS protocol (as the demo does): model ``t`` trains on the union of the
+classes of steps ``0..t``, initialised by its method's policy (``random``: seed ``s + 1 + t``;
+``same_seed``: seed ``s``; ``old``: the previous model's weights), with the previous model frozen
+as its old model. The first model of a method that needs an old model is trained with
+``independent`` (it has nothing to be compatible with).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from raycompat.backfill import UncertainTransformation, fit_uncertain_transformation
+from raycompat.backfill.fit import FitRecipe, training_rows
+from raycompat.engine import StepGuard, extract_features, tensor_batches, train_epoch
+from raycompat.fct.transformation import (
+    FCTTransformation,
+    fct_transformation,
+    freeze_batchnorm_statistics,
+    transformation_loss,
+    warmup_cosine,
+)
+from raycompat.methods import METHODS, Batch, OldModel, create_method
+from raycompat.methods.base import CompatibilityMethod, CrossEntropyMethod
+from raycompat.nn.models import CompatModel, create_model
+from raycompat.nn.side_info import create_side_info, nt_xent_loss, simclr_views
+
+log = logging.getLogger("benchmarks.fidelity")
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """Training images ``(N, C, H, W)`` float in [0, 1], labels ``(N,)`` (class c -> output c),
+    ``steps``: classes known at each step (step t trains on labels < steps[t])."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    steps: tuple[int, ...]
+    num_outputs: int
+    backbone: str
+    backbone_kwargs: dict
+    embed_dim: int  # of the learnable-head models; fixed heads take num_outputs - 1
+
+    def step_rows(self, step: int) -> torch.Tensor:
+        return torch.nonzero(self.labels < self.steps[step]).squeeze(1)
+
+
+@dataclass(frozen=True)
+class Optim:
+    epochs: int
+    batch_size: int
+    lr: float
+
+
+def new_model(method_name: str, seed: int, data: TrainData) -> CompatModel:
+    """A fresh model for ``method_name`` drawn from ``seed``: a fixed d-Simplex head when the
+    method needs one (width ``num_outputs - 1``), else a learnable linear head."""
+    torch.manual_seed(seed)
+    if METHODS.get(method_name).fixed_head:
+        head, width = "dsimplex", None
+    else:
+        head, width = "linear", data.embed_dim
+    return create_model(
+        data.backbone,
+        head,
+        num_classes=data.num_outputs,
+        embed_dim=width,
+        backbone_kwargs=data.backbone_kwargs,
+    )
+
+
+def _behaviour(method: CompatibilityMethod) -> str:
+    """What a method's training depends on: methods whose losses and prepare are plain
+    cross-entropy's (``independent``, ``fct``, ``ift``, ``cores`` ...) share one name, so two of
+    them with the same head, initialisation and old model train the same model."""
+    cls = type(method)
+    plain = cls.losses is CrossEntropyMethod.losses and cls.prepare is CompatibilityMethod.prepare
+    return "cross_entropy" if plain else f"{cls.__module__}.{cls.__qualname__}"
+
+
+class SequenceTrainer:
+    """Trains each method's sequence of models for one protocol and seed.
+
+    Models that the same computation would produce twice (the first model of every
+    learnable-head method; ``independent`` and ``fct``, which differ only in what is done with
+    their models afterwards) are trained once and shared: :attr:`trained` counts the models
+    actually trained.
+    """
+
+    def __init__(self, data: TrainData, optim: Optim, seed: int) -> None:
+        self.data, self.optim, self.seed = data, optim, seed
+        self._models: dict[tuple, CompatModel] = {}
+        self.trained = 0
+        self.train_seconds = 0.0
+
+    def sequence(self, method_name: str) -> list[CompatModel]:
+        models: list[CompatModel] = []
+        key: tuple | None = None
+        for step in range(len(self.data.steps)):
+            previous = models[-1] if models else None
+            method, init = self._method(method_name, step, previous)
+            key = (_behaviour(method), method.fixed_head, init, step, key)
+            if key not in self._models:
+                self._models[key] = self._train(method, method_name, step, init, previous)
+            models.append(self._models[key])
+        return models
+
+    def _method(self, name: str, step: int, previous: CompatModel | None):
+        """The step's method (with the previous model as its old model) and initialisation."""
+        cls = METHODS.get(name)
+        if previous is None:
+            init = ("seed", self.seed) if cls.init == "same_seed" else ("seed", self.seed + 1)
+            return create_method("independent" if cls.needs_old_model else name), init
+        classes = range(self.data.steps[step - 1])
+        old = OldModel.from_model(copy.deepcopy(previous), classes=classes)
+        init = {"old": ("old",), "same_seed": ("seed", self.seed)}.get(
+            cls.init, ("seed", self.seed + 1 + step)
+        )
+        return create_method(name, old=old), init
+
+    def _train(self, method, name: str, step: int, init: tuple, previous) -> CompatModel:
+        if init[0] == "old":
+            model = copy.deepcopy(previous)
+        else:
+            model = new_model(name, init[1], self.data)
+        rows = self.data.step_rows(step)
+        x, y = self.data.images[rows], self.data.labels[rows]
+        method.check_model(model)
+        method.prepare(model, tensor_batches(x, y, 256, shuffle=False))
+        optimizer = torch.optim.Adam(model.parameters(), lr=self.optim.lr)
+        order = torch.Generator().manual_seed(self.seed * 100 + step)
+        guard = StepGuard(where=f"{name} step {step + 1}")
+        start = time.perf_counter()
+        for epoch in range(self.optim.epochs):
+            batches = tensor_batches(x, y, self.optim.batch_size, order)
+            terms = train_epoch(model, method, batches, optimizer, guard, epoch)
+        self.trained += 1
+        self.train_seconds += time.perf_counter() - start
+        log.info("%s step %d (%d classes, %d images): %s", name, step + 1,
+                 self.data.steps[step], len(rows), _terms(terms))
+        return model.eval()
+
+
+def _terms(terms: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.3f}" for k, v in terms.items())
+
+
+class SimCLRObjective:
+    """NT-Xent between two ``simclr_views`` of each image (FCT's side-information, sec. 3.4),
+    as a ``(model, batch) -> terms`` callable that :func:`~raycompat.engine.train_epoch` steps."""
+
+    def __init__(self, generator: torch.Generator, temperature: float) -> None:
+        self.generator, self.temperature = generator, temperature
+
+    def __call__(self, model, batch: Batch) -> dict[str, torch.Tensor]:
+        views = [simclr_views(batch.images, self.generator) for _ in range(2)]
+        z = model(torch.cat(views))
+        return nt_xent_loss(*z.chunk(2), temperature=self.temperature)
+
+
+def train_side_info(images: torch.Tensor, data: TrainData, spec, seed: int):
+    """psi: a SimCLR model (no labels) trained on the first step's images, at old-model time,
+    then kept: every ``h`` of the sequence takes the same psi (no ``g`` is needed)."""
+    torch.manual_seed(seed + 7919)
+    model = create_side_info(
+        spec.side_info,
+        backbone=data.backbone,
+        embed_dim=spec.side_dim,
+        backbone_kwargs=data.backbone_kwargs,
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=spec.side_lr)
+    objective = SimCLRObjective(torch.Generator().manual_seed(seed + 7919), spec.side_temperature)
+    order = torch.Generator().manual_seed(seed + 104729)
+    guard = StepGuard(where="side-information")
+    targets = torch.zeros(len(images), dtype=torch.int64)  # unused: no labels
+    for epoch in range(spec.side_epochs):
+        batches = tensor_batches(images, targets, spec.side_batch_size, order)
+        terms = train_epoch(model, objective, batches, optimizer, guard, epoch)
+    log.info("side-information (%d images): %s", len(images), _terms(terms))
+    return model.eval()
+
+
+def _recipe(spec, n: int) -> FitRecipe:
+    recipe = FitRecipe(
+        epochs=spec.epochs,
+        width=spec.width,
+        lr=spec.lr,
+        batch_size=min(spec.batch_size, n),
+        warmup_epochs=spec.warmup_epochs,
+        discriminative_weight=spec.uncertainty_weight,
+    )
+    recipe.check(n)
+    return recipe
+
+
+def fit_h(old, new, side, spec, seed: int) -> FCTTransformation:
+    """FCT's ``h(phi_old[, psi]) -> phi_new`` by MSE (FCT sec. 3.3, appendix D's schedule: Adam,
+    warm-up then cosine per step, BN statistics frozen from half the epochs on)."""
+    rows = training_rows(old, new, side)
+    recipe = _recipe(spec, len(rows))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        d_side = 0 if rows.side is None else rows.side.shape[1]
+        h = fct_transformation(rows.old.shape[1], d_side, rows.new.shape[1], width=recipe.width)
+    optimizer = torch.optim.Adam(h.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    order = torch.Generator().manual_seed(seed)
+    guard = StepGuard(where="FCT transformation", hint="lower lr")
+    steps = len(rows) // recipe.batch_size
+    with guard.watch(h, optimizer):
+        for epoch in range(recipe.epochs):
+            h.train()
+            if epoch >= max(1, recipe.epochs // 2):
+                freeze_batchnorm_statistics(h)
+            perm = torch.randperm(len(rows), generator=order)[: steps * recipe.batch_size]
+            for step, batch in enumerate(guard.steps(perm.view(steps, -1), epoch)):
+                scale = warmup_cosine(epoch + step / steps, recipe.epochs, recipe.warmup_epochs)
+                for group in optimizer.param_groups:
+                    group["lr"] = recipe.lr * scale
+                side_batch = None if rows.side is None else rows.side[batch]
+                terms = transformation_loss(h(rows.old[batch], side_batch), rows.new[batch])
+                guard.check_terms(terms)
+                optimizer.zero_grad(set_to_none=True)
+                terms["loss"].backward()
+                optimizer.step()
+    return h.eval()
+
+
+def fit_fastfill(old, new, labels, classifier, spec, seed: int) -> UncertainTransformation:
+    """FastFill's ``h`` with its uncertainty head (no side-information, as the upgrade job
+    fits it); ``classifier``: the new model's head (an ``nn.Module``, held fixed) for the
+    discriminative term."""
+    recipe = _recipe(spec, len(old))
+    return fit_uncertain_transformation(
+        old,
+        new,
+        epochs=recipe.epochs,
+        seed=seed,
+        width=recipe.width,
+        lr=recipe.lr,
+        batch_size=recipe.batch_size,
+        warmup_epochs=recipe.warmup_epochs,
+        labels=labels if recipe.discriminative_weight > 0 else None,
+        classifier=classifier if recipe.discriminative_weight > 0 else None,
+        discriminative_weight=recipe.discriminative_weight,
+    )
+
+
+@torch.no_grad()
+def apply_h(h: FCTTransformation, gallery: np.ndarray, side: np.ndarray | None) -> np.ndarray:
+    """``normalize(h(gallery[, side]))``: the stored rows of the next version (galleries are
+    stored L2-normalised, as the upgrade job stores them)."""
+    old = torch.from_numpy(gallery).float()
+    out = h(old, None if side is None else torch.from_numpy(side).float())
+    return F.normalize(out, dim=1).numpy()
+
+
+def features(model, images: torch.Tensor) -> np.ndarray:
+    """Raw ``(N, d)`` float32 features (:func:`raycompat.engine.extract_features`)."""
+    return extract_features(model, images).numpy()
+
+
+def normalized(array: np.ndarray) -> np.ndarray:
+    return F.normalize(torch.from_numpy(array).float(), dim=1).numpy()
+
+
+class PassCounter(SequenceTrainer):
+    """A :class:`SequenceTrainer` that trains nothing and counts the image passes (forward +
+    backward of one image) the same sequences would cost, with the same sharing."""
+
+    def __init__(self, data: TrainData, optim: Optim, seed: int) -> None:
+        super().__init__(data, optim, seed)
+        self.passes = 0
+
+    def _train(self, method, name: str, step: int, init: tuple, previous) -> CompatModel:
+        self.passes += len(self.data.step_rows(step)) * self.optim.epochs
+        self.trained += 1
+        return copy.deepcopy(previous) if init[0] == "old" else new_model(name, 0, self.data)
+
+
+def seconds_per_pass(data: TrainData, optim: Optim, batches: int = 3) -> float:
+    """Measured seconds of one image's training step (plain cross-entropy), after a warm-up."""
+    model, method = new_model("independent", 0, data), create_method("independent")
+    optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr)
+    x, y = data.images[: optim.batch_size], data.labels[: optim.batch_size]
+    train_epoch(model, method, [Batch(x, y)], optimizer)
+    start = time.perf_counter()
+    train_epoch(model, method, [Batch(x, y)] * batches, optimizer)
+    return (time.perf_counter() - start) / (batches * len(x))

@@ -1,0 +1,316 @@
+"""Multi-seed fidelity benchmark of every compatibility method (issue 25): what holds on every
+seed, and how far the numbers move between seeds.
+
+    .venv/bin/python benchmarks/fidelity.py --seeds 0 1 2 \
+        --out benchmarks/results/fidelity_cpu.json --markdown /tmp/fidelity.md
+    .venv/bin/python benchmarks/fidelity.py --quick          # seconds: structure only
+    .venv/bin/python benchmarks/fidelity.py protocols=[mnist5k] mnist5k.epochs=2  # overrides
+
+For each protocol (``_fidelity_data``: MNIST-5k and synthetic identities, each scored open-set
+and closed-set), seed and method, one sequence of models is trained on growing class sets
+(``_fidelity_train``, the Ray-free core); each method serves its galleries (``_fidelity_fct``:
+stored rows, or FCT's ``h`` moving them forward, with and without side-information, or
+FastFill's ``h`` with its partial backfill) and is scored (``_fidelity_eval``): the full
+compatibility matrix, ECC, AC, AA, update gain, negative flips and, for FastFill, backfill AUCs
+and the rank correlation of its uncertainty with the true error. The JSON holds every seed's
+numbers and their mean, sd, min and max; ``--markdown`` writes the tables
+(``_fidelity_report``). Nothing is tuned and no model is selected: every model is its last
+epoch's (docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fidelity_data import PROTOCOLS, Protocol  # noqa: E402
+from _fidelity_eval import combine, mean_leaf, run_metrics, summary_leaf  # noqa: E402
+from _fidelity_fct import COMPAT, Transformations  # noqa: E402
+from _fidelity_report import markdown  # noqa: E402
+from _fidelity_train import (  # noqa: E402
+    Optim,
+    PassCounter,
+    SequenceTrainer,
+    features,
+    seconds_per_pass,
+)
+from _machine import emit, machine_info  # noqa: E402
+
+from raycompat.config import ConfigError, bounded, load_config, to_dict  # noqa: E402
+from raycompat.evaluation import EvalSet, score  # noqa: E402
+from raycompat.methods import list_methods  # noqa: E402
+
+log = logging.getLogger("benchmarks.fidelity")
+
+# Benchmark entries that are not a plain registered method: (training method, serving mode).
+ENTRIES = {
+    "fct": ("fct", "fct"),
+    "fct_side": ("fct", "fct_side"),
+    "fastfill": ("fct", "fastfill"),
+}
+# Whole run over its training steps alone: old-model forwards, h and psi, feature extraction and
+# scoring. ASSUMED, not yet measured by a full run (docs/fidelity.md, "Time").
+OVERHEAD = 1.3
+DEFAULT_METHODS = [
+    "independent", "ift", "l2", "lwf", "bct", "cores", "dsimplex_hoc", "nifcl_avg", "nifcl_rw",
+    "fct", "fct_side", "fastfill",
+]
+
+
+@dataclass
+class MnistSpec:
+    steps: list[int] = field(default_factory=lambda: [3, 5, 7])
+    test_digits: list[int] = field(default_factory=lambda: [7, 8, 9])
+    heldout_fraction: float = bounded(0.2, gt=0.0, lt=1.0)
+    per_class: int | None = bounded(None, ge=4)
+    num_outputs: int | None = bounded(10, ge=2)
+    embed_dim: int | None = bounded(None, ge=1)
+    epochs: int = bounded(2, ge=1)
+
+
+@dataclass
+class SyntheticSpec:
+    steps: list[int] = field(default_factory=lambda: [300, 400, 500])
+    test_identities: int = bounded(100, ge=2)
+    images_per_class: int = bounded(8, ge=3)
+    heldout_per_class: int = bounded(2, ge=2)
+    image_size: int = bounded(16, ge=8)
+    difficulty: float = bounded(0.5, ge=0.0)
+    num_outputs: int | None = bounded(None, ge=2)
+    embed_dim: int | None = bounded(None, ge=1)
+    epochs: int = bounded(3, ge=1)
+
+
+@dataclass
+class FCTBenchSpec:
+    """h (FCT and FastFill) and psi; ``random_orders``: seeds of the random backfill order."""
+
+    width: int = bounded(256, ge=1)
+    epochs: int = bounded(30, ge=1)
+    batch_size: int = bounded(256, ge=2)
+    lr: float = bounded(5e-4, gt=0.0)
+    warmup_epochs: int = bounded(2, ge=0)
+    uncertainty_weight: float = bounded(1.0, ge=0.0)
+    random_orders: int = bounded(5, ge=1)
+    side_info: str = "simclr"
+    side_dim: int = bounded(32, ge=1)
+    side_epochs: int = bounded(3, ge=1)
+    side_lr: float = bounded(1e-3, gt=0.0)
+    side_batch_size: int = bounded(128, ge=2)
+    side_temperature: float = bounded(0.1, gt=0.0)
+
+
+@dataclass
+class FidelityConfig:
+    protocols: list[str] = field(default_factory=lambda: ["mnist5k", "synthetic"])
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    threads: int = bounded(2, ge=1)
+    batch_size: int = bounded(64, ge=2)
+    lr: float = bounded(2e-3, gt=0.0)
+    mnist5k: MnistSpec = field(default_factory=MnistSpec)
+    synthetic: SyntheticSpec = field(default_factory=SyntheticSpec)
+    fct: FCTBenchSpec = field(default_factory=FCTBenchSpec)
+
+
+QUICK = [
+    "seeds=[0, 1]", "threads=1", "methods=[independent, bct, cores, fct, fct_side, fastfill]",
+    "mnist5k.per_class=20", "mnist5k.steps=[2, 3]", "mnist5k.test_digits=[8, 9]",
+    "mnist5k.epochs=1", "synthetic.steps=[4, 6]", "synthetic.test_identities=3",
+    "synthetic.images_per_class=4", "synthetic.image_size=8", "synthetic.epochs=1",
+    "fct.width=16", "fct.epochs=2", "fct.batch_size=16", "fct.warmup_epochs=0",
+    "fct.side_dim=4", "fct.side_epochs=1", "fct.random_orders=2",
+]
+
+
+def entries(cfg: FidelityConfig) -> dict[str, tuple[str, str]]:
+    """``{name: (training method, serving mode)}``; a registered method serves directly."""
+    if not cfg.seeds:
+        raise ConfigError("seeds: give at least one seed")
+    valid = sorted(set(list_methods()) | set(ENTRIES))
+    out = {}
+    for name in cfg.methods:
+        if name not in valid:
+            raise ConfigError(f"methods: unknown {name!r}; valid: {', '.join(valid)}")
+        out[name] = ENTRIES.get(name, (name, "direct"))
+    for name in cfg.protocols:
+        PROTOCOLS.get(name)
+    return out
+
+
+class SeedRun:
+    """One protocol and seed: trains what the methods need, scores every evaluation set."""
+
+    def __init__(self, protocol: Protocol, optim: Optim, cfg: FidelityConfig, seed: int):
+        self.protocol, self.cfg, self.seed = protocol, cfg, seed
+        self.trainer = SequenceTrainer(protocol.train, optim, seed)
+        self._features: dict[tuple[int, str], np.ndarray] = {}
+        self._fits: dict[str, Transformations] = {}
+        self._upper: dict[str, list[float]] = {}
+
+    def queries(self, models, split_name: str) -> list[np.ndarray]:
+        split = self.protocol.evals[split_name]
+        for model in models:
+            if (id(model), split_name) not in self._features:
+                self._features[id(model), split_name] = features(model, split.images)
+        return [self._features[id(m), split_name] for m in models]
+
+    def upper_self_tests(self, split_name: str) -> list[float]:
+        """M(t, t) of the independently trained models: the update gain's M(up, up)."""
+        if split_name not in self._upper:
+            labels = EvalSet(labels=self.protocol.evals[split_name].labels)
+            queries = self.queries(self.trainer.sequence("independent"), split_name)
+            self._upper[split_name] = [
+                score("identification", q, q, labels, "cosine") for q in queries
+            ]
+        return self._upper[split_name]
+
+    def method(self, training: str, mode: str, save: Path | None, name: str) -> dict:
+        models = self.trainer.sequence(training)
+        if mode != "direct" and training not in self._fits:
+            self._fits[training] = Transformations(
+                models, self.protocol.train, self.cfg.fct, self.seed
+            )
+        out = {}
+        for split_name, split in self.protocol.evals.items():
+            queries = self.queries(models, split_name)
+            served, extra = COMPAT.get(mode)(
+                queries, split.images, split.labels, self._fits.get(training)
+            )
+            metrics = run_metrics(served, self.upper_self_tests(split_name))
+            if "backfill" in extra:
+                extra["backfill_mean"] = combine(extra["backfill"], mean_leaf)
+            out[split_name] = {**metrics, **extra}
+            if save is not None:
+                save_served(save / f"{split_name}_seed{self.seed}_{name}.npz", served)
+        return out
+
+
+def save_served(path: Path, served) -> None:
+    """The features one matrix was computed from (``q{t}``, ``g{t}_{k}``, ``labels``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"q{t}": q for t, q in enumerate(served.queries)}
+    arrays.update({f"g{t}_{k}": g for (t, k), g in served.galleries.items()})
+    np.savez(path, labels=served.labels, **arrays)
+
+
+def run_protocol(name: str, cfg: FidelityConfig, methods: dict, save: Path | None) -> dict:
+    spec = getattr(cfg, name)
+    optim = Optim(spec.epochs, cfg.batch_size, cfg.lr)
+    runs: dict[str, dict[str, list]] = {}
+    timing = []
+    for seed in cfg.seeds:
+        start = time.perf_counter()
+        protocol = PROTOCOLS.get(name)(spec, seed)
+        seed_run = SeedRun(protocol, optim, cfg, seed)
+        for entry, (training, mode) in methods.items():
+            where = None if save is None else save / name
+            for split_name, numbers in seed_run.method(training, mode, where, entry).items():
+                runs.setdefault(split_name, {}).setdefault(entry, []).append(numbers)
+        seconds = time.perf_counter() - start
+        timing.append({"seed": seed, "seconds": seconds, "models_trained": seed_run.trainer.trained,
+                       "training_seconds": seed_run.trainer.train_seconds})
+        log.info("%s seed %d: %.0f s (%d models trained)", name, seed, seconds,
+                 seed_run.trainer.trained)
+    return {"splits": _summaries(protocol, methods, runs), "timing": timing}
+
+
+def _summaries(protocol: Protocol, methods: dict, runs: dict) -> dict:
+    out = {}
+    for split_name, per_method in runs.items():
+        split = protocol.evals[split_name]
+        out[split_name] = {
+            "kind": split.kind,
+            "description": split.description,
+            "steps": list(protocol.train.steps),
+            "methods": {
+                entry: {"training_method": methods[entry][0], "serving": methods[entry][1],
+                        "runs": seed_runs, "summary": combine(seed_runs, summary_leaf)}
+                for entry, seed_runs in per_method.items()
+            },
+        }
+    return out
+
+
+def estimate(cfg: FidelityConfig, methods: dict) -> dict[str, float]:
+    """Rough seconds per protocol, all seeds: the image passes the plan trains (counted with
+    the same sharing, nothing trained) x one pass's measured cost here x :data:`OVERHEAD`."""
+    out = {}
+    for name in cfg.protocols:
+        spec = getattr(cfg, name)
+        optim = Optim(spec.epochs, cfg.batch_size, cfg.lr)
+        protocol = PROTOCOLS.get(name)(spec, cfg.seeds[0])
+        counter = PassCounter(protocol.train, optim, cfg.seeds[0])
+        for training in ["independent"] + [training for training, _ in methods.values()]:
+            counter.sequence(training)
+        per_pass = seconds_per_pass(protocol.train, optim)
+        out[name] = counter.passes * per_pass * OVERHEAD * len(cfg.seeds)
+        log.info("%s: %d models, %d image passes per seed, %.1f ms per pass: ~%.0f s", name,
+                 counter.trained, counter.passes, 1000 * per_pass, out[name])
+    return out
+
+
+def run(cfg: FidelityConfig, save: Path | None = None) -> dict:
+    torch.set_num_threads(cfg.threads)
+    methods = entries(cfg)
+    guess = estimate(cfg, methods)
+    log.info("estimated %.1f min in all", sum(guess.values()) / 60)
+    start = time.perf_counter()
+    result = {"benchmark": "fidelity", "machine": machine_info(), "config": to_dict(cfg),
+              "protocols": {}, "timing": {"protocols": {}, "estimated_s": guess}}
+    for name in cfg.protocols:
+        done = run_protocol(name, cfg, methods, save)
+        for split_name, split in done["splits"].items():
+            split["description"] = f"{name}: {split['description']}"
+            result["protocols"][f"{name}/{split_name}"] = split
+        result["timing"]["protocols"][name] = done["timing"]
+        elapsed = time.perf_counter() - start
+        log.info("%s done: %.0f s elapsed", name, elapsed)
+    result["timing"]["measured_s"] = time.perf_counter() - start
+    log.info("measured %.1f min (estimated %.1f)", result["timing"]["measured_s"] / 60,
+             sum(guess.values()) / 60)
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="YAML file with FidelityConfig keys")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default 0 1 2)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for tests")
+    parser.add_argument("--out", default="benchmarks/results/fidelity_cpu.json")
+    parser.add_argument("--markdown", help="also write the tables to this file")
+    parser.add_argument("--save-features", help="directory for the features of every matrix")
+    parser.add_argument("--estimate", action="store_true", help="print the time estimate only")
+    parser.add_argument("overrides", nargs="*", help="key=value, e.g. mnist5k.epochs=2")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    overrides = (QUICK if args.quick else []) + list(args.overrides)
+    if args.seeds:
+        overrides.append(f"seeds={json.dumps(args.seeds)}")
+    cfg = load_config(FidelityConfig, args.config, overrides)
+    if args.estimate:
+        torch.set_num_threads(cfg.threads)
+        guess = estimate(cfg, entries(cfg))
+        result = {"estimated_s": guess, "estimated_total_s": sum(guess.values())}
+        emit(result, None)
+        return result
+    result = run(cfg, Path(args.save_features) if args.save_features else None)
+    emit(result, args.out)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""benchmarks/fidelity.py: every metric against a hand-worked value or a naive reference, and
+the ``--quick`` run's output (structure, every metric computed, a cell recomputed from the saved
+features)."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    return {
+        name: importlib.import_module(f"_fidelity_{name}")
+        for name in ("eval", "report", "train")
+    } | {"main": importlib.import_module("fidelity")}
+
+
+def naive_hits(query, gallery, labels):
+    """Per query i: is the most cosine-similar gallery row j != i of the same label?"""
+    q = query / np.linalg.norm(query, axis=1, keepdims=True)
+    g = gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
+    hits = []
+    for i in range(len(q)):
+        best = max((j for j in range(len(g)) if j != i), key=lambda j: q[i] @ g[j])
+        hits.append(labels[best] == labels[i])
+    return np.array(hits)
+
+
+def test_matrix_ecc_ac_aa_gain_and_flips_by_hand(bench):
+    """Four images, two models in 2-D, worked out by hand (see the comments)."""
+    ev = bench["eval"]
+    labels = np.array([0, 0, 1, 1])
+    q0 = np.array([[1, 0], [1, 0.1], [0, 1], [-1, 0]], dtype=np.float32)
+    q1 = np.array([[1, 0], [1, 0.1], [0, 1], [0.1, 1]], dtype=np.float32)
+    served = ev.Served([q0, q1], {(0, 0): q0, (1, 0): q0, (1, 1): q1}, labels)
+    out = ev.run_metrics(served, upper_self_tests=[0.5, 0.875])
+    # M(0,0): image 2's nearest is image 1 (label 0): 3/4. M(1,1): all right. M(1,0): new query
+    # 2 = (0,1) is nearest to old row 1 = (1,0.1) (label 0), the others right: 3/4.
+    assert out["matrix"] == [[75.0, None], [75.0, 100.0]]
+    assert out["ecc"] == [[None, None], [False, None]]  # 75 > 75 fails (strict)
+    assert out["AC"] == 0.0 and out["ecc_all"] is False
+    assert out["AA"] == pytest.approx(250 / 3)
+    upgrade = out["upgrades"][0]
+    assert upgrade["update_gain"] == pytest.approx((0.75 - 0.75) / (0.875 - 0.75))
+    # old hits [T, T, F, T]; served hits [T, T, F, T]; backfilled hits [T, T, T, T]
+    assert upgrade["served"] == {"nfr": 0.0, "pfr": 0.0, "nfr_of_old_correct": 0.0,
+                                 "relative_nfr": 0.0}
+    # the new system is always right: no flip is possible, Yan's ratio is 0/0
+    assert upgrade["backfilled"] == {"nfr": 0.0, "pfr": 25.0, "nfr_of_old_correct": 0.0,
+                                     "relative_nfr": None}
+    assert out["upgrade_mean"] == upgrade
+
+
+def test_run_metrics_match_a_naive_reference(bench):
+    ev = bench["eval"]
+    rng = np.random.default_rng(3)
+    labels = np.repeat(np.arange(6), 4)
+    queries = [rng.standard_normal((24, 5)).astype(np.float32) + i for i in range(3)]
+    galleries = {(t, k): queries[k] for t in range(3) for k in range(t + 1)}
+    galleries[2, 0] = rng.standard_normal((24, 5)).astype(np.float32)  # a transformed gallery
+    upper = [0.3, 0.6, 0.9]
+    out = ev.run_metrics(ev.Served(queries, galleries, labels), upper)
+    hits = {key: naive_hits(queries[key[0]], g, labels) for key, g in galleries.items()}
+    M = {key: h.mean() for key, h in hits.items()}
+    for (t, k), value in M.items():
+        assert out["matrix"][t][k] == pytest.approx(100 * value)
+    pairs = [(t, k) for t in range(3) for k in range(t)]
+    assert out["AC"] == pytest.approx(np.mean([M[t, k] > M[k, k] for t, k in pairs]))
+    assert out["AA"] == pytest.approx(100 * np.mean(list(M.values())))
+    for t in (1, 2):
+        upgrade = out["upgrades"][t - 1]
+        gain = (M[t, t - 1] - M[t - 1, t - 1]) / (upper[t] - M[t - 1, t - 1])
+        assert upgrade["update_gain"] == pytest.approx(gain)
+        old, new = hits[t - 1, t - 1], hits[t, t - 1]
+        assert upgrade["served"]["nfr"] == pytest.approx(100 * np.mean(old & ~new))
+        assert upgrade["served"]["pfr"] == pytest.approx(100 * np.mean(~old & new))
+        of_old = 100 * np.sum(old & ~new) / np.sum(old)
+        assert upgrade["served"]["nfr_of_old_correct"] == pytest.approx(of_old)
+        relative = np.mean(old & ~new) / ((1 - new.mean()) * old.mean())
+        assert upgrade["served"]["relative_nfr"] == pytest.approx(relative)
+
+
+def test_spearman_by_hand(bench):
+    ev = bench["eval"]
+    # no ties: d = (0, 1, 1, 0), rho = 1 - 6 * 2 / (4 * 15)
+    assert ev.spearman([1, 2, 3, 4], [10, 30, 20, 40]) == pytest.approx(0.8)
+    # ties share their average rank: (1.5, 1.5, 3) against (1, 2, 3): 1.5 / sqrt(1.5 * 2)
+    assert ev.spearman([5, 5, 9], [1, 2, 3]) == pytest.approx(1.5 / math.sqrt(3.0))
+    assert ev.spearman([1, 1, 1], [1, 2, 3]) is None
+    assert ev.average_ranks([3, 1, 3, 2]).tolist() == [3.5, 1.0, 3.5, 2.0]
+
+
+def test_backfill_auc_matches_a_naive_curve(bench):
+    ev = bench["eval"]
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(5), 3)
+    new = rng.standard_normal((15, 4)).astype(np.float32)
+    moved = new + rng.standard_normal((15, 4)).astype(np.float32)
+    uncertainty = rng.standard_normal(15).astype(np.float32)
+    out = ev.backfill_metrics(new, moved, uncertainty, labels, random_orders=2)
+    order = np.argsort(-uncertainty, kind="stable")
+    fractions = np.linspace(0, 1, 11)
+    top1 = []
+    for f in fractions:
+        gallery = moved.copy()
+        first = order[: int(np.rint(f * 15))]
+        gallery[first] = new[first]
+        top1.append(naive_hits(new, gallery, labels).mean())
+    assert out["auc_top1"]["uncertainty"] == pytest.approx(100 * np.trapezoid(top1, fractions))
+    error = ev.transformation_error(moved, new)
+    u = new / np.linalg.norm(new, axis=1, keepdims=True)
+    m = moved / np.linalg.norm(moved, axis=1, keepdims=True)
+    assert error == pytest.approx(((u - m) ** 2).sum(axis=1), rel=1e-5)
+    assert out["spearman_gallery"] == pytest.approx(ev.spearman(uncertainty, error))
+
+
+def test_summary_over_seeds_by_hand(bench):
+    ev = bench["eval"]
+    runs = [
+        {"a": 1.0, "ok": True, "cell": [None, 2.0]},
+        {"a": 3.0, "ok": False, "cell": [None, 4.0]},
+        {"a": 2.0, "ok": True, "cell": [None, None]},
+    ]
+    out = ev.combine(runs, ev.summary_leaf)
+    assert out["a"] == {"mean": 2.0, "sd": 1.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert out["ok"] == {"pass_rate": pytest.approx(2 / 3), "n": 3}
+    assert out["cell"][0] is None
+    assert out["cell"][1] == {"mean": 3.0, "sd": pytest.approx(math.sqrt(2)), "min": 2.0,
+                              "max": 4.0, "n": 2}
+    assert ev.summary_leaf([5.0])["sd"] is None
+    assert ev.combine([{"x": 1.0}, {"x": None}, {"x": 3.0}], ev.mean_leaf) == {"x": 2.0}
+    assert bench["report"].fmt(out["a"]) == "2.0 ± 1.0 [1.0, 3.0]"
+    assert bench["report"].fmt(out["ok"]) == "2/3"
+
+
+def test_identical_computations_train_once(bench, request):
+    """``independent`` and ``fct`` (plain cross-entropy from the same seed) share their models;
+    every learnable-head method shares the first one; CoReS keeps its own."""
+    import torch
+
+    train = bench["train"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: a second thread only spins on a busy machine
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    data = train.TrainData(
+        images=torch.rand(8, 1, 8, 8), labels=torch.arange(8) % 4, steps=(2, 4),
+        num_outputs=4, backbone="lenetpp", backbone_kwargs={"image_size": 8}, embed_dim=3,
+    )
+    trainer = train.SequenceTrainer(data, train.Optim(1, 4, 1e-3), seed=0)
+    independent = trainer.sequence("independent")
+    assert trainer.sequence("fct") == independent
+    bct = trainer.sequence("bct")
+    assert bct[0] is independent[0] and bct[1] is not independent[1]
+    cores = trainer.sequence("cores")
+    assert cores[0] is not independent[0]
+    assert trainer.trained == 5
+
+
+def test_unknown_method_is_refused(bench):
+    from raycompat.config import ConfigError
+
+    cfg = bench["main"].FidelityConfig(methods=["bct", "bcx"])
+    with pytest.raises(ConfigError, match="unknown 'bcx'"):
+        bench["main"].entries(cfg)
+
+
+@pytest.fixture(scope="module")
+def quick(bench, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fidelity")
+    result = bench["main"].main(["--quick", "--out", str(out / "r.json"), "--markdown",
+                                 str(out / "r.md"), "--save-features", str(out / "features")])
+    return out, result
+
+
+SPLITS = {"open_set": "open-set", "closed_set": "closed-set"}
+
+
+@pytest.mark.slow
+def test_quick_run_structure(quick):
+    out, result = quick
+    assert json.loads((out / "r.json").read_text()) == json.loads(json.dumps(result))
+    assert {"cpu_count", "torch", "torch_threads"} <= set(result["machine"])
+    assert result["timing"]["measured_s"] > 0
+    names = [f"{p}/{s}" for p in ("mnist5k", "synthetic") for s in SPLITS]
+    assert sorted(result["protocols"]) == sorted(names)
+    text = (out / "r.md").read_text()
+    for name, protocol in result["protocols"].items():
+        assert protocol["kind"] == SPLITS[name.split("/")[1]]
+        assert f"## {name}: {protocol['kind']}" in text
+        methods = protocol["methods"]
+        assert list(methods) == ["independent", "bct", "cores", "fct", "fct_side", "fastfill"]
+        for method in methods.values():
+            assert len(method["runs"]) == 2
+            check_computed(method["runs"][0], len(protocol["steps"]))
+            assert method["summary"]["AA"]["n"] == 2
+
+
+def check_computed(run: dict, T: int) -> None:
+    """Every measured cell holds a finite number, every unmeasured one None."""
+    for t, k in itertools.product(range(T), range(T)):
+        assert (run["matrix"][t][k] is None) == (k > t)
+        assert (run["ecc"][t][k] is None) == (k >= t)
+    assert math.isfinite(run["AC"]) and math.isfinite(run["AA"])
+    assert len(run["upgrades"]) == T - 1
+    for upgrade in run["upgrades"]:
+        assert "update_gain" in upgrade  # None only when M(up, up) == M(old, old)
+        for path in ("served", "backfilled"):
+            assert set(upgrade[path]) == {"nfr", "pfr", "nfr_of_old_correct", "relative_nfr"}
+            assert math.isfinite(upgrade[path]["nfr"])
+    for measures in run.get("backfill", []):
+        for metric in ("auc_top1", "auc_mean_ap"):
+            assert set(measures[metric]) == {"uncertainty", "random", "oracle"}
+            assert all(math.isfinite(v) for v in measures[metric].values())
+        assert {"spearman_gallery", "spearman_fit_rows"} <= set(measures)
+
+
+@pytest.mark.slow
+def test_quick_run_cell_recomputed_from_saved_features(quick):
+    out, result = quick
+    for method in ("bct", "fct_side"):
+        saved = np.load(out / "features" / "synthetic" / f"open_set_seed1_{method}.npz")
+        hits = naive_hits(saved["q1"], saved["g1_0"], saved["labels"])
+        run = result["protocols"]["synthetic/open_set"]["methods"][method]["runs"][1]
+        assert run["matrix"][1][0] == pytest.approx(100 * hits.mean())
+    assert "fastfill" in result["protocols"]["mnist5k/open_set"]["methods"]
+    assert len(result["protocols"]["mnist5k/open_set"]["methods"]["fastfill"]["runs"][0]
+               ["backfill"]) == 1
