@@ -73,6 +73,14 @@ class Reference:
     old_self: float  # M(old, gallery): the gallery's self-test
     old_hits: Hits | None  # the old system's top-1 hit per query (identification only)
     stored: str = ""  # the version, when ``gallery`` is its rows rather than ``old``
+    # The stored rows themselves, what h is applied to (as the transform pipeline applies it):
+    # rows that "hold" the features for scoring may still differ from them as h's input (a
+    # normalized version holds unit rows; h learned on unit rows).
+    rows: np.ndarray | None = None
+
+    @property
+    def h_input(self) -> np.ndarray:
+        return self.gallery if self.rows is None else self.rows
 
 
 class Upgrader:
@@ -352,7 +360,8 @@ class Upgrader:
         if rows is not None and not holds_features(self.data, rows, old):
             gallery, stored = rows, current.version
         old_self = self.data.score(old, gallery)
-        return Reference(parent, old, gallery, old_self, self.data.hits(old, gallery), stored)
+        hits = self.data.hits(old, gallery)
+        return Reference(parent, old, gallery, old_self, hits, stored, rows)
 
     def _evidence(
         self, features: np.ndarray, reference: Reference, transformed: np.ndarray | None = None
@@ -425,9 +434,9 @@ class Upgrader:
         h = load_transformation(directory)
         backfill, backfilled = {}, None
         if partial is None:
-            transformed = transform_features(h, reference.gallery)
+            transformed = transform_features(h, reference.h_input)
         else:  # what each budget would buy, on the test images (FastFill's curves)
-            transformed, uncertainty = transform_with_uncertainty(h, reference.gallery)
+            transformed, uncertainty = transform_with_uncertainty(h, reference.h_input)
             backfill = backfill_evaluation(
                 features,
                 transformed,
