@@ -171,8 +171,8 @@ def negative_flips(old: Hits, new: Hits) -> tuple[float, float | None]:
     """``(NFR, NFR of old hits)``: the share of all valid queries that ``old`` answered right
     and ``new`` answers wrong, and the same share of the queries ``old`` answered right."""
     flips = flip_rates(old.hit, new.hit, old.valid & new.valid)
-    of_hits = flips.negative / flips.old_accuracy if flips.old_accuracy > 0 else None
-    return flips.negative, of_hits
+    of_hits = flips.negative_of_old_hits  # NaN when the old system had no hit
+    return flips.negative, None if np.isnan(of_hits) else of_hits
 
 
 def evidence(
