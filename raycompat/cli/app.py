@@ -1,5 +1,9 @@
 """``raycompat``: inspect a store's galleries and models, and search with any registered model.
 
+    raycompat --version                           the installed version
+    raycompat galleries --store ROOT              every gallery: versions, the newest one's
+                                                  model and rows, and which version each
+                                                  query model searches
     raycompat versions <gallery> --store ROOT     versions, their model, rows, width, dtype,
                                                   lineage, and which models may query each
     raycompat models --store ROOT                 registered model versions
@@ -21,12 +25,30 @@
     raycompat adopt iceberg:NS.TABLE --catalog-uri sqlite:///catalog.db [--warehouse W] ...
                                                   an Iceberg table named in a SQL catalog
     raycompat history <gallery> --store ROOT      versions and who wrote them, every decision
-                                                  (refused, failed) with its reason, grants
+                                                  (refused, failed) with its reason, grants,
+                                                  what each model serves, alias changes
+    raycompat promote <gallery> --model M --version V --store ROOT
+                                                  M serves version V from now on (an alias;
+                                                  the previous one is kept for rollback)
+    raycompat rollback <gallery> --model M --store ROOT
+                                                  M serves again what it served before
+    raycompat revoke <gallery> --model M --store ROOT
+                                                  M serves nothing on the gallery
+    raycompat retire M --store ROOT [--reason R]  M serves no gallery, takes no new grant
+    raycompat index build G --version V --store ROOT [--kind auto|flat|ivfpq|sharded_ivf]
+                                                  build and publish a version's faiss index
+    raycompat index verify G --version V --store ROOT [--queries N]
+                                                  its checksums and recall@10 against exact
+                                                  search (cli/index_commands.py)
     raycompat export TARGET --store ROOT --gallery G --version V --format delta|iceberg
         [--mode overwrite] [--catalog-uri URL --warehouse DIR]
                                                   write a version as a Delta table (TARGET a
                                                   folder or s3:// URI) or an Iceberg table
                                                   (TARGET namespace.table); float16 -> float32
+
+Every subcommand's ``--help`` describes each option and ends with an example command. A
+gallery, model or version that does not exist is a usage error (exit 2) listing those that do
+and the nearest name (``store/lookup.py``); a missing report folder lists the runs beside it.
 
 Listings print aligned tables (``cli_tables.py``); ``--json`` prints the same data as JSON for
 scripts. ``search`` prints id, score and the stored label of each hit: only items found, so a
@@ -35,16 +57,20 @@ hold fewer (a note on stderr says so; ``--nprobe`` visits more). stdout carries 
 listing: faiss's own printing goes to stderr, and ``--json`` is always valid JSON.
 
 ``search`` embeds the images with model M (or takes ``--vectors`` / ``--ids``), finds the
-gallery version M may query (its catalog grant: extracted, compatible or transformed), and
-searches that version's faiss index (built on first use, rebuilt when it fails its checksums).
-A compatible model of another width is compared on the shared first coordinates (BCT:
+gallery version M serves (its newest alias, else its catalog grant: extracted, compatible or
+transformed; a model revoked there or retired is refused, ``store/aliases.py``), and searches
+that version's published faiss index (``raycompat index build`` makes one; without a valid one
+a version of up to 100 000 rows is searched exactly in memory, a note on stderr says so, and a
+larger one is refused, naming ``index build``: read commands never write to the store). A
+compatible model of another width is compared on the shared first coordinates (BCT:
 zero-padding), as in training. No Ray: this is the core.
 
 A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
 name each corrupt one (file and error) and exit 1. Errors are one line (``cli/errors.py``), with
 the exit status of their type (``raycompat/errors.py``): 2 for a usage error (no store at
-``--store``; a ``-k`` below 1, an unreadable, empty or malformed query file: :class:`QueryError`),
-1 for a store or data error; ``--debug`` shows the traceback.
+``--store``; a gallery, model or version that does not exist; a ``-k`` below 1, an unreadable,
+empty or malformed query file: :class:`QueryError`), 1 for a store or data error; ``--debug``
+shows the traceback.
 """
 
 from __future__ import annotations
@@ -58,6 +84,7 @@ from pathlib import Path
 
 import numpy as np
 
+from raycompat.cli import index_commands, serving
 from raycompat.cli.arguments import build_parser, duration_s, positive_int  # noqa: F401
 from raycompat.cli.errors import debug_requested, error_line
 from raycompat.cli.tables import RENDERERS
@@ -67,6 +94,7 @@ from raycompat.io.credentials import configure_logging
 from raycompat.store import GalleryStore
 from raycompat.store.errors import StoreError
 from raycompat.store.listing import gallery_versions, version_rows  # noqa: F401 (as before)
+from raycompat.store.lookup import check_gallery, choices, model_record, version_record
 from raycompat.store.model_catalog import Catalog
 
 # Imports stay light: torch, Ray and faiss load inside the handlers that use them, so --help,
@@ -93,8 +121,19 @@ def _listing(out: dict, corrupt: list[tuple[str, str]]) -> dict:
     return out
 
 
+def galleries(args) -> dict:
+    """Every gallery of the store with its version count, newest version (model, rows) and the
+    version each query model searches (``store/listing.py``)."""
+    from raycompat.store.listing import gallery_summaries
+
+    store = open_store(args.store)
+    rows, corrupt = gallery_summaries(store)
+    return _listing({"store": store.uri(), "galleries": rows}, corrupt)
+
+
 def versions(args) -> dict:
     store = open_store(args.store)
+    check_gallery(store, args.gallery)  # an unknown name lists the galleries (exit 2)
     infos, corrupt = store.versions_report(args.gallery)
     grants, bad_grants = Catalog(store).grants_report(args.gallery)
     if not infos and not corrupt:
@@ -133,9 +172,9 @@ def query_vectors(args, store: GalleryStore, catalog: Catalog, version: str) -> 
         return read_query_vectors(args.vectors, catalog.model(args.model).embed_dim)
     if args.ids:
         return stored_vectors(store, args.gallery, version, args.ids)
-    record = catalog.model(args.model)
-    if Path(record.uri).is_dir():
-        return embed_images(record.uri, args.images)
+    uri = catalog.model_uri(args.model)  # a store-relative uri resolves against --store
+    if Path(uri).is_dir():
+        return embed_images(uri, args.images)
     with tempfile.TemporaryDirectory() as local:  # files in an S3 store: copy them out first
         return embed_images(catalog.fetch_model_files(args.model, local), args.images)
 
@@ -236,7 +275,7 @@ def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndar
 
 def search(args) -> dict:
     """Top-k hits per query (only items found; see the module docstring). faiss prints from
-    C++ to the process's stdout while it loads or builds an index: sent to stderr here."""
+    C++ to the process's stdout while it loads an index: sent to stderr here."""
     if args.k < 1:
         raise QueryError(f"-k must be >= 1 (hits per query), got {args.k}")
     from raycompat.index.search import stdout_to_stderr  # faiss: only this command loads it
@@ -246,16 +285,20 @@ def search(args) -> dict:
 
 
 def _search(args) -> dict:
-    from raycompat.index.version_index import open_version_index
+    from raycompat.index.version_index import open_search_index
+    from raycompat.store.aliases import current
 
     store = open_store(args.store)
     catalog = Catalog(store)
-    catalog.model(args.model)
-    grant = catalog.queryable_version(args.gallery, args.model)
+    check_gallery(store, args.gallery)  # unknown names list those that exist (exit 2)
+    model_record(catalog, args.model)
+    grant = current(store, args.gallery, args.model)  # its alias, else its grant (aliases.py)
     queries = query_vectors(args, store, catalog, grant.gallery_version)
     names = args.images or args.ids or [f"{args.vectors}[{q}]" for q in range(len(queries))]
-    # Built on first use, and rebuilt when the stored one fails verification (it is derived data).
-    index = open_version_index(store, args.gallery, grant.gallery_version, rebuild=True)
+    # Read-only: the published index, else an exact in-memory search of a small version.
+    index, note = open_search_index(store, args.gallery, grant.gallery_version)
+    if note:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
     hits = _hits(index, queries, args, names)
     labels = labels_of(store, args.gallery, grant.gallery_version, [ids for _, ids in hits])
     return {
@@ -319,12 +362,21 @@ def report(args) -> dict | str:
     name = "report.json" if args.json else "report.md"
     path = directory / name
     if not path.is_file():
+        runs = _report_runs(directory.parent)
+        known = f"; {choices(directory.name, runs, f'runs in {directory.parent}')}"
         raise FileNotFoundError(
             f"{path} does not exist: give the report directory of an upgrade run "
-            f"(<report_dir>/<name>/, written by jobs/upgrade.py)"
+            f"(<report_dir>/<name>/, written by jobs/upgrade.py){known if runs else ''}"
         )
     text = path.read_text()
     return json.loads(text) if args.json else text
+
+
+def _report_runs(folder: Path) -> list[str]:
+    """The run folders (holding a report.md) in ``folder``, sorted; none if it is no folder."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if (p / "report.md").is_file())
 
 
 PROG = "raycompat"
@@ -419,12 +471,15 @@ def adopt(args) -> dict:
 
 
 def history(args) -> dict:
-    """A gallery's versions (who wrote each), every decision with its reason, and its query
-    grants (``store/history.py``); reads the store, never writes it. An unknown gallery is a
+    """A gallery's versions (who wrote each), every decision with its reason, its query
+    grants (``store/history.py``), what each model serves and every alias change
+    (``store/serving.py``); reads the store, never writes it. An unknown gallery is a
     usage error listing the galleries that exist."""
     from raycompat.store.history import gallery_history
+    from raycompat.store.serving import with_serving
 
-    return gallery_history(open_store(args.store), args.gallery)
+    store = open_store(args.store)
+    return with_serving(store, args.gallery, gallery_history(store, args.gallery))
 
 
 def export(args) -> dict | str:
@@ -433,9 +488,11 @@ def export(args) -> dict | str:
     from raycompat.store.export import ExportOptionError, export_version
 
     options = {"mode": args.mode, "catalog_uri": args.catalog_uri, "warehouse": args.warehouse}
+    store = open_store(args.store)
+    version_record(store, args.gallery, args.version)  # unknown names: those that exist, exit 2
     try:
         summary = export_version(
-            open_store(args.store), args.gallery, args.version, args.format, args.target, **options
+            store, args.gallery, args.version, args.format, args.target, **options
         )
     except ExportOptionError as error:
         print(error_line(PROG, error), file=sys.stderr)
@@ -444,6 +501,7 @@ def export(args) -> dict | str:
 
 
 COMMANDS = {
+    "galleries": galleries,
     "versions": versions,
     "models": models,
     "search": search,
@@ -453,6 +511,11 @@ COMMANDS = {
     "adopt": adopt,
     "export": export,
     "history": history,
+    "promote": serving.promote,
+    "rollback": serving.rollback,
+    "revoke": serving.revoke,
+    "retire": serving.retire,
+    "index": index_commands.index,
 }
 
 
@@ -462,10 +525,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0, 1 for a data error (a corrupt record among those listed, a version or
-    grant that is missing; any :class:`~raycompat.errors.DataError`) or a missing file, 2 for a
-    usage error (no store at ``--store``, a :class:`QueryError`; any
-    :class:`~raycompat.errors.UsageError`)."""
+    """Exit status: 0, 1 for a data error (a corrupt record among those listed, a grant that
+    is missing; any :class:`~raycompat.errors.DataError`) or a missing file, 2 for a usage
+    error (no store at ``--store``, an unknown gallery, model or version, a :class:`QueryError`;
+    any :class:`~raycompat.errors.UsageError`)."""
     configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)
     if getattr(args, "verbose", False):

@@ -1,8 +1,10 @@
 """The ``raycompat`` command's arguments: one function per subcommand, and the table of them.
 
-:data:`SUBCOMMANDS` maps each subcommand's name to its help and the function that adds its
-arguments; :func:`build_parser` adds the global flags (``--debug``, ``--verbose``, accepted
-before or after the subcommand) and one subparser per entry, in the table's order. The
+:data:`SUBCOMMANDS` maps each subcommand's name to its help, the function that adds its
+arguments and an example command line; :func:`build_parser` adds ``--version`` and the global
+flags (``--debug``, ``--verbose``, accepted before or after the subcommand) and one subparser
+per entry, in the table's order, whose ``--help`` ends with ``example: raycompat ...``. Every
+option has a help text (``tests/cli/test_arguments.py`` walks the parser to check it). The
 handlers are in :mod:`raycompat.cli.app` (``COMMANDS``). Argument types (:func:`duration_s`,
 :func:`positive_int`, ``--as-of``) fail as usage errors, exit 2. Imports stay light: ``--help``
 loads neither torch nor Ray.
@@ -11,13 +13,16 @@ loads neither torch nor Ray.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from raycompat.cli import index_commands, serving
 from raycompat.cli.errors import DEBUG_ENV, DEBUG_FLAG
 from raycompat.store.lease import DEFAULT_TIMEOUT_S
 
 STORE_HELP = "store root: a folder or s3://bucket/prefix"
+GALLERY_HELP = "a gallery of the store (an unknown name lists those that exist)"
 _DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -61,23 +66,31 @@ def as_of(text: str) -> str:
 # ---- one function per subcommand -------------------------------------------------------------
 
 
+def _galleries_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True, help=STORE_HELP)
+
+
 def _versions_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("gallery")
+    p.add_argument("gallery", help=GALLERY_HELP)
     p.add_argument("--store", required=True, help=STORE_HELP)
 
 
 def _models_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help=STORE_HELP)
 
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", nargs="*", type=str, help="query images, embedded with --model")
     p.add_argument("--vectors", help="query vectors of --model: a .npy (Q, d) or a Parquet file")
     p.add_argument("--ids", nargs="+", help="query with rows stored in the version --model queries")
-    p.add_argument("--store", required=True)
-    p.add_argument("--gallery", required=True)
-    p.add_argument("--model", required=True, help="a registered model version")
-    p.add_argument("-k", type=int, default=5)
+    p.add_argument("--store", required=True, help=STORE_HELP)
+    p.add_argument("--gallery", required=True, help=GALLERY_HELP)
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a registered model version; searches the gallery version it may query",
+    )
+    p.add_argument("-k", type=int, default=5, help="hits per query (default 5)")
     p.add_argument(
         "--nprobe",
         type=positive_int,
@@ -93,7 +106,7 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _gc_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help=STORE_HELP + " (a marked one)")
     p.add_argument(
         "--older-than",
         type=duration_s,
@@ -132,7 +145,7 @@ def _adopt_arguments(p: argparse.ArgumentParser) -> None:
         "iceberg:<namespace>.<table> in --catalog-uri",
     )
     p.add_argument("--store", required=True, help=STORE_HELP)
-    p.add_argument("--gallery", required=True)
+    p.add_argument("--gallery", required=True, help="the gallery to publish into (new or not)")
     p.add_argument("--version", required=True, help="the new version's name")
     p.add_argument(
         "--model",
@@ -169,9 +182,11 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
         "target", help="Delta: a folder or s3:// URI; Iceberg: namespace.table in --catalog-uri"
     )
     p.add_argument("--store", required=True, help=STORE_HELP)
-    p.add_argument("--gallery", required=True)
+    p.add_argument("--gallery", required=True, help=GALLERY_HELP)
     p.add_argument("--version", required=True, help="the published version to export")
-    p.add_argument("--format", required=True, choices=["delta", "iceberg"])
+    p.add_argument(
+        "--format", required=True, choices=["delta", "iceberg"], help="the table format to write"
+    )
     p.add_argument(
         "--mode",
         choices=["error", "overwrite"],
@@ -190,50 +205,115 @@ def _history_arguments(p: argparse.ArgumentParser) -> None:
 # ---- the table -------------------------------------------------------------------------------
 
 
+STORE = "outputs/upgrade/store"  # the examples' store: what `python jobs/upgrade.py` writes
+
+
 @dataclass(frozen=True)
 class Subcommand:
-    """One entry of the table: its ``--help`` line and the function adding its arguments."""
+    """One entry of the table: its ``--help`` line, the function adding its arguments, and an
+    example command (shown as ``example: raycompat ...`` in the subcommand's ``--help``)."""
 
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     as_json: bool = True  # takes --json: JSON instead of a table
-    description: str | None = None
+    description: str | None = None  # default: the help line
+    example: str | None = None  # a command line, starting "raycompat "
 
 
 SUBCOMMANDS = {
-    "versions": Subcommand("a gallery's versions, lineage and query models", _versions_arguments),
-    "models": Subcommand("registered model versions", _models_arguments),
-    "search": Subcommand(
-        "top-k gallery ids for query images, vectors or stored ids", _search_arguments
+    "galleries": Subcommand(
+        "every gallery of a store: its versions, the newest one's model and rows, and which "
+        "version each query model searches",
+        _galleries_arguments,
+        example=f"raycompat galleries --store {STORE}",
     ),
-    "report": Subcommand("show an upgrade run's report", _report_arguments, as_json=False),
+    "versions": Subcommand(
+        "a gallery's versions, lineage and query models",
+        _versions_arguments,
+        example=f"raycompat versions mnist --store {STORE}",
+    ),
+    "models": Subcommand(
+        "registered model versions",
+        _models_arguments,
+        example=f"raycompat models --store {STORE} --json",
+    ),
+    "search": Subcommand(
+        "top-k gallery ids for query images, vectors or stored ids",
+        _search_arguments,
+        example=f"raycompat search --store {STORE} --gallery mnist --model m1 --ids 17 -k 5",
+    ),
+    "report": Subcommand(
+        "show an upgrade run's report",
+        _report_arguments,
+        as_json=False,
+        example="raycompat report outputs/upgrade/report/mnist-history",
+    ),
     "gc": Subcommand(
         "remove abandoned staging areas, stale temporary files, old index builds and "
         "(with --keep-versions) superseded versions",
         _gc_arguments,
+        example=f"raycompat gc --store {STORE} --keep-versions 2 --dry-run",
     ),
     "mark-store": Subcommand(
         "mark a store written before store markers, so gc may manage it",
         _mark_store_arguments,
         as_json=False,
+        example="raycompat mark-store --store s3://bucket/raycompat/store",
     ),
     "adopt": Subcommand(
         "publish an existing table (Delta, Iceberg or a Parquet folder; local or s3://) as "
         "a version, in place (no copy); its files are pinned and validated on Ray",
         _adopt_arguments,
+        example="raycompat adopt s3://bucket/tables/faces --store s3://bucket/store "
+        "--gallery faces --version v1 --model m1",
     ),
     "export": Subcommand(
         "write a version as a Delta or Iceberg table that Spark, Trino, DuckDB and Ray "
         "Data read without raycompat (float16 is widened to float32)",
         _export_arguments,
+        example=f"raycompat export /tmp/mnist_v1 --store {STORE} --gallery mnist --version v1 "
+        "--format delta",
     ),
     "history": Subcommand(
         "a gallery's story: versions and who wrote them, every decision (refused and "
         "failed too) with its reason, and which model queries which version",
         _history_arguments,
-        description="example: raycompat history mnist --store outputs/upgrade/store",
+        example=f"raycompat history mnist --store {STORE}",
     ),
+    "promote": Subcommand(**serving.SPECS["promote"]),  # cli/serving.py
+    "rollback": Subcommand(**serving.SPECS["rollback"]),  # cli/serving.py
+    "revoke": Subcommand(**serving.SPECS["revoke"]),  # cli/serving.py
+    "index": Subcommand(**index_commands.SPEC),  # cli/index_commands.py
+    "retire": Subcommand(**serving.SPECS["retire"]),  # cli/serving.py
 }
+
+
+def description_of(command: Subcommand) -> str:
+    """The subcommand's ``--help`` text: its description (or help line), then its example."""
+    text = command.description or textwrap.fill(command.help, 78)
+    return f"{text}\n\nexample: {command.example}" if command.example else text
+
+
+def package_version() -> str:
+    """The installed package's version (``importlib.metadata``; no torch, no Ray)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("raycompat")
+    except PackageNotFoundError:  # a checkout used without `pip install -e .`
+        return "unknown (not installed)"
+
+
+class _Version(argparse.Action):
+    """``--version``: looks the version up only when asked (the metadata scan of every
+    installed distribution costs ~70 ms, which ``--help`` should not pay)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {package_version()}")  # stdout, as argparse's own "version"
+        parser.exit()
 
 
 def _global_flags() -> argparse.ArgumentParser:
@@ -258,13 +338,18 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The top parser and one subparser per entry of :data:`SUBCOMMANDS`."""
     flags = _global_flags()
     top = argparse.ArgumentParser(prog=prog, description=description, parents=[flags])
+    top.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = top.add_subparsers(dest="command", required=True)
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="JSON instead of a table")
     for name, command in SUBCOMMANDS.items():
         parents = [flags, as_json] if command.as_json else [flags]
         p = sub.add_parser(
-            name, help=command.help, description=command.description, parents=parents
+            name,
+            help=command.help,
+            description=description_of(command),
+            parents=parents,
+            formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the example's line
         )
         command.add_arguments(p)
     return top

@@ -1,13 +1,15 @@
 """Aligned text tables for the ``raycompat`` CLI (``--json`` prints the same data as JSON).
 
 Each renderer takes the dict a command returns and gives the text a person reads: one row per
-version, model, search hit or garbage-collection item, columns aligned, long cells cut with
+gallery, version, model, search hit or garbage-collection item, columns aligned, long cells cut with
 ``…`` so a row fits a terminal line, and corrupt records listed after the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
+from raycompat.cli.serving import serving_sections
 
 MAX_CELL = 48
 
@@ -53,6 +55,23 @@ def table(
 def _corrupt(out: dict) -> str:
     bad = out.get("corrupt", [])
     return "".join(f"\nCORRUPT {c['file']}: {c['error']}" for c in bad)
+
+
+def galleries(out: dict) -> str:
+    rows = [
+        {**g, "query_models": [f"{m}->{v}" for m, v in g["query_models"].items()]}
+        for g in out["galleries"]
+    ]
+    columns = [
+        ("gallery", "gallery"),
+        ("versions", "versions"),
+        ("newest", "newest"),
+        ("model_version", "model"),
+        ("rows", "rows"),
+        ("query_models", "query models (-> version)"),
+    ]
+    body = table(rows, columns, uncut=["query_models"]) if rows else "no gallery"
+    return f"store {out['store']}\n{body}{_corrupt(out)}"
 
 
 def versions(out: dict) -> str:
@@ -170,11 +189,13 @@ def history(out: dict) -> str:
         + (table(decisions, HISTORY_DECISIONS, uncut=["reason"]) if decisions else "none recorded"),
         "query grants\n"
         + (table(grants, HISTORY_GRANTS, uncut=["evidence"]) if grants else "none"),
+        *serving_sections(out),  # what each model serves, and alias changes (cli/serving.py)
     ]
     return "\n\n".join(sections) + _corrupt(out)
 
 
 RENDERERS: dict[str, Callable[[dict], str]] = {
+    "galleries": galleries,
     "versions": versions,
     "models": models,
     "search": search,

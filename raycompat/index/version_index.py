@@ -18,6 +18,12 @@ shards by parallel tasks and merged into on-disk inverted lists that searches me
 (:mod:`raycompat.index.sharded`, which also says what a load verifies). ``kind="ivfpq"``
 builds an in-memory IVF-PQ, trained on ``train_size`` (default 100 000) rows sampled with
 ``seed`` (see :func:`raycompat.index.search.build_index` for the IVF-PQ defaults).
+
+Readers never write: :func:`open_search_index` (``raycompat search``) loads the published
+index, and without a valid one searches exactly in memory (:func:`exact_version_index`) up to
+``EXACT_SEARCH_MAX_ROWS`` rows; above that it is an :class:`IndexNeededError` naming
+``raycompat index build``. Only :func:`build_version_index` (``raycompat index build``, the jobs
+that publish) and :func:`open_version_index` with ``rebuild=True`` write an index.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raycompat.index.distances import get_distance
+from raycompat.index.distances import Distance, get_distance
 from raycompat.index.search import INDEX_KINDS, SHARDED_IVF, SearchIndex, build_index, real_hits
 from raycompat.index.shard_tasks import MERGED_FILES
 from raycompat.index.sharded import build_sharded_index, load_sharded_index
@@ -48,7 +54,15 @@ from raycompat.store.paths import check_name
 from raycompat.store.vectors import vectors
 
 logger = logging.getLogger(__name__)
+
+
+class IndexNeededError(MissingIndexError):
+    """A search needs the version's index: none is published (or it is corrupt) and the version
+    is too large to search exactly in memory. The message names ``raycompat index build``."""
+
+
 FLAT_MAX_ROWS = 100_000
+EXACT_SEARCH_MAX_ROWS = 100_000  # rows an index-less search reads into memory (docs/store.md)
 _FILES = ("index.faiss", "index.faiss.json", "ids.parquet")
 
 
@@ -137,9 +151,8 @@ def build_version_index(
             ``keep_shards`` (:func:`~raycompat.index.sharded.build_sharded_index`).
     """
     info = store.version(gallery, version)
-    dist = get_distance(distance or ("cosine" if info.normalized else "l2"))
-    kind = ("flat" if info.rows <= flat_max_rows else SHARDED_IVF) if kind == "auto" else kind
-    INDEX_KINDS.get(kind)  # an unknown kind fails here, listing the valid ones
+    dist = get_distance(distance or default_distance(info))
+    kind = resolve_kind(info, kind, flat_max_rows)
     if kind == SHARDED_IVF:  # built by tasks into its own folder: no in-memory index here
         pointer = build_sharded_index(
             store,
@@ -153,26 +166,14 @@ def build_version_index(
             **options,
         )
         return _publish(store, gallery, info, pointer)
-    ivfpq = options  # nlist, m, nbits, nprobe
-    train_size = train_size or 100_000
-    index = None
-    if kind != "flat":
-        sample = _sample(store, gallery, info, min(train_size, info.rows), seed, batch_size)
-        index = build_index(sample, dist, kind, use_gpu=use_gpu, seed=seed, **ivfpq)
-        index.index.reset()  # keep the trained quantisers, add every row in store order below
-    ids = []
-    for batch in store.iter_batches(gallery, version, batch_size, columns=["id", "embedding"]):
-        x = _vectors(batch, info.width)
-        if index is None:
-            index = build_index(x, dist, kind, use_gpu=use_gpu, **ivfpq)
-        else:
-            index.index.add(np.ascontiguousarray(dist.prepare_numpy(x, "gallery"), np.float32))
-        ids.append(batch.column("id"))
+    index, ids = _index_rows(
+        store, gallery, info, dist, kind, train_size or 100_000, batch_size, seed, use_gpu, options
+    )
     build = uuid.uuid4().hex
     prefix = store.path(gallery, INDEX_DIR, version, build)
     with tempfile.TemporaryDirectory() as tmp:
         index.save(Path(tmp, "index.faiss"))
-        pq.write_table(pa.table({"id": pa.concat_arrays(ids)}), Path(tmp, "ids.parquet"))
+        pq.write_table(pa.table({"id": ids}), Path(tmp, "ids.parquet"))
         files = {name: _file_record(Path(tmp, name)) for name in _FILES}
         if store.filesystem.type_name == "local":
             store.filesystem.create_dir(prefix, recursive=True)
@@ -191,6 +192,49 @@ def build_version_index(
         "files": files,
     }
     return _publish(store, gallery, info, pointer)
+
+
+def default_distance(info: VersionInfo) -> str:
+    """``cosine`` for a ``normalized`` version, ``l2`` (FCT) otherwise."""
+    return "cosine" if info.normalized else "l2"
+
+
+def resolve_kind(info: VersionInfo, kind: str, flat_max_rows: int = FLAT_MAX_ROWS) -> str:
+    """The index kind a build of ``info`` makes: ``auto`` is ``flat`` up to ``flat_max_rows``
+    rows and ``sharded_ivf`` above; an unknown kind fails, listing the valid ones."""
+    kind = ("flat" if info.rows <= flat_max_rows else SHARDED_IVF) if kind == "auto" else kind
+    INDEX_KINDS.get(kind)
+    return kind
+
+
+def _index_rows(
+    store: GalleryStore,
+    gallery: str,
+    info: VersionInfo,
+    dist: Distance,
+    kind: str,
+    train_size: int,
+    batch_size: int,
+    seed: int,
+    use_gpu: bool | str,
+    ivfpq: dict,
+) -> tuple[SearchIndex, pa.Array]:
+    """An in-memory ``flat`` or ``ivfpq`` index of every row of the version, in store order,
+    and the ids of its rows. ``ivfpq``: ``nlist``, ``m``, ``nbits``, ``nprobe``."""
+    index = None
+    if kind != "flat":
+        sample = _sample(store, gallery, info, min(train_size, info.rows), seed, batch_size)
+        index = build_index(sample, dist, kind, use_gpu=use_gpu, seed=seed, **ivfpq)
+        index.index.reset()  # keep the trained quantisers, add every row in store order below
+    ids = []
+    for batch in store.iter_batches(gallery, info.version, batch_size, ["id", "embedding"]):
+        x = _vectors(batch, info.width)
+        if index is None:
+            index = build_index(x, dist, kind, use_gpu=use_gpu, **ivfpq)
+        else:
+            index.index.add(np.ascontiguousarray(dist.prepare_numpy(x, "gallery"), np.float32))
+        ids.append(batch.column("id"))
+    return index, pa.concat_arrays(ids)
 
 
 def _publish(store: GalleryStore, gallery: str, info: VersionInfo, pointer: dict) -> str:
@@ -235,7 +279,8 @@ def _read_pointer(store: GalleryStore, path: str, gallery: str, version: str) ->
                     raise TypeError(f"files[{name!r}] must hold an int 'bytes' and a str 'sha256'")
     except FileNotFoundError:
         raise MissingIndexError(
-            f"{source}: no index for {gallery}/{version}; run build_version_index first"
+            f"{source}: no index for {gallery}/{version}; build it: raycompat index build "
+            f"{gallery} --version {version} --store {store.uri()}"
         ) from None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise CorruptIndexError(
@@ -388,3 +433,50 @@ def open_version_index(
         logger.warning("rebuilding the index of %s/%s: %s", gallery, version, error)
     build_version_index(store, gallery, version, use_gpu=use_gpu, **build_options)
     return load_version_index(store, gallery, version, use_gpu=use_gpu, verify=verify)
+
+
+def exact_version_index(
+    store: GalleryStore, gallery: str, version: str, use_gpu: bool | str = False
+) -> VersionIndex:
+    """An exact ``flat`` index of the version held in memory only: nothing is written.
+
+    Reads every row (``rows x width`` float32s), so meant for small versions; the distance is
+    the one a build would use (:func:`default_distance`)."""
+    info = store.version(gallery, version)
+    dist = get_distance(default_distance(info))
+    index, ids = _index_rows(store, gallery, info, dist, "flat", info.rows, 65536, 0, use_gpu, {})
+    return VersionIndex(index, _id_array(ids), info)
+
+
+def open_search_index(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    *,
+    exact_max_rows: int = EXACT_SEARCH_MAX_ROWS,
+    use_gpu: bool | str = "auto",
+) -> tuple[VersionIndex, str | None]:
+    """The index a reader searches, without writing anything to the store.
+
+    Returns:
+        the published index (verified as :func:`load_version_index` does) and None; or, when
+        none is published or it fails verification, an exact in-memory index of the version
+        (:func:`exact_version_index`) and a one-line note saying why.
+    Raises:
+        IndexNeededError: no valid index and more than ``exact_max_rows`` rows.
+    """
+    try:
+        return load_version_index(store, gallery, version, use_gpu=use_gpu), None
+    except MissingIndexError:
+        why = "no index is published"
+    except CorruptIndexError as error:
+        why = f"its index is unusable ({error})"
+    info = store.version(gallery, version)
+    build = f"raycompat index build {gallery} --version {version} --store {store.uri()}"
+    if info.rows > exact_max_rows:
+        raise IndexNeededError(
+            f"{gallery}/{version}: {why}, and its {info.rows} rows exceed the "
+            f"{exact_max_rows} an exact search reads into memory; build the index: {build}"
+        )
+    note = f"{gallery}/{version}: {why}; searched its {info.rows} rows exactly ({build} makes one)"
+    return exact_version_index(store, gallery, version), note

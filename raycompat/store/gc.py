@@ -22,15 +22,16 @@ What is collected, per gallery, each only when everything under it is older than
 - ``index``: index builds ``_index/<version>/<build>/`` that the version's pointer does not name,
   and every index of a version that no longer exists.
 - ``version``: with ``keep_versions=K``, published versions older than the newest K, unless a
-  registered model may query them (a catalog grant) or the newest version's lineage names them
-  (followed transitively). Its record is deleted first, so it is unpublished in one step, then
-  its files and index.
+  live model serves them or may roll back to them (``serving.serving_map``: aliases and grants,
+  less models revoked on the gallery or retired) or the newest version's lineage names them
+  (followed transitively). A version only a revoked or retired model served may go. Its
+  record is deleted first, so it is unpublished in one step, then its files and index.
 
 Never collected: a published version's record or part files (except as a whole ``version``
-item), part records, the model catalog, a staging area whose lease is live (checked again just
-before deleting), and the files of an adopted version (they are outside the store; removing such
-a version deletes its record only). Every kept candidate is listed in :attr:`GcPlan.kept` with
-its reason.
+item), part records, the model catalog, alias logs and tombstones, a staging area whose lease
+is live (checked again just before deleting), and the files of an adopted version (they are
+outside the store; removing such a version deletes its record only). Every kept candidate is
+listed in :attr:`GcPlan.kept` with its reason.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LEASE_DIR, LeaseRecord, read_newest
 from raycompat.store.manifest import DATA_DIR, INDEX_DIR, VERSIONS_DIR, VersionInfo
 from raycompat.store.marker import require_marker
-from raycompat.store.model_catalog import Catalog
 from raycompat.store.paths import SAFE_NAME, join
+from raycompat.store.serving import serving_map
 
 logger = logging.getLogger(__name__)
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
@@ -252,13 +253,11 @@ class _Planner:
             needed.add(name)
             rhs = by_name[name].lineage.partition("=")[2]
             todo.extend(t for t in _TOKEN.findall(rhs) if t in by_name)
-        served: dict[str, list[str]] = {}
-        for grant in Catalog(self.store).grants(gallery):
-            served.setdefault(grant.gallery_version, []).append(grant.model_version)
+        served = serving_map(self.store, gallery)  # live models: aliases + grants - tombstones
         newest = {v.version for v in versions[-self.keep_versions :]}
         doomed = []
         for name in by_name:
-            why = [f"queried by {', '.join(sorted(served[name]))}"] if name in served else []
+            why = [f"{how} {', '.join(models)}" for how, models in served.get(name, {}).items()]
             why += [f"one of the newest {self.keep_versions}"] if name in newest else []
             if name in needed - newest:
                 why.append(f"on the lineage of {versions[-1].version}")

@@ -2,7 +2,8 @@
 
 The rows of ``raycompat versions`` and of the upgrade report's "Gallery versions" table:
 ``{"version", "model_version", "width", "dtype", "rows", "lineage", "created", "queried_by"}``,
-oldest first. Reads the version records and the catalog's grants; never writes.
+oldest first; and of ``raycompat galleries``, one row per gallery (:func:`gallery_summaries`).
+Reads the version records and the catalog's grants; never writes.
 """
 
 from __future__ import annotations
@@ -37,3 +38,26 @@ def version_rows(infos: list[VersionInfo], grants: list[QueryGrant]) -> list[dic
             }
         )
     return rows
+
+
+def gallery_summaries(store: GalleryStore) -> tuple[list[dict], list[tuple[str, str]]]:
+    """One row per gallery of the store (``raycompat galleries``): ``{"gallery", "versions"
+    (count), "newest", "model_version", "rows" (the newest's), "query_models" (model ->
+    the version it queries)}``; and ``(uri, error)`` of each record that cannot be read."""
+    catalog, rows, corrupt = Catalog(store), [], []
+    for gallery in store.galleries():
+        infos, bad = store.versions_report(gallery)
+        grants, bad_grants = catalog.grants_report(gallery)
+        corrupt += bad + bad_grants
+        newest = infos[-1] if infos else None
+        rows.append(
+            {
+                "gallery": gallery,
+                "versions": len(infos),
+                "newest": newest.version if newest else None,
+                "model_version": newest.model_version if newest else None,
+                "rows": newest.rows if newest else None,
+                "query_models": {g.model_version: g.gallery_version for g in grants},
+            }
+        )
+    return rows, corrupt

@@ -3,7 +3,9 @@
 Kept beside the galleries it describes, as immutable JSON records written with the store's
 create-if-absent primitive (the same one that publishes versions, see ``manifest.py``)::
 
-    <root>/_models/<model_version>.json              a ModelRecord
+    <root>/_models/<model_version>.json              a ModelRecord (its ``uri``:
+                                                     ``_models/<model_version>``, relative to
+                                                     the root: ``relative.py``)
     <root>/_models/<model_version>/                  its files (model.safetensors + model.json,
                                                      and an FCT transformation's h.*), copied in
                                                      before the record is written
@@ -29,8 +31,10 @@ import pyarrow.fs as pafs
 from raycompat.store.errors import CorruptFileError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import now_utc
-from raycompat.store.paths import check_name, join
+from raycompat.store.paths import check_name, check_relative_path, join
 from raycompat.store.records import check_record, load_object
+from raycompat.store.relative import is_absolute, resolve, to_record
+from raycompat.store.retired import refuse_retired
 
 MODELS_DIR, QUERIES_DIR = "_models", "_queries"
 RELATIONS = ("extracted", "compatible", "transformed")
@@ -46,7 +50,9 @@ class ModelRecord:
 
     Attributes:
         model_version: safe name (``"m3"``).
-        uri: directory of the exported model (``model.safetensors`` + ``model.json``).
+        uri: directory of the exported model (``model.safetensors`` + ``model.json``):
+            relative to the store root when the store holds it (``_models/m3``, so a copied
+            store loads its own files), else absolute; :meth:`Catalog.model_uri` resolves it.
         embed_dim: the width of its embeddings.
         method: how it was trained (a registered compatibility method).
         parent: the model version it was trained to be compatible with, if any.
@@ -68,6 +74,11 @@ class ModelRecord:
         for key in ("model_version", "parent"):
             if raw.get(key) is not None:
                 _check_name(source, "model record", key, "model", raw[key])
+        if raw["uri"] and not is_absolute(raw["uri"]):
+            try:  # a store-relative path: it must stay under the root
+                check_relative_path(raw["uri"], f"{source}: model record key 'uri'")
+            except StoreError as error:
+                raise CorruptFileError(str(error)) from None
         if raw["embed_dim"] < 1:
             raise CorruptFileError(
                 f"{source}: model record key 'embed_dim' must be >= 1, got {raw['embed_dim']}"
@@ -129,6 +140,8 @@ class Catalog:
         source = self._backend.uri(path)
         with self._backend.filesystem.open_input_stream(path) as stream:
             record = cls.from_json(stream.read(), source)
+        if cls is ModelRecord:  # an absolute uri of an earlier release, under this root
+            record.uri = to_record(self._backend, record.uri)
         parts = path.rsplit("/", 3)
         expected = {"model_version": parts[-1][: -len(".json")]}
         if cls is QueryGrant:
@@ -166,6 +179,12 @@ class Catalog:
 
     def model_files_uri(self, model_version: str) -> str:
         return self._backend.uri(self._files_path(model_version))
+
+    def model_uri(self, model_version: str) -> str:
+        """Where the registered model's files are: its record's ``uri`` resolved against this
+        store's root (a store-relative path), or the absolute path it records."""
+        source = self._backend.uri(self._model_path(model_version))
+        return resolve(self._backend, self.model(model_version).uri, source)
 
     def _files_path(self, model_version: str) -> str:
         return join(self._backend.root, MODELS_DIR, check_name("model", model_version))
@@ -218,6 +237,7 @@ class Catalog:
                 self.model(record.parent)
             except StoreError as err:
                 raise StoreError(f"model {record.model_version!r}: its parent {err}") from None
+        record.uri = to_record(self._backend, record.uri)  # inside the store: relative
         return self._create(
             self._model_path(record.model_version), record, f"model {record.model_version!r}"
         )
@@ -265,7 +285,8 @@ class Catalog:
         )
 
     def grant(self, grant: QueryGrant) -> QueryGrant:
-        """Record that ``grant.model_version`` queries the (published) gallery version."""
+        """Record that ``grant.model_version`` queries the (published) gallery version; a
+        retired model (``retired.py``) gets no new grant (``RetiredModelError``)."""
         if grant.relation not in RELATIONS:
             raise ValueError(f"relation {grant.relation!r} is not one of {', '.join(RELATIONS)}")
         model = self.model(grant.model_version)
@@ -275,10 +296,11 @@ class Catalog:
                 f"gallery {grant.gallery} {grant.gallery_version} holds {info.width}-d rows but "
                 f"model {model.model_version} embeds to {model.embed_dim}-d"
             )
+        path = self._grant_path(grant.gallery, grant.model_version)
+        if not self._exists(path):  # a rerun's same grant stays a no-op
+            refuse_retired(self.store, grant.model_version, f"grant it {grant.gallery!r}")
         return self._create(
-            self._grant_path(grant.gallery, grant.model_version),
-            grant,
-            f"the query grant of {grant.model_version!r} on {grant.gallery!r}",
+            path, grant, f"the query grant of {grant.model_version!r} on {grant.gallery!r}"
         )
 
     def queryable_version(self, gallery: str, model_version: str) -> QueryGrant:

@@ -97,7 +97,8 @@ def test_errors_name_what_is_missing(served, capsys, tmp_path):
         "--model",
         "m9",
     )
-    assert code == 1 and "'m9' is not registered" in err
+    assert code == 2 and "'m9' is not registered" in err  # a name typed: a usage error
+    assert err.endswith("registered models are m1\n")  # m9 is not close to m1: no hint
     code, err = run(
         capsys,
         "search",
@@ -111,7 +112,7 @@ def test_errors_name_what_is_missing(served, capsys, tmp_path):
     )
     assert code == 2 and "nope.png" in err
     code, err = run(capsys, "versions", "faces", "--store", store.uri())
-    assert code == 1 and "no published version" in err
+    assert code == 2 and f"no gallery 'faces' in {store.uri()}: galleries are digits" in err
 
 
 def test_search_copies_model_files_out_of_the_store_when_uri_is_remote(served, capsys, tmp_path):
@@ -140,19 +141,24 @@ def test_search_copies_model_files_out_of_the_store_when_uri_is_remote(served, c
     assert out["results"][0]["ids"] == ["img5"]
 
 
-def test_search_rebuilds_a_corrupt_index(served, capsys, caplog):
+def test_search_never_searches_nor_rebuilds_a_corrupt_index(served, capsys):
+    """A corrupt index is not searched; search (a reader) answers exactly instead and leaves
+    the index to ``raycompat index build``."""
     store, paths = served
     argv = ["search", str(paths[3]), "--store", store.uri(), "--gallery", "digits", "--model", "m1"]
+    assert main(["index", "build", "digits", "--version", "v1", "--store", store.uri()]) == 0
+    capsys.readouterr()
     code, first = run(capsys, *argv, "-k", "2")
     assert code == 0
     build = json.loads(Path(store.path("digits", "_index", "v1.json")).read_text())["build"]
     corrupt = Path(store.path("digits", "_index", "v1", build, "index.faiss"))
     corrupt.write_bytes(corrupt.read_bytes()[:100])
-    code, again = run(capsys, *argv, "-k", "2")
-    assert code == 0 and again["results"] == first["results"]
-    assert f"rebuilding the index of digits/v1: {corrupt}: expected" in caplog.text
+    code = main([*argv, "-k", "2", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["results"] == first["results"]
+    assert f"its index is unusable ({corrupt}: expected" in err and "searched its 40 rows" in err
     new = json.loads(Path(store.path("digits", "_index", "v1.json")).read_text())["build"]
-    assert new != build
+    assert new == build
 
 
 def test_listings_are_aligned_tables_by_default(served, capsys):
@@ -204,3 +210,76 @@ def test_search_query_errors_are_one_line(served, capsys, tmp_path):
     assert code == 2 and "wide.npy: expected finite vectors of shape (Q, 4)" in err
     code, err = run(capsys, "search", str(paths[0]), "--ids", "img1", *base)
     assert code == 2 and "one of them" in err
+
+
+@pytest.fixture(scope="module")
+def two_galleries(tmp_path_factory):
+    """Galleries ``digits`` (v1 by m1, v2 by m2; m1 queries v1, m2 v2) and ``faces`` (v1 by
+    m1), written without torch; a report folder ``runs/mnist-history``."""
+    root = tmp_path_factory.mktemp("galleries")
+    store, x = GalleryStore(str(root / "store")), np.eye(4, dtype=np.float32)
+    catalog = Catalog(store)
+    for model in ("m1", "m2"):
+        catalog.register_model(ModelRecord(model, str(root / model), 4, method="independent"))
+    for gallery, version, model in [("digits", "v1", "m1"), ("digits", "v2", "m2"),
+                                    ("faces", "v1", "m1")]:
+        info = VersionInfo(version, model, 4, False, f"{version} = extract({model})")
+        staging = store.begin(gallery, info, staging_name="t")
+        staging.write_table(embedding_table([f"{gallery}{i}" for i in range(4)], x), "p.parquet")
+        staging.commit(expected_rows=4)
+        catalog.grant(QueryGrant(gallery, version, model, "extracted"))
+    (root / "runs" / "mnist-history").mkdir(parents=True)
+    (root / "runs" / "mnist-history" / "report.md").write_text("# report\n")
+    return store, root
+
+
+def test_galleries_lists_each_gallery_its_newest_version_and_query_models(two_galleries, capsys):
+    store, _ = two_galleries
+    code, out = run(capsys, "galleries", "--store", store.uri())
+    assert code == 0
+    assert out["galleries"] == [
+        {"gallery": "digits", "versions": 2, "newest": "v2", "model_version": "m2", "rows": 4,
+         "query_models": {"m1": "v1", "m2": "v2"}},
+        {"gallery": "faces", "versions": 1, "newest": "v1", "model_version": "m1", "rows": 4,
+         "query_models": {"m1": "v1"}},
+    ]
+    assert main(["galleries", "--store", store.uri()]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"store {store.uri()}"
+    assert lines[1].split()[:6] == ["gallery", "versions", "newest", "model", "rows", "query"]
+    assert lines[3].split() == ["digits", "2", "v2", "m2", "4", "m1->v1,m2->v2"]
+
+
+NEAREST_GALLERY = "no gallery '{name}' in {root}: galleries are digits, faces; did you mean"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ("versions digts", NEAREST_GALLERY.format(name="digts", root="{root}") + " 'digits'?"),
+        ("search --ids digits1 --gallery digts --model m1", NEAREST_GALLERY.format(
+            name="digts", root="{root}")),
+        ("search --ids digits1 --gallery digits --model m_2", "model 'm_2' is not registered "
+         "in {root}: registered models are m1, m2; did you mean 'm2'?"),
+        ("export /nonexistent/t --gallery faces --version v01 --format delta",
+         "gallery 'faces' has no version 'v01': its versions are v1; did you mean 'v1'?"),
+        ("export /nonexistent/t --gallery face --version v1 --format delta",
+         NEAREST_GALLERY.format(name="face", root="{root}") + " 'faces'?"),
+    ],
+)
+def test_unknown_names_list_those_that_exist_and_the_nearest(two_galleries, capsys, argv, message):
+    """Issue 23: `--gallery mnst` read as a missing grant; now every command's lookup says
+    which names exist, one line, exit 2."""
+    store, _ = two_galleries
+    code = main([*argv.split(), "--store", store.uri()])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert message.format(root=store.uri()) in err
+
+
+def test_a_missing_report_folder_lists_the_runs_beside_it(two_galleries, capsys):
+    _, root = two_galleries
+    assert main(["report", str(root / "runs" / "mnist-histroy")]) == 1  # a missing file, as before
+    err = capsys.readouterr().err
+    assert "mnist-histroy/report.md does not exist" in err
+    assert f"runs in {root / 'runs'} are mnist-history; did you mean 'mnist-history'?" in err

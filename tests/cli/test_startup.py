@@ -1,5 +1,6 @@
 """The ``raycompat`` CLI starts like a tool: ``--help``, ``versions`` and ``search --vectors`` /
-``--ids`` load neither torch nor Ray (issue 24, item 2; benchmarks/cli_startup.py times them).
+``--ids`` load neither torch nor Ray (issue 24, item 2; benchmarks/cli_startup.py times them);
+nor does loading and validating a job's config (``--print-config``, issue 23, item 4).
 
 Each check runs the CLI in a fresh interpreter and reads back which heavy modules it loaded; a
 top-level ``import torch`` anywhere below ``raycompat.cli.app`` fails them, naming the module.
@@ -105,7 +106,7 @@ def test_versions_and_vector_or_id_search_load_no_torch_or_ray(store):
     assert out["codes"] == [0] and out["loaded"] == {}, out["loaded"]
 
 
-def test_a_first_search_builds_the_index_without_torch_or_ray(store):
+def test_a_search_without_an_index_reads_exactly_without_torch_or_ray(store):
     store, queries = store
     where = ["--store", store.uri(), "--gallery", "g", "--model", "m1"]
     out = cli_modules(["search", "--vectors", str(queries), *where], heavy=("torch", "ray"))
@@ -117,3 +118,47 @@ def test_the_check_sees_a_top_level_import_and_names_the_importer():
     raycompat.index.search: cheaper to load here than torch)."""
     out = cli_modules(["--help"], heavy=("faiss",), preload=["raycompat.index.search"])
     assert out["codes"] == [0] and out["loaded"] == {"faiss": "raycompat.index.search"}
+
+
+# Loads and validates each job's config the way its console script does (--print-config: load,
+# type-check, resolve outputs, print), then prints the heavy modules that are loaded.
+_VALIDATE = r"""
+import contextlib, io, json, sys
+heavy, runs = json.loads(sys.argv[1])
+from raycompat.config import load_config
+from raycompat.config.upgrade import UpgradeConfig
+load_config(UpgradeConfig, "configs/upgrade_mnist.yaml", ["upgrades.0.epochs=1"])
+import importlib
+codes = []
+for job, argv in runs:
+    main = importlib.import_module(f"raycompat.cli.jobs.{job}").main
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            main(argv)
+    except SystemExit as stop:
+        codes.append(stop.code)
+print(json.dumps({"codes": codes, "loaded": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def test_validating_the_demo_and_shipped_job_configs_loads_no_torch_or_ray():
+    """The demo (the upgrade job's embedded MNIST history and configs/upgrade_mnist.yaml) and a
+    shipped config of each other job validate with ``--print-config`` before torch or Ray
+    load: a config typo answers in well under a second (benchmarks/cli_startup.py)."""
+    runs = [
+        ["upgrade", ["--print-config"]],
+        ["upgrade", ["--config", "configs/upgrade_mnist.yaml", "--print-config"]],
+        ["train", ["--config", "configs/train_mnist_cores.yaml", "--print-config"]],
+        ["transform", ["--config", "configs/transform_fct.yaml", "--print-config"]],
+        ["tune", ["--config", "configs/tune_hoc_lambda.yaml", "--print-config"]],
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", _VALIDATE, json.dumps([["torch", "ray"], runs])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out == {"codes": [0] * len(runs), "loaded": []}

@@ -1,0 +1,186 @@
+"""``raycompat index build|verify``: make a version's faiss index, and check one.
+
+    raycompat index build GALLERY --version V --store ROOT [--kind auto|flat|ivfpq|sharded_ivf]
+    raycompat index verify GALLERY --version V --store ROOT [--queries N]
+
+``build`` is the one CLI command that writes an index (``raycompat search`` only reads, docs/
+store.md "Index per version"): it builds and publishes the version's index with
+:func:`raycompat.index.version_index.build_version_index`. ``flat`` and ``ivfpq`` are built in
+this process; ``sharded_ivf`` (``auto`` above 100 000 rows) runs its tasks on Ray
+(:class:`raycompat.cluster.pipelines.index.RayTasks`, ``--address``), or in this process with
+``--runner local``. ``verify`` loads the published index with every file's size and sha256
+checked (``verify="full"``) and estimates recall@10 against exact search on ``--queries``
+sampled stored rows (:mod:`raycompat.index.recall`); a missing or corrupt index is an error,
+exit 1. Each prints one line, or a JSON object with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+KINDS = ("auto", "flat", "ivfpq", "sharded_ivf")
+STORE = "outputs/upgrade/store"  # the examples' store, as raycompat.cli.arguments.STORE
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    # imported here: arguments.py imports this module for its SUBCOMMANDS entry
+    from raycompat.cli.arguments import GALLERY_HELP, STORE_HELP
+
+    p.add_argument("gallery", help=GALLERY_HELP)
+    p.add_argument("--version", required=True, help="the published version of the gallery")
+    p.add_argument("--store", required=True, help=STORE_HELP)
+    p.add_argument("--json", action="store_true", help="JSON instead of one line")
+
+
+def _build_arguments(p: argparse.ArgumentParser) -> None:
+    from raycompat.cli.arguments import positive_int
+
+    _common(p)
+    p.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="auto",
+        help="auto (flat up to 100 000 rows, sharded_ivf above), flat (exact), ivfpq, or "
+        "sharded_ivf (built in shards, searched from disk)",
+    )
+    p.add_argument(
+        "--nlist", type=positive_int, help="IVF kinds: inverted lists (default: by rows)"
+    )
+    p.add_argument(
+        "--nprobe", type=positive_int, help="IVF kinds: lists a search visits by default"
+    )
+    p.add_argument(
+        "--runner",
+        choices=("ray", "local"),
+        default="ray",
+        help="sharded_ivf: run its tasks on Ray (default) or in this process",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, default=2, help="sharded_ivf on Ray: tasks at once"
+    )
+    p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
+
+
+def _verify_arguments(p: argparse.ArgumentParser) -> None:
+    from raycompat.cli.arguments import positive_int
+
+    _common(p)
+    p.add_argument(
+        "--queries",
+        type=positive_int,
+        default=100,
+        help="stored rows sampled as queries for the recall@10 estimate (default 100)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the query sample (default 0)")
+
+
+ACTIONS = {  # name: (help line, arguments, example)
+    "build": (
+        "build and publish the version's index (the only command that writes one)",
+        _build_arguments,
+        f"raycompat index build mnist --version v1 --store {STORE} --kind flat",
+    ),
+    "verify": (
+        "check the published index's checksums and estimate its recall@10 against exact search",
+        _verify_arguments,
+        f"raycompat index verify mnist --version v1 --store {STORE} --queries 200",
+    ),
+}
+
+
+def add_index_arguments(p: argparse.ArgumentParser) -> None:
+    """``index build`` and ``index verify`` as subcommands of ``p`` (the ``index`` parser)."""
+    from raycompat.cli.arguments import _global_flags  # --debug/--verbose after the action too
+
+    sub = p.add_subparsers(dest="index_command", required=True, metavar="{build,verify}")
+    for name, (line, add, example) in ACTIONS.items():
+        action = sub.add_parser(
+            name,
+            help=line,
+            description=f"{line}\n\nexample: {example}",
+            parents=[_global_flags()],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add(action)
+
+
+def build(args) -> dict | str:
+    """Build and publish the index (Ray only for a ``sharded_ivf`` build with ``--runner ray``)."""
+    from raycompat.cli.app import open_store
+    from raycompat.index.search import SHARDED_IVF
+    from raycompat.index.version_index import build_version_index, resolve_kind
+    from raycompat.store.lookup import version_record
+
+    store = open_store(args.store)
+    info = version_record(store, args.gallery, args.version)  # unknown names list the known
+    kind = resolve_kind(info, args.kind)
+    options = {k: getattr(args, k) for k in ("nlist", "nprobe") if getattr(args, k) is not None}
+    if kind == SHARDED_IVF:
+        options["runner"] = _runner(args)
+    uri = build_version_index(store, args.gallery, args.version, kind=kind, **options)
+    if args.json:
+        return {"gallery": args.gallery, "version": args.version, "kind": kind, "uri": uri}
+    return f"indexed {args.gallery}/{args.version}: {kind} over {info.rows} rows at {uri}"
+
+
+def _runner(args):
+    if args.runner == "local":
+        from raycompat.index.tasks import LocalTasks
+
+        return LocalTasks()
+    import ray
+
+    from raycompat.cluster.pipelines.index import RayTasks
+
+    if not ray.is_initialized():
+        ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
+    return RayTasks(workers=args.workers)
+
+
+def verify(args) -> dict | str:
+    """Checksums (every file, sha256) and a recall@10 estimate; a missing or corrupt index
+    raises (``MissingIndexError``, ``CorruptIndexError``: exit 1)."""
+    from raycompat.cli.app import open_store
+    from raycompat.index.recall import estimate_recall
+    from raycompat.index.search import stdout_to_stderr
+    from raycompat.index.version_index import load_version_index
+    from raycompat.store.lookup import version_record
+
+    store = open_store(args.store)
+    version_record(store, args.gallery, args.version)  # unknown names list the known (exit 2)
+    with stdout_to_stderr():
+        index = load_version_index(store, args.gallery, args.version, use_gpu=False, verify="full")
+        recall = estimate_recall(store, args.gallery, index, queries=args.queries, seed=args.seed)
+    out = {
+        "gallery": args.gallery,
+        "version": args.version,
+        "kind": index.index.kind,
+        "rows": index.info.rows,
+        "checksums": "ok",
+        **recall,  # recall (at k), k, queries
+    }
+    if args.json:
+        return out
+    return (
+        f"{args.gallery}/{args.version}: {out['kind']} index of {out['rows']} rows, checksums ok; "
+        f"recall@{recall['k']} {recall['recall']:.4f} against exact search on "
+        f"{recall['queries']} sampled rows"
+    )
+
+
+INDEX_ACTIONS: dict[str, Callable] = {"build": build, "verify": verify}
+
+
+def index(args) -> dict | str:
+    """``raycompat index <action>``: the handler of the action named on the command line."""
+    return INDEX_ACTIONS[args.index_command](args)
+
+
+SPEC = {  # the `index` entry of raycompat.cli.arguments.SUBCOMMANDS
+    "help": "build a version's faiss index, or verify one (checksums, recall@10)",
+    "add_arguments": add_index_arguments,
+    "as_json": False,  # each action takes --json itself
+    "description": "build or verify a version's faiss index (docs/store.md, Index per version)",
+    "example": ACTIONS["build"][2],
+}

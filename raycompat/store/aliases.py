@@ -1,0 +1,298 @@
+"""Aliases: which gallery version each query model serves, switched atomically, with rollback.
+
+A model's grant (``model_catalog.py``) is immutable. An operator switches what the model serves
+with an append-only log per gallery and model, like a table format's branch history::
+
+    <root>/<gallery>/_aliases/<model_version>/00000001.json    an AliasRecord per change
+
+Each record is created with the store's create-if-absent primitive, numbered one past the
+newest: of two writers racing for the same number exactly one wins, the other gets
+:class:`AliasConflictError` and nothing of its change is written. A record is never rewritten.
+A writer that holds a lease (a job) passes its ``LeaseRef``: it is checked just before the write
+and recorded in the record; the CLI writes without one (the number is its fence).
+
+- ``promote(g, m, v)``: m serves v from now on. v must be one m may serve (:func:`servable`):
+  its grant's version, or a published version whose own model is m.
+- ``revoke(g, m)``: m serves nothing on g (``gallery_version`` null).
+- ``rollback(g, m)``: undo the newest promote or revoke still standing: m serves again what it
+  served before it (``back`` links each record to the state it replaced; 0 is the grant).
+- ``current(g, m)``: what m serves: the newest record's version, else its grant (a store
+  without aliases serves exactly as before); a revoked or retired model (``retired.py``) is a
+  one-line :class:`~raycompat.store.errors.StoreError`.
+
+:func:`raycompat.store.serving.serving_map` gives gc the versions live models serve or may roll
+back to.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import pyarrow.fs as pafs
+
+from raycompat.errors import UsageError
+from raycompat.store.errors import CorruptFileError, StoreError
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.lease import LeaseOwner, LeaseRef
+from raycompat.store.lookup import model_record
+from raycompat.store.manifest import now_utc
+from raycompat.store.model_catalog import Catalog, QueryGrant
+from raycompat.store.paths import check_name, join
+from raycompat.store.records import check_record, load_object
+from raycompat.store.retired import refuse_retired
+
+ALIASES_DIR = "_aliases"
+ACTIONS = ("promote", "rollback", "revoke")
+
+
+class AliasConflictError(StoreError):
+    """Another writer recorded the same change number first; its change stands, this one is
+    not written."""
+
+
+class RevokedError(StoreError):
+    """The model's access to the gallery was revoked (its newest alias serves nothing)."""
+
+
+class NoRollbackError(StoreError):
+    """The model's alias log holds nothing earlier to return to."""
+
+
+class NotServableError(UsageError, StoreError):
+    """The version is not one the model may serve (its grant's, or one of its own): a usage
+    error, exit 2."""
+
+
+@dataclass
+class AliasRecord:
+    """Change ``seq`` of what ``model_version`` serves on ``gallery``: from here on it serves
+    ``gallery_version`` (None: revoked) instead of ``previous``; a rollback returns to the
+    state of record ``back`` (0: the grant; None: nothing earlier)."""
+
+    gallery: str
+    model_version: str
+    seq: int
+    action: str
+    gallery_version: str | None
+    previous: str | None
+    back: int | None
+    writer: str
+    lease: dict = field(default_factory=dict)
+    created: str = ""
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> AliasRecord:
+        raw = load_object(data, source, "alias record")
+        check_record(raw, cls, source, "alias record")
+        if raw["action"] not in ACTIONS:
+            raise CorruptFileError(
+                f"{source}: alias record key 'action' must be one of {', '.join(ACTIONS)}, "
+                f"got {raw['action']!r}"
+            )
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """``model_version`` serves ``gallery_version`` of ``gallery``; ``source``: ``"grant"`` or
+    ``"alias <seq>"``; ``relation`` as in a grant."""
+
+    gallery: str
+    model_version: str
+    gallery_version: str
+    relation: str
+    source: str
+
+
+def _dir(store: GalleryStore, gallery: str, model: str) -> str:
+    return store.path(check_name("gallery", gallery), ALIASES_DIR, check_name("model", model))
+
+
+def log(store: GalleryStore, gallery: str, model: str) -> list[AliasRecord]:
+    """The model's alias records on the gallery, oldest first; a corrupt or missing one raises
+    ``CorruptFileError`` naming it (a gap would break the rollback links)."""
+    directory, fs = _dir(store, gallery, model), store.filesystem
+    found = []
+    for entry in fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+        stem = entry.base_name.removesuffix(".json")
+        if (
+            entry.type == pafs.FileType.File
+            and entry.base_name.endswith(".json")
+            and stem.isdigit()
+        ):
+            found.append((int(stem), entry.path))
+    records = []
+    for expected, (seq, path) in enumerate(sorted(found), start=1):
+        source = store.backend.uri(path)
+        if seq != expected:
+            raise CorruptFileError(f"{source}: alias record {expected} of this log is missing")
+        with fs.open_input_stream(path) as stream:
+            record = AliasRecord.from_json(stream.read(), source)
+        if (record.gallery, record.model_version, record.seq) != (gallery, model, seq):
+            raise CorruptFileError(f"{source}: the record names another gallery, model or seq")
+        records.append(record)
+    return records
+
+
+def _grant(catalog: Catalog, gallery: str, model: str) -> QueryGrant | None:
+    try:
+        return catalog.queryable_version(gallery, model)
+    except CorruptFileError:
+        raise
+    except StoreError:
+        return None
+
+
+def servable(store: GalleryStore, gallery: str, model: str) -> list[str]:
+    """The versions ``model`` may serve on ``gallery``: its grant's, and every published
+    version whose own model it is, oldest first."""
+    grant = _grant(Catalog(store), gallery, model)
+    versions = [grant.gallery_version] if grant else []
+    for info in store.versions(gallery):
+        if info.model_version == model and info.version not in versions:
+            versions.append(info.version)
+    return versions
+
+
+def current(store: GalleryStore, gallery: str, model: str) -> Serving:
+    """What ``model`` serves on ``gallery`` (see the module docstring).
+
+    Raises:
+        RetiredModelError: the model was retired ("model m2 was retired at <time> ...").
+        StoreError: it was revoked on the gallery, or it holds no grant and no alias.
+    """
+    refuse_retired(store, model, f"query gallery {gallery!r} with it")
+    records, catalog = log(store, gallery, model), Catalog(store)
+    if not records:
+        grant = catalog.queryable_version(gallery, model)  # its one-line error when it has none
+        return Serving(gallery, model, grant.gallery_version, grant.relation, "grant")
+    newest = records[-1]
+    if newest.gallery_version is None:
+        raise RevokedError(
+            f"model {model!r} may not query gallery {gallery!r}: revoked at {newest.created} by "
+            f"{newest.writer} ({_dir_uri(store, gallery, model)}/{newest.seq:08d}.json); "
+            f"`raycompat rollback` or `promote` serves it again"
+        )
+    grant = _grant(catalog, gallery, model)
+    same = grant is not None and grant.gallery_version == newest.gallery_version
+    relation = grant.relation if same else "extracted"
+    return Serving(gallery, model, newest.gallery_version, relation, f"alias {newest.seq}")
+
+
+def _dir_uri(store: GalleryStore, gallery: str, model: str) -> str:
+    return store.backend.uri(_dir(store, gallery, model))
+
+
+def _append(
+    store: GalleryStore,
+    records: list[AliasRecord],
+    change: tuple[str, str, str, str | None, int | None],
+    lease: LeaseRef | None,
+) -> AliasRecord:
+    """Write ``change`` (gallery, model, action, version, back) as the log's next record,
+    create-if-absent; see :class:`AliasConflictError`."""
+    gallery, model, action, version, back = change
+    seq = len(records) + 1
+    served = records[-1].gallery_version if records else granted_version(store, gallery, model)
+    if lease is not None:
+        lease.check(store.backend, f"{action} {model} on {gallery}")
+    stamp = {"generation": lease.generation, "token": lease.token} if lease else {}
+    writer = LeaseOwner().describe()
+    record = AliasRecord(*change[:2], seq, action, version, served, back, writer, stamp, now_utc())
+    path = join(_dir(store, gallery, model), f"{seq:08d}.json")
+    store.mark()  # gc manages only marked stores (marker.py)
+    try:
+        store.backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
+    except FileExistsError:
+        winner = log(store, gallery, model)[seq - 1]
+        raise AliasConflictError(
+            f"{store.backend.uri(path)}: {winner.writer} recorded change {seq} of {model!r} on "
+            f"{gallery!r} first ({winner.action} {winner.gallery_version}); this {action} is "
+            f"not recorded: check `raycompat history {gallery}` and retry"
+        ) from None
+    return record
+
+
+def granted_version(store: GalleryStore, gallery: str, model: str) -> str | None:
+    """The version the model's grant names, or None without a grant (a corrupt one raises)."""
+    grant = _grant(Catalog(store), gallery, model)
+    return grant.gallery_version if grant else None
+
+
+def promote(
+    store: GalleryStore, gallery: str, model: str, version: str, lease: LeaseRef | None = None
+) -> AliasRecord | None:
+    """``model`` serves ``version`` of ``gallery`` from now on; None (nothing written) when it
+    already does.
+
+    Raises:
+        UnknownNameError: ``model`` is not registered (lists those that are).
+        RetiredModelError: the model was retired.
+        NotServableError: ``version`` is not one the model may serve (names those it may).
+        AliasConflictError: another writer changed the model's alias first.
+    """
+    catalog = Catalog(store)
+    model_record(catalog, model)  # an unregistered name lists the registered ones (exit 2)
+    refuse_retired(store, model, f"promote it to {gallery} {version}")
+    allowed = servable(store, gallery, model)
+    if version not in allowed:
+        raise NotServableError(
+            f"model {model} may not serve {gallery} {version}: it may serve "
+            f"{', '.join(allowed) or 'nothing (no grant, and no version of its own)'} (its "
+            f"grant's version, or a published version whose model is {model})"
+        )
+    records = log(store, gallery, model)
+    if records and records[-1].gallery_version == version:
+        return None
+    if not records and granted_version(store, gallery, model) == version:
+        return None
+    change = (gallery, model, "promote", version, len(records))
+    return _append(store, records, change, lease)
+
+
+def revoke(
+    store: GalleryStore, gallery: str, model: str, lease: LeaseRef | None = None
+) -> AliasRecord | None:
+    """``model`` serves nothing on ``gallery`` from now on; None when it is already revoked.
+
+    Raises:
+        StoreError: the model serves nothing there (no grant, no alias).
+    """
+    records = log(store, gallery, model)
+    if records and records[-1].gallery_version is None:
+        return None
+    if not records and granted_version(store, gallery, model) is None:
+        raise StoreError(
+            f"model {model!r} serves nothing on gallery {gallery!r} (no grant, no alias): "
+            "nothing to revoke"
+        )
+    change = (gallery, model, "revoke", None, len(records))
+    return _append(store, records, change, lease)
+
+
+def rollback(
+    store: GalleryStore, gallery: str, model: str, lease: LeaseRef | None = None
+) -> AliasRecord:
+    """Undo the newest standing promote or revoke: serve what was served before it.
+
+    Raises:
+        NoRollbackError: nothing earlier to return to (names what it serves now).
+        RetiredModelError: the model was retired.
+        ManifestError: the earlier version is no longer published (gc removed it).
+    """
+    refuse_retired(store, model, f"roll it back on {gallery}")
+    records = log(store, gallery, model)
+    back = records[-1].back if records else None
+    if back is None or (back == 0 and granted_version(store, gallery, model) is None):
+        now = records[-1].gallery_version if records else granted_version(store, gallery, model)
+        raise NoRollbackError(
+            f"model {model} on gallery {gallery} has nothing to roll back to: it serves "
+            f"{now or 'nothing'} and no earlier alias stands ({_dir_uri(store, gallery, model)})"
+        )
+    target = records[back - 1] if back else None
+    version = target.gallery_version if target else granted_version(store, gallery, model)
+    if version is not None:
+        store.version(gallery, version)  # still published: its one-line error if not
+    change = (gallery, model, "rollback", version, target.back if target else None)
+    return _append(store, records, change, lease)

@@ -1,0 +1,68 @@
+"""Names a user typed that name nothing: a one-line error listing the names that exist and the
+nearest one (``difflib.get_close_matches``).
+
+Every ``raycompat`` command looks up the galleries, models and versions it was given through
+:func:`check_gallery`, :func:`model_record` and :func:`version_record`, so ``--gallery mnst``
+answers ``no gallery 'mnst' in ROOT: galleries are mnist; did you mean 'mnist'?`` (exit 2,
+:class:`~raycompat.registry.UnknownNameError`) instead of a missing grant. A record that exists
+but cannot be read is still a :class:`~raycompat.store.errors.CorruptFileError` (exit 1).
+:func:`choices` is the tail of any such message (``report`` uses it for run folders).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+from raycompat.registry import UnknownNameError
+from raycompat.store.errors import CorruptFileError, ManifestError, StoreError, UnsafePathError
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.manifest import VersionInfo
+from raycompat.store.model_catalog import Catalog, ModelRecord
+
+
+def choices(name: str, known: Sequence[str], plural: str) -> str:
+    """``"<plural> are a, b; did you mean 'a'?"`` (the hint only when one is close)."""
+    nearest = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    return f"{plural} are {', '.join(known) or '(none)'}{hint}"
+
+
+def unknown_name(what: str, name: str, known: Sequence[str], plural: str) -> UnknownNameError:
+    """The usage error ``"<what>: <plural> are ...; did you mean ...?"`` (exit 2)."""
+    return UnknownNameError(f"{what}: {choices(name, known, plural)}")
+
+
+def check_gallery(store: GalleryStore, gallery: str) -> None:
+    """Raise :class:`UnknownNameError` unless ``gallery`` has a published version."""
+    known = store.galleries()
+    if gallery not in known:
+        raise unknown_name(f"no gallery {gallery!r} in {store.uri()}", gallery, known, "galleries")
+
+
+def model_record(catalog: Catalog, model_version: str) -> ModelRecord:
+    """The registered model's record; an unregistered name lists the registered ones."""
+    try:
+        return catalog.model(model_version)
+    except (CorruptFileError, UnsafePathError):
+        raise
+    except StoreError:
+        known = [m.model_version for m in catalog.models_report()[0]]
+        what = f"model {model_version!r} is not registered in {catalog.store.uri()}"
+        raise unknown_name(what, model_version, known, "registered models") from None
+
+
+def version_record(store: GalleryStore, gallery: str, version: str) -> VersionInfo:
+    """The published version's record, after :func:`check_gallery`; an unknown version lists
+    the gallery's versions."""
+    check_gallery(store, gallery)
+    try:
+        return store.version(gallery, version)
+    except (CorruptFileError, UnsafePathError):
+        raise
+    except ManifestError:
+        known = [info.version for info in store.versions_report(gallery)[0]]
+        if version in known:
+            raise
+        what = f"gallery {gallery!r} has no version {version!r}"
+        raise unknown_name(what, version, known, "its versions") from None

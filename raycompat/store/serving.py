@@ -1,0 +1,101 @@
+"""The live serving map of a gallery: what each query model serves, and may roll back to.
+
+Read by gc (``gc.py``: a version a live model serves or may roll back to is kept) and by
+``raycompat history`` (one row per model: what it serves, from where, or why it serves
+nothing). Live means: it holds a grant or an alias log on the gallery, was not revoked there
+(``aliases.py``) and was not retired (``retired.py``). Reads the store, never writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pyarrow.fs as pafs
+
+from raycompat.store.aliases import ALIASES_DIR, RevokedError, current, granted_version, log
+from raycompat.store.errors import StoreError
+from raycompat.store.gallery import GalleryStore
+from raycompat.store.model_catalog import Catalog
+from raycompat.store.retired import RetiredModelError, retired
+
+
+def _aliased_models(store: GalleryStore, gallery: str) -> list[str]:
+    selector = pafs.FileSelector(store.path(gallery, ALIASES_DIR), allow_not_found=True)
+    entries = store.filesystem.get_file_info(selector)
+    return sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
+
+
+def reachable(store: GalleryStore, gallery: str, model: str) -> tuple[str | None, list[str]]:
+    """``(serves, rollback targets)`` of a live model: what it serves now (None if revoked)
+    and the versions successive rollbacks would return to; ``(None, [])`` once revoked."""
+    records = log(store, gallery, model)
+    grant = granted_version(store, gallery, model)
+    if not records:
+        return grant, []
+    if records[-1].gallery_version is None:
+        return None, []
+    chain, back = [], records[-1].back
+    while back is not None:
+        version = records[back - 1].gallery_version if back else grant
+        back = records[back - 1].back if back else None
+        if version is None:  # a revoke further back: rollbacks stop serving there
+            break
+        chain.append(version)
+    return records[-1].gallery_version, chain
+
+
+def serving_map(store: GalleryStore, gallery: str) -> dict[str, dict[str, list[str]]]:
+    """``{version: {"queried by": [models], "a rollback target of": [models]}}`` for the
+    live models of ``gallery`` (grants and aliases, less revoked and retired ones). A
+    corrupt grant, alias or tombstone raises: gc must not guess."""
+    models = {g.model_version for g in Catalog(store).grants(gallery)}
+    models |= set(_aliased_models(store, gallery))
+    out: dict[str, dict[str, list[str]]] = {}
+    for model in sorted(models):
+        if retired(store, model) is not None:
+            continue
+        serves, chain = reachable(store, gallery, model)
+        if serves is not None:
+            out.setdefault(serves, {}).setdefault("queried by", []).append(model)
+        for version in dict.fromkeys(v for v in chain if v != serves):
+            out.setdefault(version, {}).setdefault("a rollback target of", []).append(model)
+    return out
+
+
+def serving_rows(store: GalleryStore, gallery: str) -> tuple[list[dict], list[dict], list]:
+    """``(serving, aliases, corrupt)`` for ``raycompat history``: one row per model
+    (``model_version``, ``serves``, ``source``; ``serves`` None with the reason in ``source``
+    when revoked or retired), every alias record oldest first, and ``(uri, error)`` for each
+    model whose records cannot be read."""
+    models = {g.model_version for g in Catalog(store).grants_report(gallery)[0]}
+    models |= set(_aliased_models(store, gallery))
+    rows, changes, corrupt = [], [], []
+    for model in sorted(models):
+        try:
+            changes += [asdict(r) for r in log(store, gallery, model)]
+            serving = current(store, gallery, model)
+            rows.append(
+                {
+                    "model_version": model,
+                    "serves": serving.gallery_version,
+                    "source": serving.source,
+                }
+            )
+        except (RevokedError, RetiredModelError) as error:
+            rows.append({"model_version": model, "serves": None, "source": str(error)})
+        except StoreError as error:
+            corrupt.append((store.uri(gallery, ALIASES_DIR, model), str(error)))
+    changes.sort(key=lambda r: (r["created"], r["model_version"], r["seq"]))
+    return rows, changes, corrupt
+
+
+def with_serving(store: GalleryStore, gallery: str, history: dict) -> dict:
+    """``history`` (``history.gallery_history``) with ``serving`` and ``aliases`` added (see
+    :func:`serving_rows`) and their unreadable records listed under ``corrupt``."""
+    rows, changes, corrupt = serving_rows(store, gallery)
+    out = {**history, "serving": rows, "aliases": changes}
+    if corrupt:
+        out["corrupt"] = history.get("corrupt", []) + [
+            {"file": uri, "error": error} for uri, error in corrupt
+        ]
+    return out
