@@ -13,10 +13,18 @@ ours and its baseline alternate, ``--pairs`` pairs, medians of each and of the r
   ids with faiss and pyarrow, searches and prints the ids (the fixed cost the CLI adds: store,
   catalog and grant lookups, index verification, labels);
 - ``search_ids``: ``raycompat search --ids`` (finds the stored rows by a scan of the version:
-  O(N), reported without a baseline).
+  O(N), reported without a baseline);
+- ``version``: ``raycompat --version``; ``job_help``: ``raycompat-upgrade --help``;
+- ``print_config``: ``python jobs/upgrade.py --print-config`` (the embedded demo history loaded,
+  validated and printed); ``print_config_file``: ``raycompat-upgrade --config
+  configs/upgrade_mnist.yaml --print-config``; ``config_typo``: ``python jobs/upgrade.py
+  upgrades.0.epohcs=1`` (a misspelt key: the one-line error, exit 2), all against the same
+  baseline.
 
-Also reported: ``python -X importtime -c "import raycompat.cli.app"``: the total and the slowest
-imports, and whether torch or Ray appear in it.
+Also reported: ``python -X importtime`` of ``import raycompat.cli.app`` and of
+``jobs/upgrade.py --print-config``: the total and the slowest imports, and whether torch or Ray
+appear in them. ``--cases help,print_config,...`` runs only those (the store is prepared only
+for ``versions`` and the searches).
 """
 
 from __future__ import annotations
@@ -39,7 +47,13 @@ from raycompat.index.version_index import build_version_index, load_version_inde
 from raycompat.store import GalleryStore, StoreError  # noqa: E402
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).with_name("raycompat"))
+UPGRADE = str(Path(sys.executable).with_name("raycompat-upgrade"))  # pip install -e .
+UPGRADE_PY = str(ROOT / "jobs" / "upgrade.py")
+STORE_CASES = ("versions", "search_vectors", "search_ids")
+JOB_CASES = ("version", "job_help", "print_config", "print_config_file", "config_typo")
+CASES = ("help", *STORE_CASES, *JOB_CASES)
 TIME = "/usr/bin/time"  # GNU time: peak RSS of the command alone
 SCRIPT = """
 import sys
@@ -53,7 +67,7 @@ print(ids[rows])
 """
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
+def timed(argv: list[str], code: int = 0) -> tuple[float, float]:
     """``(seconds, peak RSS in MB)`` of one run of ``argv`` (its output discarded). The RSS is
     read by GNU time, whose child starts clean: a child of this process would report this
     process's peak (fork + exec keep the larger of the two)."""
@@ -66,18 +80,19 @@ def timed(argv: list[str]) -> tuple[float, float]:
             text=True,
         )
         seconds = time.perf_counter() - start
-        if done.returncode != 0:
+        if done.returncode != code:
             raise RuntimeError(f"{argv} failed: {done.stderr[-2000:]}")
         return seconds, int(rss.read().split()[-1]) / 1024
 
 
-def paired_runs(ours: list[str], baseline: list[str] | None, pairs: int) -> dict:
+def paired_runs(ours: list[str], baseline: list[str] | None, pairs: int, code: int = 0) -> dict:
+    """Medians of ``pairs`` alternating runs; ``code``: the exit status ``ours`` should give."""
     runs = {"ours": [], "baseline": []}
     for k in range(pairs):
-        order = [("ours", ours), ("baseline", baseline)]
-        for name, argv in order if k % 2 == 0 else order[::-1]:
+        order = [("ours", ours, code), ("baseline", baseline, 0)]
+        for name, argv, expected in order if k % 2 == 0 else order[::-1]:
             if argv is not None:
-                runs[name].append(timed(argv))
+                runs[name].append(timed(argv, expected))
     out = {"ours_s": float(np.median([s for s, _ in runs["ours"]]))}
     out["ours_peak_rss_mb"] = float(np.median([m for _, m in runs["ours"]]))
     if baseline is not None:
@@ -104,15 +119,17 @@ def prepare(root: str, rows: int, width: int) -> None:
         catalog.grant(QueryGrant(GALLERY, "v1", "bench", "extracted"))
 
 
-def import_profile() -> dict:
-    """``-X importtime`` of ``import raycompat.cli.app``: total, and the modules slowest to load
-    themselves (their own time, without what they import)."""
+def import_profile(argv: list[str]) -> dict:
+    """``-X importtime`` of ``python argv``: total, and the modules slowest to load themselves
+    (their own time, without what they import)."""
     err = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import raycompat.cli.app"],
+        [sys.executable, "-X", "importtime", *argv],
         capture_output=True,
         text=True,
         check=True,
+        cwd=ROOT,
     ).stderr
+    err = "\n".join(line for line in err.splitlines() if line.startswith("import time:"))
     rows = []
     for line in err.splitlines()[1:]:  # "import time: self | cumulative | <indent>name"
         _, self_us, total_us, name = line.replace(":", "|", 1).split("|")
@@ -126,25 +143,55 @@ def import_profile() -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = store_parser(__doc__, rows=200_000, width=32)
-    args = parser.parse_args(argv)
+def job_cases(plain: list[str], pairs: int) -> dict:
+    """The upgrade job's start-up: its script's ``--help``, and its config validated."""
+    demo = ["--config", str(ROOT / "configs" / "upgrade_mnist.yaml"), "--print-config"]
+    typo = [sys.executable, UPGRADE_PY, "upgrades.0.epohcs=1"]
+    return {
+        "version": paired_runs([CLI, "--version"], plain, pairs),
+        "job_help": paired_runs([UPGRADE, "--help"], plain, pairs),
+        "print_config": paired_runs([sys.executable, UPGRADE_PY, "--print-config"], plain, pairs),
+        "print_config_file": paired_runs([UPGRADE, *demo], plain, pairs),
+        "config_typo": paired_runs(typo, plain, pairs, code=2),
+    }
+
+
+def store_cases(args, plain: list[str]) -> dict:
+    """``versions`` and the searches, on the published version (prepared first)."""
     root, temporary = store_root(args.store)
     prepare(root, args.rows, args.width)
     queries = Path(root, "q.npy")
     np.save(queries, mixture(np.random.default_rng(2), centres_of(args.width), 1))
     where = ["--store", root, "--gallery", GALLERY, "--model", "bench", "-k", "10"]
-    plain = [sys.executable, "-c", "import numpy, pyarrow"]
     script = [sys.executable, "-c", SCRIPT, str(_build_folder(root)), str(queries)]
+    search = [CLI, "search", "--vectors", str(queries), *where]
+    ids = [CLI, "search", "--ids", "17", *where]
+    return {
+        "versions": paired_runs([CLI, "versions", GALLERY, "--store", root], plain, args.pairs),
+        "search_vectors": paired_runs(search, script, args.pairs),
+        "search_ids": paired_runs(ids, None, max(3, args.pairs // 2)),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = store_parser(__doc__, rows=200_000, width=32)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"some of {', '.join(CASES)}")
+    args = parser.parse_args(argv)
+    cases = args.cases.split(",")
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"--cases: unknown {unknown}; valid: {', '.join(CASES)}")
+    plain = [sys.executable, "-c", "import numpy, pyarrow"]
     result = {"benchmark": "cli_startup", "machine": machine_info(), "args": vars(args)}
     result["load_start"] = load()
-    result["help"] = paired_runs([CLI, "--help"], plain, args.pairs)
-    result["versions"] = paired_runs([CLI, "versions", GALLERY, "--store", root], plain, args.pairs)
-    search = [CLI, "search", "--vectors", str(queries), *where]
-    result["search_vectors"] = paired_runs(search, script, args.pairs)
-    ids = [CLI, "search", "--ids", "17", *where]
-    result["search_ids"] = paired_runs(ids, None, max(3, args.pairs // 2))
-    result["import_raycompat_cli"] = import_profile()
+    measured = {"help": paired_runs([CLI, "--help"], plain, args.pairs)} if "help" in cases else {}
+    if set(cases) & set(STORE_CASES):
+        measured |= store_cases(args, plain)
+    if set(cases) & set(JOB_CASES):
+        measured |= job_cases(plain, args.pairs)
+    result |= {name: measured[name] for name in CASES if name in cases}
+    result["import_raycompat_cli"] = import_profile(["-c", "import raycompat.cli.app"])
+    result["import_print_config"] = import_profile([UPGRADE_PY, "--print-config"])
     result["load_end"] = load()
     emit(result, args.out)
     return result

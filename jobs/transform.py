@@ -1,128 +1,18 @@
 """Write a new gallery version with Ray Data: FCT transformation, extraction or identity upgrade.
 
-    python jobs/transform.py --config configs/transform_fct.yaml [key.sub=value ...]
-    ray job submit --working-dir . -- python jobs/transform.py --config configs/<x>.yaml
-
-``mode: transform`` maps ``store.gallery/source_version`` through h (and g) into
-``target.version``; ``mode: extract`` embeds ``images`` with ``model``; ``mode: identity``
-checks the source version and writes nothing (backward-compatible upgrade). Run it again with
-the same config after a failure or a kill: finished part files are kept and skipped; after the
-version was published it reports "already published" and exits 0. Inputs (h, the model, the
-source version) are checked before Ray starts.
+The recipe is :mod:`raycompat.cli.jobs.transform` (also the console script ``raycompat-transform``);
+this file keeps ``python jobs/transform.py`` and ``ray job submit ... -- python jobs/transform.py``
+working from a checkout, installed or not.
 """
 
-from __future__ import annotations
-
-import json
-import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.cli.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
-from raycompat.config import ConfigError  # noqa: E402
-from raycompat.config.pipelines import TransformJobConfig  # noqa: E402
-from raycompat.io.credentials import configure_logging, register_secrets  # noqa: E402
+from raycompat.cli.jobs.transform import main, run  # noqa: E402
 
-logger = logging.getLogger("raycompat.jobs.transform")
-
-
-def target_version(cfg: TransformJobConfig):
-    """The ``VersionInfo`` to publish, from ``cfg.target``; the lineage defaults to
-    ``"<v> = h(<source>)"`` (transform) or ``"<v> = extract(<model>)"`` (extract)."""
-    from raycompat.store import VersionInfo
-
-    t = cfg.target
-    default_lineage = (
-        f"{t.version} = h({cfg.source_version})"
-        if cfg.mode == "transform"
-        else f"{t.version} = extract({t.model_version})"
-    )
-    return VersionInfo(
-        t.version,
-        t.model_version,
-        t.width,
-        t.normalized,
-        t.lineage or default_lineage,
-        t.side_info_width,
-        dtype=t.dtype,
-    )
-
-
-def write_version(cfg: TransformJobConfig, store, target) -> dict:
-    """Run the transform or the extraction (Ray started) and return its summary."""
-    from raycompat.cluster.pipelines import extract_version, transform_version
-
-    gallery, staging_name = cfg.store.gallery, cfg.target.staging_name
-    if cfg.mode == "transform":
-        result = transform_version(
-            store,
-            gallery,
-            cfg.source_version,
-            target,
-            cfg.transformation,
-            cfg.side_info_transformation,
-            cfg.run,
-            staging_name,
-        )
-    else:
-        result = extract_version(
-            store,
-            gallery,
-            target,
-            cfg.model,
-            cfg.images,
-            cfg.run,
-            cfg.augment,
-            cfg.seed,
-            staging_name,
-        )
-    info = result.pop("version")
-    return {**result, "version": info.version, "rows": info.rows, "files": len(info.files)}
-
-
-def _report(summary: dict) -> dict:
-    logger.info("summary: %s", json.dumps(summary))
-    return summary
-
-
-def main(argv: list[str] | None = None) -> dict:
-    args = job_parser(__doc__, "TransformJobConfig", address=False).parse_args(argv)
-    configure_logging()  # every log line scrubbed of credentials
-    default = "the built-in TransformJobConfig defaults, which name no store"
-    cfg = job_config(TransformJobConfig, args, default=default, outputs=("store.root",))
-    register_secrets(cfg)
-    for key in ("root", "gallery"):
-        if not getattr(cfg.store, key):
-            raise ConfigError(f"store.{key} must be set")
-
-    from raycompat.cluster.console import init_ray, set_log_level
-    from raycompat.cluster.pipelines import identity_upgrade
-    from raycompat.cluster.pipelines.preflight import already_published, check_inputs
-    from raycompat.store import GalleryStore
-
-    set_log_level(args.verbose)  # our DEBUG lines with --verbose, before Ray starts (or not)
-    store = GalleryStore(
-        cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
-    )
-    check_inputs(cfg, store)  # before Ray starts: h, the model, the source version
-    announce_outputs(cfg, ("store.root",))
-    gallery = cfg.store.gallery
-    if cfg.mode == "identity":
-        upgrade = identity_upgrade(store, gallery, cfg.source_version, cfg.target.model_version)
-        return _report({"mode": "identity", **upgrade.__dict__})
-    target = target_version(cfg)
-    done = already_published(store, gallery, target)
-    if done is not None:  # a rerun after the publish (e.g. killed before it could report)
-        logger.info("%s/%s is already published; nothing to do", gallery, target.version)
-        published = {"version": done.version, "rows": done.rows, "files": len(done.files)}
-        return _report({"mode": cfg.mode, "already_published": True, **published})
-    init_ray(cfg.ray_address, args.verbose)  # quiet console unless --verbose
-    return _report({"mode": cfg.mode, **write_version(cfg, store, target)})
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    from raycompat.cli.errors import run_main
-
-    run_main(main)  # a config error: one line naming the file and key, exit 2
+    run()

@@ -1,51 +1,18 @@
 """Sweep compatibility trade-offs with Ray Tune over the training driver.
 
-    python jobs/tune.py --config configs/tune_hoc_lambda.yaml [key.sub=value ...]
-    ray job submit --working-dir . -- python jobs/tune.py --config configs/tune_hoc_lambda.yaml
-
-Run it again with the same ``name`` and ``storage_path`` to resume an interrupted sweep (errored
-trials are retried, finished ones kept). ``storage_path`` is a local (or shared) folder or an
-``s3://`` prefix (``storage_options=`` as the store's, e.g. for an S3-compatible endpoint).
-Outputs in ``<storage_path>/<name>/``: Tune's state,
-one training run per trial under ``runs/``, and ``results/`` with ``trials.csv``,
-``trials.parquet``, ``best_config.yaml`` (ready for ``jobs/train.py``) and ``tradeoff.png``.
+The recipe is :mod:`raycompat.cli.jobs.tune` (also the console script ``raycompat-tune``);
+this file keeps ``python jobs/tune.py`` and ``ray job submit ... -- python jobs/tune.py``
+working from a checkout, installed or not.
 """
 
-from __future__ import annotations
-
-import json
-import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.cli.job_entry import announce_outputs, job_config, job_parser  # noqa: E402
-from raycompat.config.tune import SweepConfig  # noqa: E402
-from raycompat.io.credentials import configure_logging  # noqa: E402
+from raycompat.cli.jobs.tune import main, run  # noqa: E402
 
-
-def main(argv: list[str] | None = None) -> dict:
-    args = job_parser(__doc__, "SweepConfig").parse_args(argv)
-    # Scrubs the environment's credentials (a sweep config holds none: its ParamSpec.key
-    # is a config key, not an access key, so the config is not registered).
-    configure_logging()
-    default = "the built-in SweepConfig defaults (a grid over configs/train_mnist_cores.yaml)"
-    sweep = job_config(SweepConfig, args, default=default, outputs=("storage_path",))
-
-    from raycompat.cluster.console import init_ray
-    from raycompat.cluster.tune.results import publish_outputs
-    from raycompat.cluster.tune.sweep import run_sweep
-
-    announce_outputs(sweep, ("storage_path",))
-    init_ray(args.address, args.verbose)  # quiet console unless --verbose
-    results = run_sweep(sweep)
-    summary = publish_outputs(results, sweep)
-    logging.getLogger("raycompat.cluster.tune").info("sweep summary: %s", json.dumps(summary))
-    return summary
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    from raycompat.cli.errors import run_main
-
-    run_main(main)  # a config error: one line naming the file and key, exit 2
+    run()

@@ -26,7 +26,10 @@ from raycompat.store.errors import CorruptFileError, MissingStoreError, StoreErr
 ROOT = Path(__file__).resolve().parents[1]
 # Exception classes that are deliberately neither category, each with its reason. Empty today:
 # an internal control-flow signal that never reaches a user would be listed here.
-NOT_CATEGORIZED: dict[str, str] = {}
+NOT_CATEGORIZED: dict[str, str] = {
+    # an exit status with its reason (a SystemExit), raised after the error was reported
+    "raycompat.cli.job_exit.JobExit": "a SystemExit, not an error",
+}
 
 
 def _module_names() -> list[str]:

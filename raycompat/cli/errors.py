@@ -49,8 +49,16 @@ def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None)
     one line, exit 1. Any other exception keeps its traceback.
 
     ``--debug`` is taken out of ``argv`` (the jobs' parsers do not know it) and, like
-    ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback.
+    ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback. Under ``ray job submit``
+    the job's log ends with its exit status and why (``raycompat/cli/job_exit.py``).
     """
+    from raycompat.cli.job_exit import reported_exit
+
+    with reported_exit():
+        _run_main(main, argv)
+
+
+def _run_main(main: Callable[[list[str]], object], argv: list[str] | None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]

@@ -36,17 +36,17 @@ OUTPUT_ROOT_ENV = "RAYCOMPAT_OUTPUT_ROOT"
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
 
 
-def job_parser(doc: str, config_type: str, *, address: bool = True) -> argparse.ArgumentParser:
-    """The arguments every job takes (``address``: whether it has ``--address``)."""
+def job_parser(
+    doc: str, config_type: str, *, address: bool = True, default: str | None = None
+) -> argparse.ArgumentParser:
+    """The arguments every job takes (``address``: whether it has ``--address``; ``default``:
+    what the job runs without ``--config``, named in ``--help``)."""
     parser = argparse.ArgumentParser(
         description=doc.splitlines()[0],
         epilog="Overrides reach list entries: upgrades.0.epochs=1 (or upgrades[0].epochs=1).",
     )
-    parser.add_argument(
-        "--config",
-        help=f"YAML file with {config_type} keys (without it the job runs its defaults and says "
-        "which)",
-    )
+    without = f"without it: {default}" if default else "without it the job runs its defaults"
+    parser.add_argument("--config", help=f"YAML file with {config_type} keys ({without})")
     if address:
         parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
     parser.add_argument(

@@ -7,13 +7,15 @@ where the work ran from node ids recorded inside the actors and workers themselv
 
 - a transform whose two actors (2 CPUs each, so one fits per 2-CPU node) write parts from both
   nodes; the version is published on S3 with the source's id fingerprint, then its index is
-  built by a task on node_b and loaded and searched by a task on node_a;
+  built by a task on node_b and loaded and searched by a task on node_a. The transformations
+  ``h``/``g`` are written to a folder that is deleted once the driver has read them and before
+  any actor starts: the actors, on either node, get them from Ray's object store;
 - a 2-worker DDP training (2 CPUs per worker, so the ranks cannot share a node) whose
   checkpoints, holding one file from each rank, land in the bucket.
 
-Limits: both nodes share one filesystem, so a local path that every node reads still works
-here (the transformations ``h``/``g`` are read from a local directory; the library has no way
-to read them from S3). Every output the tests check was written to, and is read back from, S3.
+Limits: both nodes share one filesystem, so a folder "only the driver's node has" is played by
+one that no longer exists when the actors start. Every output the tests check was written to,
+and is read back from, S3.
 """
 
 from __future__ import annotations
@@ -185,6 +187,8 @@ def run_driver(cluster: Cluster, script: str, args: dict, timeout: float) -> dic
 
 
 TRANSFORM = """
+import shutil
+
 from raycompat.cluster.pipelines import RunOptions, runner, transform_version
 from raycompat.cluster.pipelines.transform import TransformChunks
 from raycompat.store import GalleryStore, VersionInfo
@@ -208,7 +212,16 @@ def store():
 
 
 run_chunks = runner.run_chunks
-runner.run_chunks = lambda chunks, worker, *rest: run_chunks(chunks, PlacedTransform, *rest)
+
+
+def placed_run(chunks, worker, *rest):
+    # The driver has read h and g by now; their folder is gone before any actor starts, as a
+    # folder on the driver's node only would be for actors on other nodes.
+    shutil.rmtree(args["h"])
+    return run_chunks(chunks, PlacedTransform, *rest)
+
+
+runner.run_chunks = placed_run
 result = transform_version(
     store(), args["gallery"], "v1", VersionInfo(**args["target"]), args["h"], args["g"],
     RunOptions(**args["run"]),
@@ -243,7 +256,7 @@ def test_transform_actors_on_both_nodes_publish_on_s3(two_nodes, s3_bucket, tmp_
     root = f"s3://{bucket}/stores/main"
     store = make_source(root, "g", rows=4_000, files=4, group_rows=1_000, storage_options=options)
     source = store.version("g", "v1")
-    h_dir, g_dir = random_models(tmp_path)
+    h_dir, g_dir = random_models(tmp_path)  # one folder for both; the driver deletes it
     queries = [1, 3 * 1_999 + 1, 3 * 3_999 + 1]
     started = time.monotonic()
     result = run_driver(
@@ -270,6 +283,7 @@ def test_transform_actors_on_both_nodes_publish_on_s3(two_nodes, s3_bucket, tmp_
     assert set(parts.values()) == {"node_a", "node_b"}, parts  # writers on both nodes
     assert where["index-build"] == "node_b" and where["index-search"] == "node_a"
     assert result["rows_written"] == 4_000
+    assert not os.path.exists(h_dir)  # the actors built h and g without their folder
 
     reader = GalleryStore(root, options)  # a fresh reader, through S3 only
     published = reader.version("g", "v2")

@@ -66,25 +66,32 @@ from raycompat.cluster.pipelines.selection import (
     stored_selection,
 )
 from raycompat.cluster.pipelines.sources import SourceSpec, open_source
-from raycompat.fct.models import H, load_transformation
+from raycompat.cluster.pipelines.weights import (
+    Shared,
+    model_of,
+    share_model,
+    share_transformation,
+    transformation_of,
+)
+from raycompat.fct.models import H, read_transformation
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.schema import ID_TYPES
-from raycompat.train.export import load_exported_model
 
 logger = logging.getLogger(__name__)
 
 
 class BackfillChunks(ChunkWorker):
-    """Actor: loads ``h``, the new model and the image source once, then writes chunk after
-    chunk: ``h(old)`` (or the stored rows of a partial source), selected rows re-extracted."""
+    """Actor: builds ``h`` and the new model once from the object store (``weights.py``) and
+    opens the image source, then writes chunk after chunk: ``h(old)`` (or the stored rows of a
+    partial source), selected rows re-extracted."""
 
     def __init__(
         self,
         *,
         source: VersionInfo,
-        transformation: str | None,
-        model: str,
+        transformation: Shared | str | None,
+        model: Shared | str,
         images: SourceSpec,
         selection: Selection,
         order: str,
@@ -95,8 +102,8 @@ class BackfillChunks(ChunkWorker):
         super().__init__(**base)
         self.source, self.selection, self.order = source, selection, order
         self.carried, self.with_uncertainty = carried, with_uncertainty
-        self.h = load_transformation(transformation, H).to(self.device) if transformation else None
-        self.model = load_exported_model(model)[0].to(self.device)
+        self.h = transformation_of(transformation, H).to(self.device) if transformation else None
+        self.model = model_of(model).to(self.device)
         self.images, self.images_name = open_source(images), f"{images.kind} {images.name!r}"
 
     def fill(self, chunk: Chunk, writer: PartWriter) -> None:
@@ -203,15 +210,36 @@ def staged_counts(staging: Staging, chunks: list[Chunk]) -> dict[str, int]:
     return counts
 
 
+@dataclasses.dataclass(frozen=True)
+class SharedInputs:
+    """The weights both passes' actors build from, put once in Ray's object store: ``h``
+    (None from a partial source) and the new model."""
+
+    h: Shared | None
+    model: Shared
+
+
+def share_inputs(plan: BackfillPlan, model: str) -> SharedInputs:
+    """Read ``h`` and the exported ``model`` on the driver and put them in the object store."""
+    h = plan.transformation
+    h = share_transformation(read_transformation(h, H)) if h else None
+    return SharedInputs(h, share_model(model))
+
+
 def _keys_or_all(
-    store: GalleryStore, gallery: str, staging: Staging, plan: BackfillPlan, run: RunOptions
+    store: GalleryStore,
+    gallery: str,
+    staging: Staging,
+    plan: BackfillPlan,
+    run: RunOptions,
+    h: Shared | None,
 ) -> Selection:
     """Pass A when :attr:`BackfillPlan.needs_keys`; else all or none of the rows."""
     if not plan.needs_keys:
         return Selection(plan.source.rows, plan.k)
     key_kwargs = dict(
         source=plan.source,
-        transformation=plan.transformation,
+        transformation=h,
         order=plan.order,
         seed=plan.seed,
         partial=plan.partial,
@@ -221,18 +249,24 @@ def _keys_or_all(
 
 
 def decide_selection(
-    store: GalleryStore, gallery: str, staging: Staging, plan: BackfillPlan, run: RunOptions
+    store: GalleryStore,
+    gallery: str,
+    staging: Staging,
+    plan: BackfillPlan,
+    run: RunOptions,
+    h: Shared | None,
 ) -> tuple[Selection, bool]:
     """Record the plan, then the selection an earlier run decided or pass A's (logged); returns
-    it and whether it was resumed. A budget below the rows the source holds extracted (counted by
-    pass A) aborts the staging area: its plan names the refused budget."""
+    it and whether it was resumed (``h``: :attr:`SharedInputs.h`). A budget below the rows the
+    source holds extracted (counted by pass A) aborts the staging area: its plan names the
+    refused budget."""
     refused = None
     try:
         record_plan(staging, plan.identity, plan.chunks)
         selection = stored_selection(staging)
         resumed = selection is not None
         if selection is None:
-            selection = _keys_or_all(store, gallery, staging, plan, run)
+            selection = _keys_or_all(store, gallery, staging, plan, run, h)
             if selection.already_extracted > plan.k:
                 extracted = selection.already_extracted
                 refused = budget_too_low(plan.budget, plan.k, plan.source, extracted)
@@ -281,7 +315,7 @@ def write_rows(
     plan: BackfillPlan,
     selection: Selection,
     *,
-    model: str,
+    shared: SharedInputs,
     images: SourceSpec,
     run: RunOptions,
     verify: Callable[[Staging], None] | None,
@@ -291,8 +325,8 @@ def write_rows(
     counts: dict = {}
     worker_kwargs = dict(
         source=plan.source,
-        transformation=plan.transformation and str(plan.transformation),
-        model=str(model),
+        transformation=shared.h,
+        model=shared.model,
         images=images,
         selection=selection,
         order=plan.order,
@@ -372,12 +406,21 @@ def partial_backfill_version(
         run,
     )
     name = staging_name or f"partial-backfill-{source_version}"
+    shared = share_inputs(plan, model)  # actors never read a folder: it may be the driver's
     staging = store.begin(gallery, plan.target, name)
     start = time.perf_counter()
-    selection, resumed = decide_selection(store, gallery, staging, plan, run)
+    selection, resumed = decide_selection(store, gallery, staging, plan, run, shared.h)
     selection_s = time.perf_counter() - start
     result, counts = write_rows(
-        store, gallery, staging, plan, selection, model=model, images=images, run=run, verify=verify
+        store,
+        gallery,
+        staging,
+        plan,
+        selection,
+        shared=shared,
+        images=images,
+        run=run,
+        verify=verify,
     )
     return {
         **result,

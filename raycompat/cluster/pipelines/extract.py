@@ -4,8 +4,9 @@
                     "v1 = extract(resnet50-e90)"), "runs/step1/model",
                     SourceSpec(kind="dataset", name="casia_webface", options={"root": ...}))
 
-The backfill baseline and the initial index. Each actor opens the image source and loads the
-exported model (``load_exported_model``: ``model.safetensors`` + ``model.json``) once, then
+The backfill baseline and the initial index. The driver reads the exported model
+(``model.safetensors`` + ``model.json``) once and puts it in Ray's object store
+(``weights.py``); each actor opens the image source and builds the model from it once, then
 streams its chunks: decode and augment a batch at a time in a read-ahead thread
 (:mod:`raycompat.cluster.pipelines.prefetch`) while ``forward_features`` (bf16 autocast on GPU by
 default)
@@ -34,6 +35,7 @@ from raycompat.cluster.pipelines.runner import (
     run_staged,
 )
 from raycompat.cluster.pipelines.sources import SourceSpec, open_source
+from raycompat.cluster.pipelines.weights import Shared, model_of, share_model
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.store import (
     GalleryStore,
@@ -43,7 +45,7 @@ from raycompat.store import (
     embedding_table,
 )
 from raycompat.store.staging import Staging
-from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
+from raycompat.train.export import MODEL_FILE, build_model, read_spec
 
 # Batches decoded ahead of the model: one queued plus one being decoded (memory: three batches
 # of images per actor)
@@ -51,11 +53,14 @@ PREFETCH_BATCHES = 1
 
 
 class ExtractChunks(ChunkWorker):
-    """Actor: opens the source and loads the model once, then embeds chunk after chunk."""
+    """Actor: opens the source and builds the model once (from the object store, ``weights.py``),
+    then embeds chunk after chunk."""
 
-    def __init__(self, *, model: str, source: SourceSpec, augment: str, seed: int, **base) -> None:
+    def __init__(
+        self, *, model: Shared | str, source: SourceSpec, augment: str, seed: int, **base
+    ) -> None:
         super().__init__(**base)
-        self.model = load_exported_model(model)[0].to(self.device)
+        self.model = model_of(model).to(self.device)
         self.source = open_source(source)
         self.augment = AUGMENTATIONS.get(augment)
         self.seed = seed
@@ -164,7 +169,7 @@ def extract_version(
         identity=plan.identity,
         chunks=plan.chunks,
         worker=ExtractChunks,
-        worker_kwargs=dict(model=str(model), source=source, augment=augment, seed=seed),
+        worker_kwargs=dict(model=share_model(model), source=source, augment=augment, seed=seed),
         schema=plan.schema,
         run=run,
         verify=verify,

@@ -45,7 +45,8 @@ from raycompat.cluster.pipelines.runner import (
     chunk_worker_kwargs,
     run_chunks,
 )
-from raycompat.fct.models import H, load_transformation
+from raycompat.cluster.pipelines.weights import Shared, transformation_of
+from raycompat.fct.models import H
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
 from raycompat.store.parquet import open_parquet
@@ -138,13 +139,14 @@ def read_keys(staging: Staging, chunk: Chunk) -> pa.Table:
 
 
 class KeyChunks(ChunkWorker):
-    """Actor: loads ``h`` once (when keys are sigmas), writes each chunk's keys to ``_keys/``."""
+    """Actor: builds ``h`` once from the object store (when keys are sigmas), writes each
+    chunk's keys to ``_keys/``."""
 
     def __init__(
         self,
         *,
         source: VersionInfo,
-        transformation: str | None,
+        transformation: Shared | str | None,
         order: str,
         seed: int,
         partial: bool,
@@ -153,7 +155,7 @@ class KeyChunks(ChunkWorker):
         super().__init__(**base)
         self.source, self.order, self.seed, self.partial = source, order, seed, partial
         sigma_from_h = order == "uncertainty" and not partial
-        self.h = load_transformation(transformation, H).to(self.device) if sigma_from_h else None
+        self.h = transformation_of(transformation, H).to(self.device) if sigma_from_h else None
 
     def columns(self) -> list[str]:
         if self.partial:

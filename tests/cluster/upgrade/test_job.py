@@ -1,8 +1,11 @@
 """``jobs/upgrade.py`` the way users run it: ``ray job submit`` to a real head, and directly.
 
-- submitted to a ``ray start --head`` on loopback (dashboard bound to 127.0.0.1): a toy history
-  (initial model + gallery, an FCT upgrade) must end SUCCEEDED with the versions, catalog and
-  report published; submitting it again publishes nothing new;
+- submitted to the head of docs/cluster.md's local-cluster recipe, started by the recipe's own
+  commands (on free ports, loopback only): a toy history (initial model + gallery, an FCT
+  upgrade) must end SUCCEEDED with the versions, catalog and report published; submitting it
+  again publishes nothing new;
+- the recipe's submit, logs and status commands as written, on a history whose second model
+  stands refused, with ``--fail-on-refuse``: the submitter sees exit 3 and why;
 - an incompatible candidate (independent training with a learned head) is refused and leaves the
   store untouched; rerunning with ``policy.on_incompatible=backfill`` re-extracts instead.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -80,38 +84,80 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-@pytest.fixture
+ACTIVATE = "source .venv/bin/activate"
+DOCUMENTED_PORTS = ("6390", "8275")  # the recipe's --port and --dashboard-port
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def local_cluster_recipe() -> list[str]:
+    """The commands of docs/cluster.md's local-cluster block, continuation lines joined."""
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    section = text[text.index("## A local cluster") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = [line.strip() for line in block.replace("\\\n", " ").splitlines()]
+    return [c for c in commands if c]
+
+
+def run_documented(commands: list[str], replace: dict[str, str], env: dict) -> dict[str, str]:
+    """Run ``commands`` in one bash from the repository root, as a reader pastes them, with the
+    documented ports (and anything else in ``replace``) swapped; ``{command: its output}``.
+    ``source .venv/bin/activate`` is dropped where the venv lives elsewhere (``env`` has its
+    ``bin`` first on PATH anyway)."""
+    if not (ROOT / ".venv" / "bin" / "activate").is_file():
+        commands = [c for c in commands if c != ACTIVATE]
+    script = []
+    for index, command in enumerate(commands):
+        for documented, here in replace.items():
+            command = command.replace(documented, here)
+        script += [f"echo '@@@ {index}'", command]
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=900,
+    )
+    shown = ANSI.sub("", done.stdout)  # what a reader sees: Ray's CLI colours its output
+    return dict(zip(commands, re.split(r"^@@@ \d+\n", shown, flags=re.M)[1:], strict=False))
+
+
+@pytest.fixture(scope="module")
 def ray_head():
-    """A real Ray head on loopback; stopped by killing exactly its own processes (a plain
-    ``ray stop`` would also stop the session's other Ray runtime)."""
+    """The recipe's head (``source .venv/bin/activate``, ``ray start --head ...``) on free
+    ports, with what keeps it apart from the session's other Ray runtimes appended: its own temp
+    dir and ports for every other service. Yields ``(dashboard address, env, {documented port:
+    port})``. Stopped by killing exactly its own processes (the recipe's ``ray stop`` would also
+    stop the session's other Ray runtime)."""
     temp_dir = f"/tmp/rh{uuid.uuid4().hex[:8]}"
     gcs, dash, agent, grpc, metrics, env_agent, node, objm = _free_ports(8)
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
     for name in [k for k in env if k.startswith("RAY_")]:
         env.pop(name)
-    cmd = [
-        f"{VENV_BIN}/ray",
-        "start",
-        "--head",
+    recipe = local_cluster_recipe()
+    assert recipe[:2] == [
+        ACTIVATE,
+        "ray start --head --port=6390 --dashboard-port=8275 --num-cpus=4",
+    ]
+    apart = [
         "--node-ip-address=127.0.0.1",
-        f"--port={gcs}",
         "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dash}",
-        "--include-dashboard=true",
         f"--dashboard-agent-listen-port={agent}",
         f"--dashboard-agent-grpc-port={grpc}",
         f"--metrics-export-port={metrics}",
         f"--runtime-env-agent-port={env_agent}",
         f"--node-manager-port={node}",
         f"--object-manager-port={objm}",
-        "--num-cpus=4",
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
     ]
-    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=180)
+    ports = dict(zip(DOCUMENTED_PORTS, (str(gcs), str(dash)), strict=True))
+    started = run_documented([recipe[0], f"{recipe[1]} {' '.join(apart)}; echo rc=$?"], ports, env)
+    assert list(started.values())[-1].rstrip().endswith("rc=0"), started
     address = f"http://127.0.0.1:{dash}"
     try:
-        yield address, env
+        yield address, env, ports
     finally:
         for proc in psutil.process_iter(["cmdline"]):
             if any(temp_dir in part for part in proc.info["cmdline"] or []):
@@ -152,7 +198,7 @@ def test_submitted_history_publishes_and_resubmitting_is_a_no_op(ray_head, tmp_p
     under which h(v1) reliably passes ECC (300 images per digit, 2 epochs); a compatible
     (d-Simplex-HOC) entry is not part of it: the ``compatible`` action is checked in
     tests/upgrade/test_upgrade.py, and every extra entry is another Ray Train run."""
-    address, env = ray_head
+    address, env, _ = ray_head
     config = tmp_path / "toy.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -209,12 +255,9 @@ def test_submitted_history_publishes_and_resubmitting_is_a_no_op(ray_head, tmp_p
     print(f"toy history submitted twice in {time.monotonic() - started:.0f} s: {decisions}")
 
 
-def tiny_run(where: Path, *extra: str) -> dict:
-    """A tiny open-set history run in-process on the session's Ray: m1 and m2 trained
-    independently with learned linear heads (no shared feature space, so m2 is refused)."""
-    sys.path.insert(0, str(ROOT))
-    from jobs.upgrade import main
-
+def tiny_config(where: Path) -> Path:
+    """A tiny open-set history: m1 and m2 trained independently with learned linear heads (no
+    shared feature space, so m2 is refused); its config file."""
     cfg = toy_config(
         where,
         [
@@ -232,7 +275,15 @@ def tiny_run(where: Path, *extra: str) -> dict:
     config = where / "tiny.yaml"
     where.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump(cfg))
-    return main(["--config", str(config), *extra])
+    return config
+
+
+def tiny_run(where: Path, *extra: str) -> dict:
+    """The tiny history (:func:`tiny_config`) run in-process on the session's Ray."""
+    sys.path.insert(0, str(ROOT))
+    from jobs.upgrade import main
+
+    return main(["--config", str(tiny_config(where)), *extra])
 
 
 @pytest.fixture(scope="module")
@@ -304,8 +355,16 @@ def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, 
     cfg = UpgradeConfig(pipeline=RunOptions(rows_per_file=40, batch_size=40, actors=1))
     upgrader = Upgrader(cfg, store, Catalog(store), data)
     decision, version = upgrader.publisher.act(
-        2, cfg.upgrades[2], Decision("transform", "ok"), str(tmp_path / "m3"), features, v1,
-        None, 0.5, {}, "m1",
+        2,
+        cfg.upgrades[2],
+        Decision("transform", "ok"),
+        str(tmp_path / "m3"),
+        features,
+        v1,
+        None,
+        0.5,
+        {},
+        "m1",
     )
     assert decision.action == "refuse" and version is None
     assert "failed its check before publishing" in decision.reason
@@ -411,3 +470,42 @@ def test_an_fct_upgrade_with_a_partial_backfill_publishes_half_the_gallery_re_ex
     again = main(["--config", str(config)])
     assert again["decisions"] == summary["decisions"]
     assert [v.version for v in store.versions("digits")] == ["v1", "v2"]
+
+
+def test_the_documented_recipe_shows_the_submitter_a_refusal_as_exit_3(
+    ray_head, tiny_histories, tmp_path
+):
+    """docs/cluster.md's ``export``, ``ray job submit ... --fail-on-refuse``, ``ray job logs``
+    and ``ray job status``, as written, against the recipe's head, on a copy of the tiny history
+    (m2 stands refused under this config, so nothing is trained again): ``ray job submit`` alone
+    says only FAILED; the log's last line, the job's status message and its recorded exit code
+    say 3, and why."""
+    from ray.job_submission import JobSubmissionClient
+
+    address, env, ports = ray_head
+    root, first, _ = tiny_histories
+    assert first["decisions"]["m2"] == "refuse"
+    where = tmp_path / "history"
+    shutil.copytree(root / "a", where)
+    config = tiny_config(where)
+    recipe = local_cluster_recipe()
+    assert recipe[-1] == "ray stop"  # not run: it would stop every Ray here (the fixture stops)
+    started = time.monotonic()
+    out = run_documented(recipe[2:-1], {**ports, "configs/upgrade_mnist.yaml": str(config)}, env)
+    submit, follow, last, status = (
+        next(o for c, o in out.items() if c.startswith(prefix))
+        for prefix in (
+            "ray job submit",
+            "ray job logs -f",
+            "ray job logs upgrade-1 |",
+            "ray job status",
+        )
+    )
+    line = "raycompat: exit 3 (refused: m2 (--fail-on-refuse))"
+    assert last.strip() == line, "\n".join(out.values())[-6000:]
+    assert f"{line}\n" in submit and "failed" in submit.lower()  # seen while it waited
+    assert follow.rstrip().endswith(line)
+    assert "Job 'upgrade-1' failed" in status and "failed with exit code 3" in status, status
+    assert line in status
+    assert JobSubmissionClient(address).get_job_info("upgrade-1").driver_exit_code == 3
+    print(f"the recipe's refused submission in {time.monotonic() - started:.0f} s")

@@ -1,0 +1,54 @@
+"""Train a sequence of compatible models with Ray Train and grow their compatibility matrix.
+
+    raycompat-train --config configs/train_mnist_cores.yaml   # the console script: the same job
+    python jobs/train.py --config configs/train_mnist_cores.yaml [key.sub=value ...]
+    ray job submit --working-dir . -- python jobs/train.py --config configs/<x>.yaml
+
+Run it again with the same ``run.name`` and ``run.storage_path`` to resume an interrupted run.
+Outputs: ``<run.storage_path>/<run.name>/`` with one Ray Train run per step (checkpoints holding
+the exported model and its features), ``compatibility.json``, ``state.json``, ``summary.json``,
+``config.yaml`` and ``plan.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
+from raycompat.config.train import TrainConfig
+from raycompat.io.credentials import configure_logging, register_secrets
+
+# What runs without --config (named in --help and logged at start).
+DEFAULT = "the built-in TrainConfig defaults (TrainConfig() in raycompat/config/train.py)"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = job_parser(__doc__, "TrainConfig", default=DEFAULT).parse_args(argv)
+    configure_logging()  # every log line scrubbed of credentials
+    cfg = job_config(TrainConfig, args, default=DEFAULT, outputs=("run.storage_path",))
+    register_secrets(cfg)
+
+    from raycompat.cluster.console import init_ray
+    from raycompat.cluster.train.driver import run_training
+    from raycompat.train.data import check_weight_files
+
+    check_weight_files(cfg)  # before Ray starts: a missing weights file is one line
+    announce_outputs(cfg, ("run.storage_path",))
+
+    init_ray(args.address, args.verbose)  # quiet console unless --verbose
+    summary = run_training(cfg).summary()
+    logging.getLogger("raycompat.train").info("summary: %s", json.dumps(summary))
+    return summary
+
+
+def run() -> None:
+    """The console script ``raycompat-train`` and ``python jobs/train.py``: :func:`main`,
+    a config error printed as one line naming the file and key, exit 2 (``run_main``)."""
+    from raycompat.cli.errors import run_main
+
+    run_main(main)
+
+
+if __name__ == "__main__":
+    run()

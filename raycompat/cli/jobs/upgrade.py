@@ -1,0 +1,139 @@
+"""Upgrade a gallery's embedding model: train, evaluate, decide, publish, report.
+
+    raycompat-upgrade --config configs/upgrade_mnist.yaml   # the console script: the same job
+    python jobs/upgrade.py                                  # the embedded MNIST-5k history
+    python jobs/upgrade.py --config configs/upgrade_mnist.yaml [key.sub=value ...]
+    ray job submit --working-dir . -- python jobs/upgrade.py --config configs/<x>.yaml
+
+For every entry of ``upgrades`` (in order): the first model of an empty store is trained and the
+gallery is extracted with it; every later model is trained on Ray Train against the model the
+gallery is stored in, scored against every registered model on the shared test images, and then
+
+- registered as a query model of the current gallery version (``compatible``: ECC holds),
+- or, for an FCT method, the gallery is transformed by Ray Data into a new version, which is
+  checked before it is published (``transform``), with a fraction of its rows re-extracted by
+  the new model when the entry asks for a ``partial_backfill`` (FastFill),
+- or refused (the default) / backfilled by re-extraction, fully or, for FCT, partially
+  (``policy.on_incompatible``).
+
+Nothing is published before its checks pass. Entries an earlier run published are not redone,
+so rerunning the same config resumes or does nothing; entries it refused, or that failed, are
+recorded in the store and skipped while their config is unchanged (``--retry`` judges them
+again). One job per gallery at a time: a second job on the gallery while one is live is refused
+at start, naming the live one (``raycompat/upgrade/lock.py``). The report lands in
+``<report_dir>/<name>/`` (``report.md``, ``matrix.png``, ``report.json``...). A refusal is a
+decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given (then 3, also
+for an entry skipped because it failed before).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+
+from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
+from raycompat.config import to_dict
+from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
+from raycompat.io.credentials import configure_logging, register_secrets
+
+log = logging.getLogger("raycompat.jobs.upgrade")
+REFUSED_EXIT = 3
+
+# What runs without --config (named in --help and logged at start).
+DEFAULT = "the embedded MNIST-5k open-set history (configs/upgrade_mnist.yaml spells it out)"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = job_parser(__doc__, "UpgradeConfig", default=DEFAULT)
+    parser.add_argument(
+        "--fail-on-refuse",
+        action="store_true",
+        help=f"exit with status {REFUSED_EXIT} when an upgrade was refused (for automation)",
+    )
+    parser.add_argument(
+        "--retry",
+        action="store_true",
+        help="judge again the upgrades an earlier run refused or that failed under the same "
+        "config (by default they are skipped, and the log says so)",
+    )
+    args = parser.parse_args(argv)
+    configure_logging()  # every log line scrubbed of credentials
+    outputs = ("store.root", "report_dir", "work_dir", "training.run.storage_path")
+    cfg = job_config(UpgradeConfig, args, default=DEFAULT, outputs=outputs)
+    register_secrets(cfg)
+    check_upgrade_config(cfg)
+    announce_outputs(cfg, outputs)
+
+    from raycompat.cli.errors import error_line
+    from raycompat.store import GalleryStore
+    from raycompat.upgrade.lock import UpgradeRunningError, upgrade_lease
+
+    began = time.perf_counter()
+    store = GalleryStore(
+        cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
+    )
+    try:  # before Ray starts: a second job on the gallery stops here, naming the live one
+        with upgrade_lease(store, cfg.store.gallery, cfg.store.lease_timeout_s) as lease:
+            summary = run_history(args, cfg, store, lease, began)
+    except UpgradeRunningError as error:
+        raise SystemExit(error_line(os.path.basename(sys.argv[0]) or "upgrade", error)) from None
+    refused = [m for m, d in summary["decisions"].items() if d in ("refuse", "failed")]
+    if args.fail_on_refuse and refused:
+        from raycompat.cli.job_exit import JobExit
+
+        raise JobExit(REFUSED_EXIT, f"refused: {', '.join(refused)} (--fail-on-refuse)")
+    return summary
+
+
+def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
+    """Steps 1-4 under the job lease: every entry of the history, then the report."""
+    from raycompat.cluster.console import init_ray
+    from raycompat.cluster.upgrade.job import Upgrader
+    from raycompat.store.listing import gallery_versions
+    from raycompat.store.model_catalog import Catalog
+    from raycompat.train.data import describe_split
+    from raycompat.upgrade.committed_range import committed_lines
+    from raycompat.upgrade.evaluate import eval_data, history_matrix
+    from raycompat.upgrade.report import Report, write_report
+
+    init_ray(args.address or cfg.ray_address, args.verbose)  # quiet console unless --verbose
+    data = eval_data(cfg.training)
+    upgrader = Upgrader(cfg, store, Catalog(store), data, retry=args.retry, lease=lease)
+    upgrader.load_registered()
+
+    # 1-3. Each model of the history: train, evaluate, decide and act (or skip if published).
+    outcomes = [upgrader.run(position) for position in range(len(cfg.upgrades))]
+
+    # 4. The report: the whole history's matrix, the decisions, the published versions.
+    matrix = history_matrix(upgrader.order, upgrader.features, upgrader.data)
+    report = Report(
+        cfg.name,
+        cfg.training.eval.protocol,
+        matrix,
+        outcomes,
+        gallery_versions(store, cfg.store.gallery),
+        seconds=time.perf_counter() - began,
+        split=describe_split(cfg.training),
+    )
+    directory = os.path.join(cfg.report_dir, cfg.name)
+    write_report(directory, report, to_dict(cfg), upgrader.features_2d())
+    summary = {**report.summary(), "report": os.path.join(directory, "report.md")}
+    log.info("summary: %s", json.dumps(summary))
+    for line in committed_lines(outcomes, cfg):  # where this run falls in the seeds' spread
+        log.info("%s", line)
+    return summary
+
+
+def run() -> None:
+    """The console script ``raycompat-upgrade`` and ``python jobs/upgrade.py``: :func:`main`,
+    a config error printed as one line naming the file and key, exit 2 (``run_main``)."""
+    from raycompat.cli.errors import run_main
+
+    run_main(main)
+
+
+if __name__ == "__main__":
+    run()
