@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/transform_throughput.py --rows 1000000 3000000 \
         --out benchmarks/results/transform_throughput_cpu.json
+    nice -n 5 .venv/bin/python benchmarks/transform_throughput.py --pairs 3 --rows 2000000 \
+        --dim 64 --width 128 --no-side-info --out benchmarks/results/transform_cpu_cpu.json
 
 For each N: publish an N-row version (128-d embedding + 128-d side info, float32, int ids) in
 ``--rows-per-file`` files, then on the same files measure
@@ -11,6 +13,10 @@ For each N: publish an N-row version (128-d embedding + 128-d side info, float32
 - ``ray``: ``transform_version`` (actors, per-chunk parts, validation, publish with verification).
 Peak RSS is the sum over the process tree (driver + raylet/GCS + Ray workers) sampled every
 0.2 s with psutil; it counts shared object-store pages once per process that maps them.
+
+``--pairs K`` measures CPU per row instead (issue 24, item 4; ``_transform_cpu.py``): K
+interleaved rounds of the plain loop (1 and 2 torch threads) and ``transform_version``, the
+ratios of their medians, and the CPU of each check and conversion on one batch.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
+from _transform_cpu import overheads, pairs  # noqa: E402
 
 from raycompat.cluster.pipelines import RunOptions, apply_transformation, transform_version  # noqa: E402
 from raycompat.fct.models import load_transformation, save_transformation  # noqa: E402
@@ -68,16 +75,20 @@ class PeakRSS:
         self._thread.join()
 
 
-def make_source(root: str, rows: int, rows_per_file: int) -> GalleryStore:
+def make_source(
+    root: str, rows: int, rows_per_file: int, dim: int = D, side_info: bool = True
+) -> GalleryStore:
     store = GalleryStore(root)
-    info = VersionInfo("v1", "m1", D, False, "v1 = extract(m1)", side_info_width=D)
+    side = dim if side_info else None
+    info = VersionInfo("v1", "m1", dim, False, "v1 = extract(m1)", side_info_width=side)
     staging = store.begin("bench", info, "init")
     rng = np.random.default_rng(0)
     for k, start in enumerate(range(0, rows, rows_per_file)):
         n = min(rows_per_file, rows - start)
         ids = np.arange(start, start + n, dtype=np.int64)
-        x = rng.standard_normal((n, D), dtype=np.float32)
-        staging.write_table(embedding_table(ids, x, x[:, ::-1]), f"in-{k:04d}.parquet")
+        x = rng.standard_normal((n, dim), dtype=np.float32)
+        table = embedding_table(ids, x, x[:, ::-1] if side_info else None)
+        staging.write_table(table, f"in-{k:04d}.parquet")
     staging.commit(expected_rows=rows)
     return store
 
@@ -153,6 +164,30 @@ def bench_one(rows: int, args: argparse.Namespace, threads: int) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def bench_cpu(rows: int, args: argparse.Namespace) -> dict:
+    """``--pairs``: CPU per row and rows/s of the transform against the plain loop at one N."""
+    args.tmp = tempfile.mkdtemp(prefix="transform_cpu_", dir=os.environ.get("BENCH_TMP"))
+    try:
+        store = make_source(f"{args.tmp}/store", rows, args.rows_per_file, args.dim, args.side_info)
+        torch.manual_seed(0)
+        side = args.dim if args.side_info else 0
+        save_transformation(
+            f"{args.tmp}/fct", fct_transformation(args.dim, side, args.dim, width=args.width), "h"
+        )
+        h = load_transformation(f"{args.tmp}/fct", "h")
+        info = store.version("bench", "v1")
+        files = [store.path("bench", f) for f in info.files]
+        entry = {
+            "rows": rows,
+            "files": len(files),
+            "overheads_us_per_row": overheads(files[0], info, h, args.batch_size),
+        }
+        print(json.dumps(entry), flush=True)
+        return {**entry, **pairs(store, files, f"{args.tmp}/fct", h, args, rows)}
+    finally:
+        shutil.rmtree(args.tmp, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
@@ -162,18 +197,23 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--threads-per-actor", type=int, default=1)
     parser.add_argument("--out", default="benchmarks/results/transform_throughput_cpu.json")
+    parser.add_argument("--pairs", type=int, default=0, help="CPU-per-row rounds (0: off)")
+    parser.add_argument("--dim", type=int, default=D, help="embedding width (--pairs)")
+    parser.add_argument("--no-side-info", dest="side_info", action="store_false")
     args = parser.parse_args()
 
     import ray
 
     threads = args.actors * args.threads_per_actor
     ray.init(num_cpus=threads, include_dashboard=False, logging_level="WARNING")
-    results = {"machine": machine_info(), "args": vars(args), "runs": []}
+    results = {"machine": machine_info(), "args": dict(vars(args)), "runs": []}
+    results["load_average_at_start"] = os.getloadavg()
     for rows in args.rows:
-        entry = bench_one(rows, args, threads)
+        entry = bench_cpu(rows, args) if args.pairs else bench_one(rows, args, threads)
         print(json.dumps(entry), flush=True)
         results["runs"].append(entry)
-    if len(results["runs"]) >= 2:
+    results["load_average_at_end"] = os.getloadavg()
+    if len(results["runs"]) >= 2 and not args.pairs:
         small, large = results["runs"][0], results["runs"][-1]
         results["ray_peak_rss_ratio_largest_over_smallest"] = (
             large["peak_rss_mb"]["ray_process_tree"] / small["peak_rss_mb"]["ray_process_tree"]

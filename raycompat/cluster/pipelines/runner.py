@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 
@@ -84,8 +85,9 @@ class ChunkWorker:
         raise NotImplementedError
 
     def __call__(self, batch: dict) -> dict:
-        results = {"part": [], "rows": [], "record": []}
+        results = {"part": [], "rows": [], "record": [], "cpu_s": []}
         for item in batch["chunk"]:
+            start_cpu = time.process_time()
             chunk = Chunk(**json.loads(item))
             writer = PartWriter(self.staging, chunk.part, self.schema)
             try:
@@ -102,6 +104,8 @@ class ChunkWorker:
             results["part"].append(chunk.part)
             results["rows"].append(chunk.rows)
             results["record"].append(record.to_json().decode())
+            # this process's CPU (every thread: torch, Arrow, Ray's own) on the chunk
+            results["cpu_s"].append(time.process_time() - start_cpu)
         return results
 
 
@@ -129,34 +133,44 @@ def run_chunks(
     run: RunOptions,
     progress: Progress,
     staging: Staging | None = None,
-) -> None:
+) -> float:
     """Process ``chunks`` in an actor pool; raise :class:`PipelineError` if any chunk fails.
     The part records the actors return are added to ``staging``'s list of parts (the driver's
-    own list, which its commit publishes)."""
+    own list, which its commit publishes). Returns the CPU seconds the actors spent on the
+    chunks (their start-up, imports and model loading excluded; 0 for workers not reporting it).
+    """
     if not chunks:
-        return
+        return 0.0
     items = [{"chunk": json.dumps(asdict(c))} for c in chunks]
     actors = min(run.actors, len(chunks))
     dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         worker,
         fn_constructor_kwargs={**worker_kwargs, "run": run},
         batch_size=1,
-        # Start every actor at once (an autoscaling pool grows only after its first actor has
-        # loaded its model: seconds of one actor working alone), and hand each one chunk at a
-        # time (a chunk queued behind a busy actor leaves another idle at the end).
-        compute=ray.data.ActorPoolStrategy(
-            min_size=1, max_size=actors, initial_size=actors, max_tasks_in_flight_per_actor=1
-        ),
+        # A fixed pool, every actor started at once (an autoscaling pool grows only after its
+        # first actor has loaded its model: seconds of one actor working alone), each handed
+        # one chunk at a time (a chunk queued behind a busy actor leaves another idle at the
+        # end). Fixed, because one chunk in flight per actor is below Ray Data's threshold for
+        # growing a pool (it warns "will not allow it to scale up").
+        compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
+        # Not restartable: Ray Data hands its actors their constructor arguments in the object
+        # store, which a restart cannot rely on (ray-project/ray#53727; Ray core logs an ERROR
+        # for every such restartable actor). An actor that dies fails the run, and the rerun
+        # resumes from the parts already written (resume.py).
+        max_restarts=0,
         num_cpus=run.threads_per_actor,
         num_gpus=run.num_gpus_per_actor or None,
     )
+    cpu_s = 0.0
     try:
         for row in dataset.iter_rows():
             if staging is not None:
                 staging.add_part(PartRecord.from_json(row["record"], staging.uri))
             progress.update(int(row["rows"]))
+            cpu_s += float(row["cpu_s"]) if "cpu_s" in row else 0.0
     except Exception as error:  # Ray wraps the actor's error; keep its message, drop the noise
         raise PipelineError(f"{progress.name} failed: {_root_message(error)}") from error
+    return cpu_s
 
 
 def run_staged(
@@ -182,7 +196,8 @@ def run_staged(
     checks the staged ids unique with Ray Data (``unique.py``). On any failure the staging area's
     lease is released (its finished parts stay), so that a rerun resumes at once instead of
     waiting for the lease to time out.
-    Returns the progress summary plus ``"version"``, the published record.
+    Returns the progress summary plus ``"actor_cpu_s"`` (the actors' CPU seconds on this run's
+    chunks, ``run_chunks``) and ``"version"``, the published record.
     """
     try:
         record_plan(staging, identity, chunks)
@@ -190,7 +205,7 @@ def run_staged(
         total = sum(c.rows for c in chunks)
         progress = Progress(name, total, total - sum(c.rows for c in todo), run.progress_every_s)
         kwargs = {**chunk_worker_kwargs(store, gallery, staging, schema), **worker_kwargs}
-        run_chunks(todo, worker, kwargs, run, progress, staging)
+        actor_cpu_s = run_chunks(todo, worker, kwargs, run, progress, staging)
         if verify is not None:  # the caller's quality gate: raising here publishes nothing
             verify(staging)
         if distributed_unique:
@@ -199,7 +214,7 @@ def run_staged(
     except BaseException:
         staging.release()
         raise
-    return {**progress.summary(), "version": info}
+    return {**progress.summary(), "actor_cpu_s": actor_cpu_s, "version": info}
 
 
 _ERROR_LINE = re.compile(r"^([\w.]*(?:Error|Exception)): (.+)$")

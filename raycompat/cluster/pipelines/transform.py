@@ -18,6 +18,7 @@ version (recording that pairing belongs to the model registry, a later issue).
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,23 +27,23 @@ import pyarrow as pa
 import torch
 
 from raycompat.cluster.pipelines.inputs import (
-    file_digest,
     iter_chunk_batches,
     plan_version_chunks,
-    vectors,
 )
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.runner import ChunkWorker, RunOptions, run_staged
+from raycompat.cluster.pipelines.weights import Shared, share_transformation, transformation_of
 from raycompat.fct.models import (
     G,
     H,
-    load_transformation,
+    TransformationFiles,
+    read_transformation,
     read_transformation_spec,
-    weights_path,
 )
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.staging import Staging
+from raycompat.store.vectors import float32_rows
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +54,10 @@ def apply_transformation(table: pa.Table | pa.RecordBatch, h, g=None, autocast=N
     Columns other than ``embedding``/``side_info`` (``id``, ``label``, ...) are carried along.
     """
     device = next(h.parameters()).device
-    old = torch.from_numpy(vectors(table, "embedding")).to(device)
+    old = _rows(table, "embedding", device)
     side = None
     if "side_info" in table.column_names and h.d_side + (g.d_side if g else 0) > 0:
-        side = torch.from_numpy(vectors(table, "side_info")).to(device)
+        side = _rows(table, "side_info", device)
     mixed = torch.autocast(device.type, autocast, enabled=autocast is not None)
     with torch.inference_mode(), mixed:
         new = h(old, side if h.d_side else None).float().cpu().numpy()
@@ -70,26 +71,41 @@ def apply_transformation(table: pa.Table | pa.RecordBatch, h, g=None, autocast=N
     return pa.table(columns)
 
 
+def _rows(table: pa.Table | pa.RecordBatch, name: str, device: torch.device) -> torch.Tensor:
+    """A vector column as an ``(N, d)`` float32 tensor on ``device``: a view of Arrow's buffer
+    for float32 on the CPU, not a copy. Read-only memory is safe here: h and g never write to
+    their inputs (their first layer is a Linear), and inference mode records no autograd."""
+    column = table.column(name)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    with warnings.catch_warnings():  # torch warns once about a non-writable array
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        return torch.from_numpy(float32_rows(column, copy=False)).to(device)
+
+
 def _fixed(x: np.ndarray) -> pa.FixedSizeListArray:
+    """``(N, d)`` -> ``fixed_size_list<float32>[d]`` over the same memory (no copy)."""
     return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
 
 
 class TransformChunks(ChunkWorker):
-    """Actor: loads ``h`` (and ``g``) once, then streams each chunk of the source through them."""
+    """Actor: builds ``h`` (and ``g``) once from the object store (``weights.py``: never from
+    a folder, which may exist only on the driver's node), then streams each chunk of the
+    source through them."""
 
     def __init__(
         self,
         *,
-        transformation: str,
-        side_info_transformation: str | None,
+        transformation: Shared | str,
+        side_info_transformation: Shared | str | None,
         source: VersionInfo,
         **base,
     ) -> None:
         super().__init__(**base)
         self.source = source
-        self.h = load_transformation(transformation, H).to(self.device)
+        self.h = transformation_of(transformation, H).to(self.device)
         g = side_info_transformation
-        self.g = load_transformation(g, G).to(self.device) if g else None
+        self.g = transformation_of(g, G).to(self.device) if g else None
 
     def fill(self, chunk: Chunk, writer: PartWriter) -> None:
         for batch in iter_chunk_batches(self.store, chunk, self.source, self.run.batch_size):
@@ -97,11 +113,22 @@ class TransformChunks(ChunkWorker):
             writer.write(apply_transformation(batch, self.h, self.g, self.autocast))
 
 
+def _spec(transformation: TransformationFiles | str, name: str) -> tuple[str, dict]:
+    """``(where, spec)`` of ``h``/``g`` read already, or of the folder holding it."""
+    if isinstance(transformation, TransformationFiles):
+        return transformation.location, transformation.spec
+    return transformation, read_transformation_spec(transformation, name)
+
+
 def check_transformation(
-    source: VersionInfo, target: VersionInfo, h_dir: str, g_dir: str | None
+    source: VersionInfo,
+    target: VersionInfo,
+    h_files: TransformationFiles | str,
+    g_files: TransformationFiles | str | None,
 ) -> None:
-    """Widths of source, ``h``, ``g`` and target agree; raises ``SchemaError`` naming both."""
-    h = read_transformation_spec(h_dir, H)
+    """Widths of source, ``h``, ``g`` and target agree; raises ``SchemaError`` naming both.
+    ``h_files``/``g_files``: read by :func:`read_transformation`, or their folders."""
+    h_dir, h = _spec(h_files, H)
     expect = [
         (f"source {source.version} width", source.width, f"{h_dir} d_old", h["d_old"]),
         (f"target {target.version} width", target.width, f"{h_dir} d_new", h["d_new"]),
@@ -120,8 +147,8 @@ def check_transformation(
             f"target {target.version} is normalized but {h_dir} does not "
             f"normalise its output (normalize_output=false)"
         )
-    if g_dir is not None:
-        g = read_transformation_spec(g_dir, G)
+    if g_files is not None:
+        g_dir, g = _spec(g_files, G)
         expect.append(
             (f"source {source.version} width", source.width, f"{g_dir} d_old", g["d_old"])
         )
@@ -165,8 +192,9 @@ def transform_version(
     """Write ``target`` = h(``source_version``) as a new published version; resumable.
 
     Args:
-        transformation / side_info_transformation: directories written by
-            ``save_transformation`` (h, and g for side info or None).
+        transformation / side_info_transformation: folders or ``s3://`` URIs holding what
+            ``save_transformation`` wrote (h, and g for side info or None); read once here and
+            shipped to the actors through Ray's object store (``weights.py``).
         staging_name: fixed per job so that a rerun resumes (default ``transform-<source>``).
         verify: called with the staging area once every part is written, before publishing;
             an exception it raises leaves the version unpublished (the parts stay, resumable).
@@ -175,7 +203,10 @@ def transform_version(
     """
     run = run or RunOptions()
     source = store.version(gallery, source_version)  # ManifestError if absent
-    check_transformation(source, target, transformation, side_info_transformation)
+    h = read_transformation(transformation, H, _options(store, transformation))
+    g = side_info_transformation
+    g = g and read_transformation(g, G, _options(store, g))
+    check_transformation(source, target, h, g)
     chunks, id_type, carried = plan_version_chunks(store, gallery, source, run.rows_per_file)
     schema = embedding_schema(target.width, id_type, target.side_info_width, dtype=target.dtype)
     schema = pa.schema(list(schema) + carried)
@@ -183,10 +214,8 @@ def transform_version(
     identity = {
         "kind": "transform",
         "source": f"{gallery}/{source.version}@{source.created}",
-        "h": file_digest(weights_path(transformation, H)),
-        "g": file_digest(weights_path(side_info_transformation, G))
-        if side_info_transformation
-        else None,
+        "h": h.digest,
+        "g": g.digest if g else None,
         "rows_per_file": run.rows_per_file,
     }
     return run_staged(
@@ -198,8 +227,8 @@ def transform_version(
         chunks=chunks,
         worker=TransformChunks,
         worker_kwargs=dict(
-            transformation=str(transformation),
-            side_info_transformation=side_info_transformation and str(side_info_transformation),
+            transformation=share_transformation(h),
+            side_info_transformation=g and share_transformation(g),
             source=source,
         ),
         schema=schema,
@@ -210,6 +239,11 @@ def transform_version(
         check="records" if source.ids else "rows",
         expected_ids=IdFingerprint.from_dict(source.ids) if source.ids else None,
     )
+
+
+def _options(store: GalleryStore, location) -> dict | None:
+    """The store's credentials for an ``s3://`` ``h``/``g``; none for a local folder."""
+    return store.storage_options if "://" in str(location) else None
 
 
 @dataclass
