@@ -27,6 +27,7 @@ from torch import nn
 from raycompat.config import ConfigError
 from raycompat.engine import StepGuard
 from raycompat.fct.transformation import (
+    UNCERTAINTY_ERRORS,
     FCTTransformation,
     fct_transformation,
     freeze_batchnorm_statistics,
@@ -114,7 +115,8 @@ class FitRecipe:
     """FCT appendix D's recipe (its defaults are the paper's): Adam with ``lr`` and
     ``weight_decay``, ``warmup_epochs`` of linear warm-up then cosine, full mini-batches of
     ``batch_size`` rows; ``width`` is h's hidden width and ``discriminative_weight`` weighs the
-    classifier's term of :func:`uncertain_transformation_loss`."""
+    classifier's term of :func:`uncertain_transformation_loss`, whose ``error`` (``"cosine"``
+    for a normalised gallery, ``"l2"`` for raw rows) is the error sigma estimates."""
 
     epochs: int = 80
     width: int = 2048
@@ -123,10 +125,15 @@ class FitRecipe:
     weight_decay: float = 3.05e-5
     warmup_epochs: int = 5
     discriminative_weight: float = 1.0
+    error: str = "cosine"
 
     def check(self, n: int) -> None:
         """Raise :class:`ConfigError` naming the first option out of range for ``n`` rows."""
         _check_options(n, asdict(self))
+        if self.error not in UNCERTAINTY_ERRORS:
+            raise ConfigError(
+                f"error must be one of {', '.join(UNCERTAINTY_ERRORS.names())}, got {self.error!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -221,6 +228,7 @@ def _train_epoch(
             logits=None if classifier is None else classifier(emb),
             labels=take(rows.labels, batch, device),
             discriminative_weight=recipe.discriminative_weight,
+            error=recipe.error,
         )
         values = guard.check_terms(terms)
         optimizer.zero_grad(set_to_none=True)
@@ -247,6 +255,7 @@ def fit_uncertain_transformation(
     labels: np.ndarray | None = None,
     classifier=None,
     discriminative_weight: float = 1.0,
+    error: str = "cosine",
     device: str | torch.device = "cpu",
 ) -> UncertainTransformation:
     """Learn ``h(phi_old[, psi]) -> phi_new`` and its uncertainty from the same N images.
@@ -260,6 +269,9 @@ def fit_uncertain_transformation(
         labels, classifier: ``(N,)`` class ids and the new model's classifier, a callable
             ``(B, d_new) -> (B, K)`` logits on ``device``, held fixed; both or neither. They add
             the discriminative term, weighted by ``discriminative_weight``.
+        error: where the error sigma estimates is measured: ``"cosine"`` (default: between
+            L2-normalised ``h(old)`` and ``new``, what a cosine search and the oracle order
+            compare) or ``"l2"`` (raw rows, for an L2 gallery).
         seed: initial weights and batch order; on CPU the result is bit-for-bit reproducible.
     Raises:
         ConfigError: an option out of range, named.
@@ -273,6 +285,7 @@ def fit_uncertain_transformation(
         weight_decay=weight_decay,
         warmup_epochs=warmup_epochs,
         discriminative_weight=discriminative_weight,
+        error=error,
     )
     recipe.check(len(rows))
     model = _seeded_transformation(rows, recipe, seed, normalize_output, device)

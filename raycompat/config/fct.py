@@ -111,6 +111,9 @@ class TransformationTrainConfig:
     # classifier (forward_head, held fixed) scores h's output against the triples' labels.npy
     classifier: str | None = None
     discriminative_weight: float = bounded(1.0, ge=0.0)
+    # Where the error h's uncertainty estimates is measured (h.uncertainty only): "cosine" for a
+    # normalised gallery (unit vectors, what cosine search compares), "l2" for raw rows
+    uncertainty_error: Literal["l2", "cosine"] = "l2"
 
 
 @dataclass

@@ -76,12 +76,12 @@ def fixed_classifier(cfg: TransformationTrainConfig, device: torch.device):
     return model.forward_head
 
 
-def uncertain_h_terms(h_out, sigma, target, classifier, labels, weight: float):
+def uncertain_h_terms(h_out, sigma, target, classifier, labels, weight: float, error="l2"):
     """``(loss, logged terms)`` of FastFill's uncertainty-weighted loss for ``h``: ``h_mse``,
-    ``h_sigma`` (mean log-variance), ``h_loss`` and, with a classifier,
-    ``h_discriminative``."""
+    ``h_sigma`` (mean log-variance), ``h_loss``, with a classifier ``h_discriminative``, and
+    ``h_error`` when the ``error`` sigma estimates is not ``"l2"``."""
     logits = None if classifier is None else classifier(h_out)
     fit = uncertain_transformation_loss(
-        h_out, sigma, target, logits, None if logits is None else labels, weight
+        h_out, sigma, target, logits, None if logits is None else labels, weight, error=error
     )
     return fit["loss"], {f"h_{name}": value for name, value in fit.items()}

@@ -400,6 +400,15 @@ def _features_section(files: dict[str, str]) -> list[str]:
 
 
 STAGES = ("train", "baselines", "evaluate", "fct", "publish")
+# Why the oracle can lose to random on top-1: measured in docs/backfill.md, "Why an order loses".
+ORACLE_NOTE = (
+    "The oracle is not the best order for top-1: a row's transformation error is not whether "
+    "re-extracting it changes a top-1 answer. A re-extracted row lies nearer to the new "
+    "model's queries than the h(old) rows around it and takes over the answers of nearby "
+    "queries of any class; the rows h maps worst crowd into a few classes, whose re-extracted "
+    "rows then capture the queries of classes that got none. So the oracle can score below "
+    "random on top-1 while it beats random on mAP (docs/backfill.md, \"Why an order loses\")."
+)
 
 
 def _backfill_sections(report: Report, files: dict[str, str]) -> list[str]:
@@ -417,6 +426,8 @@ def _backfill_sections(report: Report, files: dict[str, str]) -> list[str]:
         "seeds) and the oracle (the largest true error first, which needs the new features "
         "it would save). AUC: area under the curve over [0, 1]; at 0% it is M(new, h(old)), "
         "at 100% M(new, new).",
+        "",
+        ORACLE_NOTE,
         "",
     ]
     names = [(order, name) for order, (name, _) in BACKFILL_ORDERS.items()]

@@ -88,6 +88,31 @@ def test_uncertain_loss_is_minimised_at_sigma_log_error():
     torch.testing.assert_close(sigma.grad, torch.zeros(5), atol=1e-6, rtol=0)
 
 
+def test_uncertain_loss_cosine_error_hand_worked():
+    """``error="cosine"``: the error sigma estimates is measured between unit vectors."""
+    predicted = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    target = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # row 1: same direction, other norm
+    sigma = torch.tensor([0.0, math.log(2.0)])
+    cosine = uncertain_transformation_loss(predicted, sigma, target, error="cosine")
+    # unit rows: [1, 0] vs [1/sqrt2, 1/sqrt2] -> e = 2 - sqrt2; [0, 1] vs [0, 1] -> e = 0
+    e0 = 2.0 - math.sqrt(2.0)
+    assert float(cosine["loss"]) == pytest.approx((0.5 * e0 + 0.5 * math.log(2.0)) / 2, rel=1e-6)
+    assert float(cosine["error"]) == pytest.approx(e0 / 2, rel=1e-6)
+    assert float(cosine["mse"]) == pytest.approx(1.0)  # the raw ||h - new||^2, logged as before
+    l2 = uncertain_transformation_loss(predicted, sigma, target)  # raw errors [1, 1]
+    assert float(l2["loss"]) == pytest.approx((0.5 + 0.25 + 0.5 * math.log(2.0)) / 2, rel=1e-6)
+    assert "error" not in l2
+    # Only the directions count: rescaling the targets' rows changes l2, not cosine.
+    scaled = target * torch.tensor([[3.0], [0.5]])
+    again = uncertain_transformation_loss(predicted, sigma, scaled, error="cosine")
+    assert float(again["loss"]) == pytest.approx(float(cosine["loss"]), rel=1e-6)
+    assert float(uncertain_transformation_loss(predicted, sigma, scaled)["loss"]) != (
+        pytest.approx(float(l2["loss"]))
+    )
+    with pytest.raises(KeyError, match="uncertainty error 'dot'.*cosine, l2"):
+        uncertain_transformation_loss(predicted, sigma, target, error="dot")
+
+
 # ---- the model: FCT's h, unchanged without the head --------------------------------------------
 
 PLAIN_KEYS = [
@@ -227,7 +252,7 @@ def test_discriminative_term_trains_h_not_the_classifier():
         classifier=classifier,
         discriminative_weight=0.5,
     )
-    assert set(fit.history[0]) == {"mse", "discriminative", "sigma", "loss"}
+    assert set(fit.history[0]) == {"mse", "error", "discriminative", "sigma", "loss"}
     for key, value in classifier.state_dict().items():
         assert torch.equal(value, before[key])
     assert all(p.requires_grad and p.grad is None for p in classifier.parameters())
@@ -410,7 +435,12 @@ def test_uncertainty_order_beats_random_on_hard_rows():
         old, new, epochs=30, width=64, batch_size=128, lr=1e-2, warmup_epochs=1
     )
     transformed, uncertainty = fit.transform(old_test)
-    error = ((transformed - new_test) ** 2).sum(axis=1)
+
+    def unit(x):
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    # The error a cosine search sees (the fit's default error, and the oracle's).
+    error = ((unit(transformed) - unit(new_test)) ** 2).sum(axis=1)
     # The uncertainty ranks the hard rows above the easy ones (AUROC) and follows the error.
     ranks = np.argsort(np.argsort(uncertainty))
     auroc = (ranks[hard].mean() - (hard.sum() - 1) / 2) / (~hard).sum()
@@ -436,3 +466,49 @@ def test_uncertainty_order_beats_random_on_hard_rows():
     new_new = curves["random"].mean_ap[-1]
     assert budget_to_reach(curves["uncertainty"], 0.95 * new_new) <= 0.4
     assert budget_to_reach(curves["random"], 0.95 * new_new) >= 0.6
+
+
+def _norm_noise_problem(n, rng, centers):
+    """new = class centre + small noise, then two kinds of noisy rows, both flagged in old:
+    ``hard`` rows get their DIRECTION scrambled before old is made (h cannot recover it: the
+    error a cosine search sees), ``stretched`` rows get their NORM multiplied by a random factor
+    in [0.2, 5] after (h cannot predict it, but cosine search never sees it)."""
+    labels = rng.integers(0, len(centers), n)
+    new = centers[labels] + 0.3 * rng.standard_normal((n, centers.shape[1]))
+    hard, stretched = rng.uniform(0, 1, n) > 0.7, rng.uniform(0, 1, n) > 0.5
+    noisy = new + hard[:, None] * 3.0 * rng.standard_normal(new.shape)
+    old = np.concatenate([noisy, hard[:, None], stretched[:, None]], axis=1)
+    new = new * np.where(stretched, rng.uniform(0.2, 5.0, n), 1.0)[:, None]
+    return old.astype(np.float32), new.astype(np.float32), labels, hard
+
+
+def test_cosine_error_ranks_what_cosine_search_sees_not_the_norm():
+    """The deviation fixed: with the raw (l2) error, sigma learns the rows whose norm h cannot
+    predict, which a cosine gallery never sees; measured on unit vectors it learns the rows
+    whose direction h cannot recover, and its order backfills those first."""
+    rng = np.random.default_rng(1)
+    centers = 1.5 * rng.standard_normal((12, 8))
+    old, new, _, _ = _norm_noise_problem(768, rng, centers)
+    old_test, new_test, labels, hard = _norm_noise_problem(240, rng, centers)
+    options = dict(epochs=20, width=48, batch_size=128, lr=1e-2, warmup_epochs=1)
+    auroc, auc = {}, {}
+    for error in ("l2", "cosine"):
+        fit = fit_uncertain_transformation(old, new, error=error, **options)
+        transformed, uncertainty = fit.transform(old_test)
+        ranks = np.argsort(np.argsort(uncertainty))
+        auroc[error] = (ranks[hard].mean() - (hard.sum() - 1) / 2) / (~hard).sum()
+        curve = backfill_curve(
+            new_test,
+            new_test,
+            transformed,
+            labels,
+            labels,
+            backfill_order(uncertainty),
+            exclude_self=True,
+        )
+        auc[error] = curve.auc()
+    print("AUROC of hard rows:", auroc, "mAP AUC:", auc)
+    assert auroc["cosine"] > 0.9 > 0.7 > auroc["l2"]
+    assert auc["cosine"] > auc["l2"]
+    with pytest.raises(ConfigError, match="error must be one of cosine, l2, got 'dot'"):
+        fit_uncertain_transformation(old, new, batch_size=128, error="dot")

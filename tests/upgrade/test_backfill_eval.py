@@ -216,6 +216,7 @@ def test_the_report_renders_the_partial_backfill_section_and_plot(tmp_path):
     mean_ap = backfill["summary"]["uncertainty"]["auc_mean_ap"] * 100
     assert f"| uncertainty (FastFill) | 88.75 | {mean_ap:.2f} | 100.00 | 20% |" in text
     assert "| random |" in text and "| oracle (true error) |" in text
+    assert "The oracle is not the best order for top-1" in text
     assert "![partial backfill of m2](backfill_m2.png)" in text
     assert "**partial_backfill**" in text
     body = json.loads((tmp_path / "report.json").read_text())

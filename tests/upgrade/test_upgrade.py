@@ -104,6 +104,8 @@ def test_rows_of_returns_requested_order_or_none(tmp_path):
     b = _write(tmp_path / "b.parquet", [3, 9], [[3, 3], [9, 9]])
     got = rows_of(fs, [a, b], np.array([9, 1, 3]), "test")
     np.testing.assert_array_equal(got, [[9, 9], [1, 1], [3, 3]])
+    # Whatever order the parts come in (Ray's), the rows come in the ids' order.
+    np.testing.assert_array_equal(rows_of(fs, [b, a], np.array([9, 1, 3]), "test"), got)
     assert rows_of(fs, [a, b], np.array([1, 2]), "test") is None  # id 2 is not stored
 
 
@@ -234,7 +236,8 @@ def test_model_files_round_trip_through_the_store(tmp_path):
     catalog.register_model(ModelRecord("m1", uri, 4))
     out = catalog.fetch_model_files("m1", str(tmp_path / "copy"))
     assert (tmp_path / "copy" / "model.safetensors").read_bytes() == b"abc"
-    assert catalog.models()[0].uri == uri and out.endswith("copy")
+    assert catalog.models()[0].uri == "_models/m1" and out.endswith("copy")  # root-relative
+    assert catalog.model_uri("m1") == uri
     with pytest.raises(StoreError, match="'m9' is not registered"):
         catalog.fetch_model_files("m9", str(tmp_path / "x"))
 

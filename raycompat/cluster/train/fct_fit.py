@@ -34,6 +34,7 @@ def fit_transformation(
     normalize_old: bool = False,
     uncertainty: bool = False,
     discriminative_weight: float = 0.0,
+    uncertainty_error: str = "l2",
 ) -> str:
     """Embed ``dataset[rows]`` with both exported models, train ``h`` (no side-information) on
     the triples, and return a local directory holding ``h.*`` (``work_dir/h``).
@@ -41,8 +42,10 @@ def fit_transformation(
     ``normalize_old``: L2-normalise the old side first, when ``h`` will be applied to stored
     rows that were normalised. ``uncertainty``: ``h`` also learns FastFill's per-row
     uncertainty (for a partial backfill), with the discriminative term (the new model's
-    classifier on ``h``'s output) weighted by ``discriminative_weight`` when that is > 0. A
-    rerun with the same ``run`` resumes the transformation run.
+    classifier on ``h``'s output) weighted by ``discriminative_weight`` when that is > 0, and
+    sigma estimating the error measured as ``uncertainty_error`` (``"cosine"`` suits normalised
+    stored rows; the upgrade job still passes the default ``"l2"``, docs/backfill.md). A rerun
+    with the same ``run`` resumes the transformation run.
     """
     from raycompat.cluster.train.fct_loop import train_transformation
     from raycompat.fct.triples import compute_triples
@@ -71,6 +74,7 @@ def fit_transformation(
             seed=seed,
             classifier=str(new_dir) if discriminative else None,
             discriminative_weight=discriminative_weight,
+            uncertainty_error=uncertainty_error,
         )
     )
     out = os.path.join(work_dir, "h")

@@ -177,7 +177,13 @@ class TransformationTask(FCTTask):
             labels = self.tensor(self.triples.labels, rows)
             weight = self.cfg.discriminative_weight
             loss, terms = uncertain_h_terms(
-                h_out.float(), sigma.float(), target, self.classifier, labels, weight
+                h_out.float(),
+                sigma.float(),
+                target,
+                self.classifier,
+                labels,
+                weight,
+                self.cfg.uncertainty_error,
             )
         if g_out is not None:
             target = self.tensor(self.triples.side_new, rows)

@@ -4,11 +4,18 @@ The driver builds one dataset of ``(row, target)`` per split and hands it to the
 ``datasets={"train": ..., "replay": ...}``; Ray Train splits each across the workers
 (``streaming_split(equal=True)``: every worker gets a different, equally long share, so DDP ranks
 run the same number of steps). Decoding runs in a pool of actors that open the dataset once.
+
+Nothing a worker trains on depends on Ray's timing: each row's augmentation is drawn from
+``(seed, row)`` alone (not from which actor decoded it, nor after which rows), and a worker puts
+its share of each epoch in row-id order before drawing its seeded batch order
+(:func:`id_ordered_batches`), whatever the order in which Ray's blocks arrived. With one worker
+(and with the ``sampler`` loader) the same config and seed give the same batches on every run;
+with several, which rows go to which worker is still Ray's (README, "What reproduces").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +35,16 @@ class DecodeRows:
     def __init__(self, spec: DataSpec, seed: int) -> None:
         self.dataset = open_dataset(spec)
         self.augment = AUGMENTATIONS.get(spec.augment)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.seed = seed
+
+    def _generator(self, row: int) -> torch.Generator:
+        """The row's own augmentation stream: the same whichever actor and batch decode it."""
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + row)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        images = [self.augment(self.dataset[int(r)][0], self.generator) for r in batch["row"]]
+        images = [
+            self.augment(self.dataset[int(r)][0], self._generator(int(r))) for r in batch["row"]
+        ]
         return {
             "image": torch.stack(images).numpy(),
             "target": batch["target"],
@@ -56,24 +69,52 @@ def rows_dataset(
     )
 
 
+def in_id_order(parts: Iterable[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Concatenate a worker's ``{"image", "target", "row"}`` batches and sort them by ``row``:
+    the same tensors whatever order (or block sizes) Ray delivered them in."""
+    parts = list(parts)
+    if not parts:
+        return {
+            "image": torch.zeros(0),
+            "target": torch.zeros(0, dtype=torch.int64),
+            "row": torch.zeros(0, dtype=torch.int64),
+        }
+    joined = {key: torch.cat([p[key] for p in parts]) for key in ("image", "target", "row")}
+    order = torch.argsort(joined["row"], stable=True)
+    return {key: value[order] for key, value in joined.items()}
+
+
+def id_ordered_batches(
+    parts: Iterable[dict[str, torch.Tensor]], batch_size: int, generator: torch.Generator
+) -> Iterator[dict[str, torch.Tensor]]:
+    """A worker's epoch share (:func:`in_id_order`) in a seeded order, in full batches of
+    ``batch_size`` (the last, shorter one included)."""
+    share = in_id_order(parts)
+    order = torch.randperm(len(share["row"]), generator=generator)
+    for start in range(0, len(order), batch_size):
+        pick = order[start : start + batch_size]
+        yield {key: value[pick] for key, value in share.items()}
+
+
 def shard_batches(
     batch_size: int, has_replay: bool, seed: int, epoch: int, rank: int
 ) -> Iterator[tuple[Batch, np.ndarray]]:
-    """This worker's ``(Batch, row ids)`` from its Ray Data shards; half replay when replaying."""
+    """This worker's ``(Batch, row ids)`` from its Ray Data shards; half replay when replaying.
+
+    The worker holds its share of one epoch (decoded) to put it in row-id order first."""
     half = batch_size // 2 if has_replay else 0
     replay_images = replay_targets = replay_rows = None
     if half:
-        parts = list(ray.train.get_dataset_shard("replay").iter_torch_batches(batch_size=1024))
-        replay_images = torch.cat([p["image"] for p in parts])
-        replay_targets = torch.cat([p["target"] for p in parts])
-        replay_rows = torch.cat([p["row"] for p in parts])
+        replay_share = in_id_order(
+            ray.train.get_dataset_shard("replay").iter_torch_batches(batch_size=1024)
+        )
+        replay_images, replay_targets, replay_rows = (
+            replay_share[key] for key in ("image", "target", "row")
+        )
     gen = torch.Generator().manual_seed((seed * 7919 + epoch) * 1009 + rank)
-    shard = ray.train.get_dataset_shard("train")
-    for batch in shard.iter_torch_batches(
-        batch_size=batch_size - half,
-        local_shuffle_buffer_size=4 * batch_size,
-        local_shuffle_seed=seed + epoch,
-    ):
+    shard = ray.train.get_dataset_shard("train").iter_torch_batches(batch_size=1024)
+    order = torch.Generator().manual_seed((seed + epoch) * 7919 + rank)
+    for batch in id_ordered_batches(shard, batch_size - half, order):
         images, targets, rows = batch["image"], batch["target"], batch["row"]
         replay = None
         if half and len(replay_rows):

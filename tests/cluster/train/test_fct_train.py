@@ -365,8 +365,9 @@ def test_uncertain_triples_round_trip_and_bad_discriminative_setups_fail_early(t
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_loop_trains_an_uncertain_transformation(ray_local, tmp_path):
-    """h with its head on 2 workers, FastFill's loss with the discriminative term: the export
-    carries the head, and h is less sure of the hard rows than of the easy ones."""
+    """h with its head on 2 workers, FastFill's loss with the discriminative term and the
+    cosine error: the export carries the head, and h is less sure of the hard rows than of the
+    easy ones."""
     triples, hard = hard_row_triples()
     triples.save(tmp_path / "triples")
     head = classifier_dir(tmp_path / "new")
@@ -377,9 +378,10 @@ def test_ray_loop_trains_an_uncertain_transformation(ray_local, tmp_path):
         "discriminative_weight=0.1",
         "epochs=3",  # as many steps as 6 epochs of 64, half the epochs' checkpoints
         "batch_size=32",
+        "uncertainty_error=cosine",  # sigma estimates the error between unit vectors
     )
     result = train_transformation(cfg)
-    assert {"h_mse", "h_sigma", "h_discriminative", "h_loss"} <= set(result.metrics)
+    assert {"h_mse", "h_error", "h_sigma", "h_discriminative", "h_loss"} <= set(result.metrics)
     with result.checkpoint.as_directory() as directory:
         h = load_transformation(directory)
     assert h.uncertainty_head is not None
