@@ -83,7 +83,9 @@ def markdown(result: dict) -> str:
         "t's queries against model k's gallery (ECC passes/seeds in brackets); per-upgrade "
         "measures are averaged over the upgrades of a seed first. Machine: "
         f"{result['machine'].get('cpu_model', result['machine']['processor'])}, "
-        f"{result['machine']['torch_threads']} threads; {result['timing']['measured_s']:.0f} s.",
+        f"{result['config']['processes']} processes of {result['config']['threads']} torch "
+        f"thread(s); {result['timing']['measured_s'] / 60:.1f} min wall, "
+        f"{result['timing'].get('cpu_s', float('nan')) / 60:.1f} CPU-min.",
     ]
     for name, protocol in result["protocols"].items():
         lines += ["", f"## {name}: {protocol['kind']}", "", protocol["description"], ""]

@@ -101,8 +101,11 @@ class SequenceTrainer:
     actually trained.
     """
 
-    def __init__(self, data: TrainData, optim: Optim, seed: int) -> None:
+    def __init__(
+        self, data: TrainData, optim: Optim, seed: int, options: dict | None = None
+    ) -> None:
         self.data, self.optim, self.seed = data, optim, seed
+        self.options = options or {}  # {method: its options}, else the registry's defaults
         self._models: dict[tuple, CompatModel] = {}
         self.trained = 0
         self.train_seconds = 0.0
@@ -130,7 +133,7 @@ class SequenceTrainer:
         init = {"old": ("old",), "same_seed": ("seed", self.seed)}.get(
             cls.init, ("seed", self.seed + 1 + step)
         )
-        return create_method(name, old=old), init
+        return create_method(name, old=old, **self.options.get(name, {})), init
 
     def _train(self, method, name: str, step: int, init: tuple, previous) -> CompatModel:
         if init[0] == "old":

@@ -27,7 +27,6 @@ from raycompat.config.train import (
     TrainConfig,
 )
 from raycompat.registry import UnknownNameError
-from raycompat.train.data import check_eval_split, check_unseen, check_weight_files
 
 
 @dataclass
@@ -101,17 +100,17 @@ def _mnist_training() -> TrainConfig:
         optim=OptimSpec(name="adam", lr=0.002, weight_decay=0.0, schedule="constant"),
         scaling=ScalingSpec(num_workers=1, cpus_per_worker=1.0),
         run=RunSpec(name="", storage_path="outputs/upgrade/runs", checkpoints_to_keep=1),
-        epochs=3,
+        epochs=2,
         batch_size=64,
     )
 
 
 def _mnist_history() -> list[UpgradeSpec]:
     return [
-        UpgradeSpec(model_version="m1", classes=3, method="independent"),
+        UpgradeSpec(model_version="m1", classes=5, method="independent"),
         UpgradeSpec(
             model_version="m2",
-            classes=5,
+            classes=6,
             method="dsimplex_hoc",
             method_options={"lam": 0.1, "rho": 5.0},
             baselines=["ift"],
@@ -152,10 +151,12 @@ class UpgradeConfig:
 
 
 def check_upgrade_config(cfg: UpgradeConfig) -> None:
-    """Everything that can be checked without data or Ray: names, methods, classes, options."""
+    """Everything that can be checked without data or Ray: names, methods, classes, options.
+    It loads torch (the method registry); loading and typing the config does not."""
     from raycompat.methods import METHODS
     from raycompat.methods.base import check_method_options
     from raycompat.store.paths import check_name
+    from raycompat.train.data import check_eval_split, check_unseen, check_weight_files
 
     check_ranges(cfg)  # again, for a config built in Python rather than loaded
     for key in ("root", "gallery"):
