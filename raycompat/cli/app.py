@@ -133,7 +133,7 @@ def galleries(args) -> dict:
 
 def versions(args) -> dict:
     store = open_store(args.store)
-    check_gallery(store, args.gallery)  # an unknown name lists the galleries (exit 2)
+    check_gallery(store, args.gallery)  # an unknown name lists the galleries (exit 1)
     infos, corrupt = store.versions_report(args.gallery)
     grants, bad_grants = Catalog(store).grants_report(args.gallery)
     if not infos and not corrupt:
@@ -290,7 +290,7 @@ def _search(args) -> dict:
 
     store = open_store(args.store)
     catalog = Catalog(store)
-    check_gallery(store, args.gallery)  # unknown names list those that exist (exit 2)
+    check_gallery(store, args.gallery)  # unknown names list those that exist (exit 1)
     model_record(catalog, args.model)
     grant = current(store, args.gallery, args.model)  # its alias, else its grant (aliases.py)
     queries = query_vectors(args, store, catalog, grant.gallery_version)
@@ -489,7 +489,7 @@ def export(args) -> dict | str:
 
     options = {"mode": args.mode, "catalog_uri": args.catalog_uri, "warehouse": args.warehouse}
     store = open_store(args.store)
-    version_record(store, args.gallery, args.version)  # unknown names: those that exist, exit 2
+    version_record(store, args.gallery, args.version)  # unknown names: those that exist, exit 1
     try:
         summary = export_version(
             store, args.gallery, args.version, args.format, args.target, **options

@@ -75,7 +75,7 @@ SPECS = {
 
 def _open(root: str, gallery: str | None = None):
     """The store at ``root`` (MissingStoreError, exit 2, when there is none), with ``gallery``
-    checked to exist (UnknownNameError listing the galleries, exit 2)."""
+    checked to exist (NotInStoreError listing the galleries, exit 1)."""
     from raycompat.store import GalleryStore
     from raycompat.store.lookup import check_gallery
 

@@ -227,7 +227,7 @@ def promote(
     already does.
 
     Raises:
-        UnknownNameError: ``model`` is not registered (lists those that are).
+        NotInStoreError: ``model`` is not registered (lists those that are).
         RetiredModelError: the model was retired.
         NotServableError: ``version`` is not one the model may serve (names those it may).
         AliasConflictError: another writer changed the model's alias first.

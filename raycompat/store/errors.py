@@ -40,6 +40,12 @@ class PublishConflictError(StoreError):
     """The version is already published (another publisher won the race)."""
 
 
+class NotInStoreError(StoreError):
+    """A gallery, model or version name the store does not hold; the message lists the names it
+    does hold and the nearest (``raycompat.store.lookup``). Exit 1, as these lookups always were
+    (``versions`` of an unknown gallery, ``search`` with an unregistered model)."""
+
+
 class ManifestError(StoreError):
     """A version record is missing, or disagrees with the files it lists."""
 

@@ -3,9 +3,10 @@ nearest one (``difflib.get_close_matches``).
 
 Every ``raycompat`` command looks up the galleries, models and versions it was given through
 :func:`check_gallery`, :func:`model_record` and :func:`version_record`, so ``--gallery mnst``
-answers ``no gallery 'mnst' in ROOT: galleries are mnist; did you mean 'mnist'?`` (exit 2,
-:class:`~raycompat.registry.UnknownNameError`) instead of a missing grant. A record that exists
-but cannot be read is still a :class:`~raycompat.store.errors.CorruptFileError` (exit 1).
+answers ``no gallery 'mnst' in ROOT: galleries are mnist; did you mean 'mnist'?``
+(:class:`~raycompat.store.errors.NotInStoreError`, exit 1 as before) instead of a missing grant.
+A record that exists but cannot be read is still a
+:class:`~raycompat.store.errors.CorruptFileError` (exit 1).
 :func:`choices` is the tail of any such message (``report`` uses it for run folders).
 """
 
@@ -14,8 +15,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from raycompat.registry import UnknownNameError
-from raycompat.store.errors import CorruptFileError, ManifestError, StoreError, UnsafePathError
+from raycompat.store.errors import (
+    CorruptFileError,
+    ManifestError,
+    NotInStoreError,
+    StoreError,
+    UnsafePathError,
+)
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.model_catalog import Catalog, ModelRecord
@@ -28,13 +34,13 @@ def choices(name: str, known: Sequence[str], plural: str) -> str:
     return f"{plural} are {', '.join(known) or '(none)'}{hint}"
 
 
-def unknown_name(what: str, name: str, known: Sequence[str], plural: str) -> UnknownNameError:
-    """The usage error ``"<what>: <plural> are ...; did you mean ...?"`` (exit 2)."""
-    return UnknownNameError(f"{what}: {choices(name, known, plural)}")
+def unknown_name(what: str, name: str, known: Sequence[str], plural: str) -> NotInStoreError:
+    """``"<what>: <plural> are ...; did you mean ...?"`` (exit 1)."""
+    return NotInStoreError(f"{what}: {choices(name, known, plural)}")
 
 
 def check_gallery(store: GalleryStore, gallery: str) -> None:
-    """Raise :class:`UnknownNameError` unless ``gallery`` has a published version."""
+    """Raise :class:`NotInStoreError` unless ``gallery`` has a published version."""
     known = store.galleries()
     if gallery not in known:
         raise unknown_name(f"no gallery {gallery!r} in {store.uri()}", gallery, known, "galleries")

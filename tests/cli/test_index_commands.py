@@ -122,6 +122,6 @@ def test_index_verify_fails_on_a_missing_or_corrupt_index(store, capsys):
 
 def test_index_commands_name_unknown_galleries_and_versions(store, capsys):
     code, _, err = cli(capsys, "index", "build", "gg", "--version", "v1", "--store", store.uri())
-    assert code == 2 and "galleries are g" in err
+    assert code == 1 and "galleries are g" in err
     code, _, err = index(capsys, store, "verify", "--version", "v9")
-    assert code == 2 and "v1" in err
+    assert code == 1 and "v1" in err

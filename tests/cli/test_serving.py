@@ -71,10 +71,10 @@ def test_retire_is_honoured_by_search_and_refuses_promotes(root, queries, capsys
 @pytest.mark.parametrize(
     "argv, status, message",
     [
-        (["promote", "gg", "--model", "m2", "--version", "v2"], 2, "did you mean 'g'?"),
-        (["promote", "g", "--model", "m22", "--version", "v2"], 2, "did you mean 'm2'?"),
+        (["promote", "gg", "--model", "m2", "--version", "v2"], 1, "did you mean 'g'?"),
+        (["promote", "g", "--model", "m22", "--version", "v2"], 1, "did you mean 'm2'?"),
         (["promote", "g", "--model", "m2", "--version", "v4"], 2, "it may serve v1, v2, v3"),
-        (["retire", "m9"], 2, "model 'm9' is not registered"),
+        (["retire", "m9"], 1, "model 'm9' is not registered"),
         (["rollback", "g", "--model", "m2"], 1, "has nothing to roll back to"),
         (["revoke", "g", "--model", "m9"], 1, "nothing to revoke"),
     ],

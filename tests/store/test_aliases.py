@@ -11,7 +11,6 @@ import threading
 import pytest
 
 from raycompat.errors import UsageError
-from raycompat.registry import UnknownNameError
 from raycompat.store import GalleryStore, aliases
 from raycompat.store.aliases import (
     AliasConflictError,
@@ -23,7 +22,7 @@ from raycompat.store.aliases import (
     revoke,
     rollback,
 )
-from raycompat.store.errors import CorruptFileError, StoreError
+from raycompat.store.errors import CorruptFileError, NotInStoreError, StoreError
 from raycompat.store.gc import collect, make_plan
 from raycompat.store.lease import Lease, LeaseLostError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
@@ -99,7 +98,7 @@ def test_only_a_version_the_model_may_serve_is_promoted(store):
     with pytest.raises(NotServableError, match="may serve v1 "):
         promote(store, "g", "m3", "v9")
     assert isinstance(NotServableError("x"), UsageError)  # exit 2
-    with pytest.raises(UnknownNameError, match="did you mean 'm2'"):
+    with pytest.raises(NotInStoreError, match="did you mean 'm2'"):
         promote(store, "g", "m22", "v2")
     assert not os.path.exists(store.path("g", "_aliases"))
 

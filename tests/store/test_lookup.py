@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from raycompat.errors import DataError, UsageError
-from raycompat.registry import UnknownNameError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.errors import CorruptFileError
+from raycompat.store.errors import CorruptFileError, NotInStoreError
 from raycompat.store.lookup import (
     check_gallery,
     choices,
@@ -37,15 +36,17 @@ def test_choices_names_the_nearest_only_when_it_is_close():
     assert choices("faces", ["cifar", "mnist"], "galleries") == "galleries are cifar, mnist"
     assert choices("x", [], "galleries") == "galleries are (none)"
     error = unknown_name("no gallery 'x'", "x", [], "galleries")
-    assert isinstance(error, UnknownNameError) and isinstance(error, UsageError)
+    # exit 1, as versions/search lookups always were (a store error, not a usage error)
+    assert isinstance(error, NotInStoreError) and isinstance(error, DataError)
+    assert not isinstance(error, UsageError)
 
 
-def test_unknown_gallery_model_and_version_are_usage_errors_naming_the_nearest(store):
-    with pytest.raises(UnknownNameError, match=r"galleries are mnist; did you mean 'mnist'\?$"):
+def test_unknown_gallery_model_and_version_are_store_errors_naming_the_nearest(store):
+    with pytest.raises(NotInStoreError, match=r"galleries are mnist; did you mean 'mnist'\?$"):
         check_gallery(store, "mnst")
-    with pytest.raises(UnknownNameError, match=r"models are resnet50_v1; did you mean"):
+    with pytest.raises(NotInStoreError, match=r"models are resnet50_v1; did you mean"):
         model_record(Catalog(store), "resnet50_v2")
-    with pytest.raises(UnknownNameError, match=r"has no version 'v01': its versions are v1; did"):
+    with pytest.raises(NotInStoreError, match=r"has no version 'v01': its versions are v1; did"):
         version_record(store, "mnist", "v01")
     assert version_record(store, "mnist", "v1").rows == 2
     assert model_record(Catalog(store), "resnet50_v1").embed_dim == 2
