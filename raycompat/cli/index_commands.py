@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from raycompat.errors import RaycompatError, UsageError
+
 KINDS = ("auto", "flat", "ivfpq", "sharded_ivf")
 STORE = "outputs/upgrade/store"  # the examples' store, as raycompat.cli.arguments.STORE
 
@@ -105,6 +107,11 @@ def add_index_arguments(p: argparse.ArgumentParser) -> None:
         add(action)
 
 
+class IndexOptionsError(UsageError, ValueError):
+    """``index build``'s options do not fit the version (an ``--nlist`` above what its rows can
+    train, an ``m`` that does not divide the width...): the builder's own message, exit 2."""
+
+
 def build(args) -> dict | str:
     """Build and publish the index (Ray only for a ``sharded_ivf`` build with ``--runner ray``)."""
     from raycompat.cli.app import open_store
@@ -118,7 +125,12 @@ def build(args) -> dict | str:
     options = {k: getattr(args, k) for k in ("nlist", "nprobe") if getattr(args, k) is not None}
     if kind == SHARDED_IVF:
         options["runner"] = _runner(args)
-    uri = build_version_index(store, args.gallery, args.version, kind=kind, **options)
+    try:
+        uri = build_version_index(store, args.gallery, args.version, kind=kind, **options)
+    except ValueError as error:
+        if isinstance(error, RaycompatError):  # a store or data error keeps its own status
+            raise
+        raise IndexOptionsError(f"{args.gallery}/{args.version}: {error}") from None
     if args.json:
         return {"gallery": args.gallery, "version": args.version, "kind": kind, "uri": uri}
     return f"indexed {args.gallery}/{args.version}: {kind} over {info.rows} rows at {uri}"

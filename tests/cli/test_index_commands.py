@@ -125,3 +125,12 @@ def test_index_commands_name_unknown_galleries_and_versions(store, capsys):
     assert code == 1 and "galleries are g" in err
     code, _, err = index(capsys, store, "verify", "--version", "v9")
     assert code == 1 and "v1" in err
+
+
+def test_index_options_the_version_cannot_train_are_one_line_usage_errors(store, capsys):
+    """400 rows cannot train 512 inverted lists: the builder's message, one line, exit 2, and
+    nothing published."""
+    code, _, err = index(capsys, store, "build", "--kind", "ivfpq", "--nlist", "512")
+    assert code == 2 and "g/v1: ivfpq with nlist=512" in err and "training vectors" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not list(Path(store.uri(), "g").glob("_index/v1/*/index.faiss"))
