@@ -425,7 +425,9 @@ def _backfill_sections(report: Report, files: dict[str, str]) -> list[str]:
         "FastFill's (the rows h is least sure of first), random (the mean over a few "
         "seeds) and the oracle (the largest true error first, which needs the new features "
         "it would save). AUC: area under the curve over [0, 1]; at 0% it is M(new, h(old)), "
-        "at 100% M(new, new).",
+        "at 100% M(new, new). Here the budget is spent on the test images alone; the version "
+        "the job writes spends it over the whole gallery, so its check (the decision row) can "
+        "land elsewhere on the curve.",
         "",
         ORACLE_NOTE,
         "",
