@@ -19,21 +19,9 @@ import numpy as np
 
 from raycompat.index.search import SearchIndex
 from raycompat.index.sharded import sample_rows
-from raycompat.index.version_index import VersionIndex, _id_array
+from raycompat.index.version_index import VersionIndex, _id_array, rows_at
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.vectors import vectors
-
-
-def _sampled_rows(
-    store: GalleryStore, gallery: str, index: VersionIndex, rows: np.ndarray, batch_size: int
-) -> np.ndarray:
-    """The version's vectors at the sorted row numbers ``rows``: ``(len(rows), d)``."""
-    info, out, start = index.info, [], 0
-    for batch in store.iter_batches(gallery, info.version, batch_size, ["embedding"]):
-        picked = rows[(rows >= start) & (rows < start + batch.num_rows)] - start
-        out.append(vectors(batch, "embedding").reshape(-1, info.width)[picked])
-        start += batch.num_rows
-    return np.concatenate(out)
 
 
 def exact_top_k(
@@ -82,7 +70,7 @@ def estimate_recall(
     info = index.info
     k = min(k, info.rows)
     rows = sample_rows(info.rows, min(queries, info.rows), seed)
-    q = np.ascontiguousarray(_sampled_rows(store, gallery, index, rows, batch_size), np.float32)
+    q = np.ascontiguousarray(rows_at(store, gallery, info, rows, batch_size), np.float32)
     _, found = index.search(q, k, nprobe=nprobe)
     _, exact = exact_top_k(store, gallery, index, q, k, batch_size)
     hits = [len(set(a.tolist()) & set(b.tolist())) for a, b in zip(found, exact, strict=True)]

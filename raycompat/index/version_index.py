@@ -114,16 +114,24 @@ def _vectors(batch: pa.RecordBatch, width: int) -> np.ndarray:
     return vectors(batch, "embedding").reshape(-1, width)
 
 
-def _sample(
-    store: GalleryStore, gallery: str, info: VersionInfo, size: int, seed: int, batch_size: int
+def rows_at(
+    store: GalleryStore, gallery: str, info: VersionInfo, rows: np.ndarray, batch_size: int
 ) -> np.ndarray:
-    rows = np.sort(np.random.default_rng(seed).choice(info.rows, size=size, replace=False))
+    """The version's vectors at the sorted row numbers ``rows``, ``(len(rows), d)``, streamed
+    batch by batch (memory: one batch and the picked rows)."""
     out, start = [], 0
     for batch in store.iter_batches(gallery, info.version, batch_size, columns=["embedding"]):
         picked = rows[(rows >= start) & (rows < start + batch.num_rows)] - start
         out.append(_vectors(batch, info.width)[picked])
         start += batch.num_rows
     return np.concatenate(out)
+
+
+def _sample(
+    store: GalleryStore, gallery: str, info: VersionInfo, size: int, seed: int, batch_size: int
+) -> np.ndarray:
+    rows = np.sort(np.random.default_rng(seed).choice(info.rows, size=size, replace=False))
+    return rows_at(store, gallery, info, rows, batch_size)
 
 
 def build_version_index(
