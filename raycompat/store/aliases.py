@@ -39,7 +39,7 @@ from raycompat.store.lookup import model_record
 from raycompat.store.manifest import now_utc
 from raycompat.store.model_catalog import Catalog, QueryGrant
 from raycompat.store.paths import check_name, join
-from raycompat.store.records import check_record, load_object
+from raycompat.store.records import check_choice, check_record, load_object
 from raycompat.store.retired import refuse_retired
 
 ALIASES_DIR = "_aliases"
@@ -85,11 +85,7 @@ class AliasRecord:
     def from_json(cls, data: bytes, source: str) -> AliasRecord:
         raw = load_object(data, source, "alias record")
         check_record(raw, cls, source, "alias record")
-        if raw["action"] not in ACTIONS:
-            raise CorruptFileError(
-                f"{source}: alias record key 'action' must be one of {', '.join(ACTIONS)}, "
-                f"got {raw['action']!r}"
-            )
+        check_choice(raw, "action", ACTIONS, source, "alias record")
         return cls(**raw)
 
 

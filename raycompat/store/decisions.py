@@ -33,7 +33,7 @@ from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import now_utc
 from raycompat.store.model_catalog import QUERIES_DIR
 from raycompat.store.paths import check_name, join
-from raycompat.store.records import check_record, load_object
+from raycompat.store.records import check_choice, check_record, load_object
 
 DECISIONS_DIR = "_decisions"
 OUTCOMES = ("refused", "failed", "published")
@@ -67,11 +67,7 @@ class DecisionRecord:
     def from_json(cls, data: bytes, source: str) -> DecisionRecord:
         raw = load_object(data, source, "decision record")
         check_record(raw, cls, source, "decision record")
-        if raw["outcome"] not in OUTCOMES:
-            raise CorruptFileError(
-                f"{source}: decision record key 'outcome' must be one of {', '.join(OUTCOMES)}, "
-                f"got {raw['outcome']!r}"
-            )
+        check_choice(raw, "outcome", OUTCOMES, source, "decision record")
         return cls(**raw)
 
 

@@ -32,7 +32,7 @@ from raycompat.store.errors import CorruptFileError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import now_utc
 from raycompat.store.paths import check_name, check_relative_path, join
-from raycompat.store.records import check_record, load_object
+from raycompat.store.records import check_choice, check_record, load_object
 from raycompat.store.relative import is_absolute, resolve, to_record
 from raycompat.store.retired import refuse_retired
 
@@ -108,11 +108,7 @@ class QueryGrant:
             ("model_version", "model"),
         ):
             _check_name(source, "query grant", key, kind, raw[key])
-        if raw["relation"] not in RELATIONS:
-            raise CorruptFileError(
-                f"{source}: query grant key 'relation' must be one of {', '.join(RELATIONS)}, "
-                f"got {raw['relation']!r}"
-            )
+        check_choice(raw, "relation", RELATIONS, source, "query grant")
         return cls(**raw)
 
 

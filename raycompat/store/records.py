@@ -90,6 +90,15 @@ def check_record(raw: dict, cls: type, source: str, what: str) -> None:
             )
 
 
+def check_choice(raw: dict, key: str, choices: tuple[str, ...], source: str, what: str) -> None:
+    """Raise :class:`CorruptFileError` unless ``raw[key]`` is one of ``choices``."""
+    if raw[key] not in choices:
+        raise CorruptFileError(
+            f"{source}: {what} key {key!r} must be one of {', '.join(choices)}, "
+            f"got {raw[key]!r}"
+        )
+
+
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
