@@ -38,6 +38,7 @@ from raycompat.metrics.compatibility import (
 )
 from raycompat.metrics.retrieval import cmc
 from raycompat.nn.models import CompatModel, create_model
+from raycompat.progress import Stages, plural
 
 log = logging.getLogger("raycompat.cli.demo")
 
@@ -81,12 +82,25 @@ def _initial_model(method_name: str, step: int, seed: int, previous: CompatModel
     return _new_model(method_name, seed + 1 + step)
 
 
-def train_sequence(cfg: DemoConfig, method_name: str, images: torch.Tensor, labels: torch.Tensor):
-    """Train one model per step on the union of the classes seen so far."""
+def train_sequence(
+    cfg: DemoConfig,
+    method_name: str,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    stages: Stages | None = None,
+):
+    """Train one model per step on the union of the classes seen so far; each step is a stage
+    of ``stages`` (announced before it starts), numbered after the stages already begun."""
     models: list[CompatModel] = []
     for step, num_seen in enumerate(cfg.steps):
         keep = labels < num_seen
         x, y = images[keep], labels[keep]
+        if stages is not None:
+            stages.begin(stages.position + 1)
+            stages.announce(
+                f"{method_name} step {step + 1}",
+                f"training on {num_seen} digits ({len(x)} images), {plural(cfg.epochs, 'epoch')}",
+            )
         previous = models[-1] if models else None
         model = _initial_model(method_name, step, cfg.seed, previous)
         old = None
@@ -104,8 +118,9 @@ def train_sequence(cfg: DemoConfig, method_name: str, images: torch.Tensor, labe
         for epoch in range(cfg.epochs):
             batches = tensor_batches(x, y, cfg.batch_size, gen)
             terms = train_epoch(model, method, batches, optimizer, epoch=epoch)
+            spent = time.perf_counter() - start
             log.info(
-                "%s step %d (%d digits, %d images) epoch %d/%d: %s",
+                "%s step %d (%d digits, %d images) epoch %d/%d: %s | ETA %.0fs",
                 method_name,
                 step + 1,
                 num_seen,
@@ -113,6 +128,7 @@ def train_sequence(cfg: DemoConfig, method_name: str, images: torch.Tensor, labe
                 epoch + 1,
                 cfg.epochs,
                 " ".join(f"{k}={v:.3f}" for k, v in terms.items()),
+                spent / (epoch + 1) * (cfg.epochs - epoch - 1),
             )
         log.info("%s step %d trained in %.1fs", method_name, step + 1, time.perf_counter() - start)
         models.append(model.eval())
@@ -180,8 +196,11 @@ def run(cfg: DemoConfig) -> dict:
         "all": torch.ones_like(heldout_labels, dtype=torch.bool),
     }
     results = {}
+    stages = Stages(len(cfg.methods) * len(cfg.steps))  # one per model trained
     for method_name in cfg.methods:
-        models = train_sequence(cfg, method_name, images[train_idx], labels[train_idx])
+        models = train_sequence(cfg, method_name, images[train_idx], labels[train_idx], stages)
+        stages.end()  # the evaluation's seconds are not a training step's
+        stages.announce(method_name, f"scoring {len(models)} models on the held-out images")
         features = [extract_features(m, images[heldout_idx]) for m in models]
         plot_features(
             models, features, heldout_labels, out / f"features_{method_name}.png", method_name

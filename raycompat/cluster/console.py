@@ -1,17 +1,44 @@
 """What a job prints: our one-liners, Ray's warnings and errors, and no known-harmless noise.
 
 The jobs start Ray with :func:`init_ray` instead of ``ray.init``. By default the console shows
-one line per epoch per run (:mod:`raycompat.cluster.train.epoch_log`), the pipelines' progress lines
-and Ray's warnings; ``--verbose`` (or ``RAYCOMPAT_VERBOSE=1``) restores everything:
+our stage announcements (:mod:`raycompat.progress`), one line per epoch per run
+(:mod:`raycompat.cluster.train.epoch_log`), the pipelines' progress lines and Ray's warnings;
+``--verbose`` (or ``RAYCOMPAT_VERBOSE=1``) restores everything. Each library is quieted through
+its own configuration, on the driver and (``worker_process_setup_hook``: :func:`configure_worker`)
+in every worker of the job:
 
+- Ray Data (:func:`quiet_ray_data`): its ``DataContext`` prints no execution plan
+  (``print_on_execution_start``) and no progress (``enable_progress_bars``: the 8-line block every
+  10 s when stdout is not a terminal), unless verbose or stdout is a terminal; the console
+  handler of its logger (``ray.data``: "Starting execution", "execution finished") at WARNING,
+  its log file (``ray-data.log`` in Ray's session logs) left complete, and the handlers others
+  attach to that logger (pytest's capture, a user's own) left as they are.
+- Ray Tune and Ray Train's driver-side loggers (``ray.tune``, ``ray.train``) at WARNING
+  (:data:`QUIET_LEVELS`), and faiss' loader (``faiss.loader``: "Loading faiss with AVX2
+  support.").
+- Ray Train's detached ``PlacementGroupCleaner`` actor asks Ray's state API for its controller
+  without an address; with another Ray instance on the host, that raised "Found multiple active
+  Ray instances" in its monitor thread (a traceback per run). :func:`configure_worker` gives every
+  worker of the job ``RAY_ADDRESS``, the address of the cluster it belongs to. Where the state
+  API has no server (a cluster without the dashboard), it warns every second that it "Failed to
+  query Ray Train Controller actor state": its logger is at ERROR.
+- The pipelines' actor pools (``raycompat.cluster.pipelines.runner``) are fixed-size and not
+  restartable, which removes Ray Data's "will not allow it to scale up" warning and Ray core's
+  ``core_worker.cc`` ERROR about restartable actors with constructor arguments in the object
+  store at their cause.
 - Ray Train's own INFO lines ("Reporting training result ...", "Checkpoint successfully
   created ...", worker-group start-up): every ``RunConfig`` we build carries
   :func:`train_logging_config`, WARNING unless verbose.
 - Our DEBUG lines (``raycompat.*`` loggers), on the driver and in the Ray workers: the workers
   learn it from the ``RAYCOMPAT_VERBOSE`` environment variable (:func:`set_log_level`).
-- Ray lines known to be harmless (:data:`HARMLESS_RAY_LINES`) are dropped from the worker
-  output Ray forwards to the driver's console. They stay in Ray's session log files
-  (``/tmp/ray/session_latest/logs``).
+- Ray lines known to be harmless that no configuration turns off (:data:`HARMLESS_RAY_LINES`:
+  the ``core_worker.cc`` ERROR for Ray Train's own restartable actors) are dropped from the
+  worker output Ray forwards to the driver's console: the one filter by pattern left. They stay
+  in Ray's session log files (``/tmp/ray/session_latest/logs``).
+
+``ray.init(logging_config=ray.LoggingConfig(...))`` is not used: it adds a second handler to the
+driver's root logger (every warning of ours printed twice) and drops the ``(pid, actor)`` prefix
+of the workers' lines.
 
 The filter wraps the handler Ray's log thread prints with (``ray_print_logs`` of
 ``ray._private.worker.global_worker_stdstream_dispatcher``): a private API of the pinned Ray
@@ -31,6 +58,19 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 VERBOSE_ENV = "RAYCOMPAT_VERBOSE"
+SETUP_HOOK = "raycompat.cluster.console.configure_worker"  # runs in every worker of a job
+# Each logger's level unless verbose (INFO then): Ray's libraries' driver-side lines and faiss'
+# loader at WARNING (Ray Data's console handler: quiet_ray_data); ERROR for two that warn about
+# nothing the user can act on: Ray Data's progress module, once, that its bars are off, and Ray
+# Train's PlacementGroupCleaner, every second of a run, that Ray's state API does not answer
+# (a cluster started without the dashboard, as the tests' is).
+QUIET_LEVELS = {
+    "ray.train": logging.WARNING,
+    "ray.tune": logging.WARNING,
+    "faiss.loader": logging.WARNING,
+    "ray.data._internal.progress": logging.ERROR,
+    "ray.train.v2._internal.execution.controller.placement_group_cleaner": logging.ERROR,
+}
 PRINT_HANDLER = "ray_print_logs"  # the name Ray registers its console printer under
 
 # Ray lines the user can do nothing about, each with why it is harmless. A pattern matches
@@ -64,12 +104,54 @@ def set_log_level(verbose: bool = False) -> None:
     """
     verbose = verbose or verbose_requested()
     logging.getLogger("raycompat").setLevel(logging.DEBUG if verbose else logging.INFO)
+    for name, quiet in QUIET_LEVELS.items():
+        logging.getLogger(name).setLevel(logging.INFO if verbose else quiet)
     ray = sys.modules.get("ray")
     if ray is not None and getattr(ray, "__file__", None):
         package = os.path.dirname(ray.__file__)
         for name, logger in list(logging.root.manager.loggerDict.items()):
             if name.startswith(package + os.sep) and isinstance(logger, logging.Logger):
                 logger.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+def ray_data_console_handlers() -> list[logging.Handler]:
+    """The console handler Ray Data's logging config put on the ``ray.data`` logger (class
+    ``PlainRayHandler``), and no other: a non-propagating logger also carries handlers of
+    others (pytest attaches its capture handlers to every such logger, a user's app may add its
+    own), whose levels are not ours to change."""
+    from ray._private.log import PlainRayHandler
+
+    return [h for h in logging.getLogger("ray.data").handlers if type(h) is PlainRayHandler]
+
+
+def quiet_ray_data(verbose: bool = False) -> None:
+    """Ray Data's ``DataContext`` of this process: the execution plan printed at start, the
+    progress bars (a block of log lines every 10 s where stdout is not a terminal) and verbose
+    stats only when ``verbose``; the bars also where stdout is a terminal."""
+    from ray.data import DataContext
+
+    verbose = verbose or verbose_requested()
+    for handler in ray_data_console_handlers():  # its file handler keeps DEBUG
+        handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    context = DataContext.get_current()
+    context.enable_progress_bars = verbose or sys.stdout.isatty()
+    context.print_on_execution_start = verbose
+    context.verbose_stats_logs = verbose
+
+
+def configure_worker() -> None:
+    """Ray's ``worker_process_setup_hook`` of every job :func:`init_ray` starts: log levels as
+    on the driver (Ray Data's too where the worker has imported it: the hook imports nothing
+    heavy, it runs in every worker), and ``RAY_ADDRESS`` (this worker's cluster) for Ray code
+    that looks the cluster up by address (Ray Train's ``PlacementGroupCleaner``). The datasets
+    the jobs run are built on the driver and carry its ``DataContext``."""
+    import ray
+
+    if not os.environ.get("RAY_ADDRESS"):
+        os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    set_log_level()
+    if "ray.data" in sys.modules:
+        quiet_ray_data()
 
 
 def train_logging_config():
@@ -124,28 +206,35 @@ def install_console_filter() -> bool:
 
 
 def worker_env(verbose: bool) -> dict | None:
-    """``ray.init``'s ``runtime_env``: ``RAYCOMPAT_VERBOSE=1`` for every worker of the job
-    (which may run on a cluster started before this process). None when not verbose, or when
-    the job was submitted with a runtime env that already sets it (Ray refuses a second value
-    of the same variable)."""
-    if not verbose:
-        return None
+    """``ray.init``'s ``runtime_env``: :func:`configure_worker` as every worker's setup hook,
+    and ``RAYCOMPAT_VERBOSE=1`` when verbose (the workers may run on a cluster started before
+    this process). What the job was submitted with already (``ray job submit
+    --runtime-env-json``) is not set again: Ray refuses a second value of either. None when
+    nothing is left to set."""
     submitted = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
-    env_vars = (submitted.get("runtime_env") or {}).get("env_vars") or {}
-    return None if VERBOSE_ENV in env_vars else {"env_vars": {VERBOSE_ENV: "1"}}
+    runtime_env = submitted.get("runtime_env") or {}
+    env_vars = runtime_env.get("env_vars") or {}
+    ours: dict = {}
+    if "worker_process_setup_hook" not in runtime_env:
+        ours["worker_process_setup_hook"] = SETUP_HOOK
+    if verbose and VERBOSE_ENV not in env_vars:
+        ours["env_vars"] = {VERBOSE_ENV: "1"}
+    return ours or None
 
 
 def init_ray(address: str | None, verbose: bool = False) -> None:
     """What the jobs call instead of ``ray.init``: log levels set (``--verbose``, or
     ``RAYCOMPAT_VERBOSE=1``), Ray started or joined at ``address`` with the workers' output on
-    this console, harmless lines filtered unless verbose. An already initialised Ray (a test
-    session) is used as it is."""
+    this console, each library quieted by its configuration (module docstring) and harmless
+    lines filtered unless verbose. An already initialised Ray (a test session) is used as it is
+    (levels and Ray Data's context set on this driver only)."""
     import ray
 
     verbose = verbose or verbose_requested()
     if verbose:
         os.environ[VERBOSE_ENV] = "1"  # this process's trainers, and a local Ray's workers
     set_log_level(verbose)
+    quiet_ray_data(verbose)
     if ray.is_initialized():
         return
     ray.init(address=address, log_to_driver=True, runtime_env=worker_env(verbose))

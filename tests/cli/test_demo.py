@@ -3,6 +3,8 @@ a quarter of MNIST-5k)."""
 
 import importlib
 import json
+import logging
+import re
 
 import numpy as np
 import pytest
@@ -22,9 +24,21 @@ def quarter_of_mnist5k(monkeypatch):
     monkeypatch.setattr(demo, "load_mnist5k", lambda: (images[::4], labels[::4]))
 
 
-def test_demo_runs_and_writes_outputs(tmp_path, quarter_of_mnist5k):
+def test_demo_runs_and_writes_outputs(tmp_path, quarter_of_mnist5k, caplog):
     out = tmp_path / "demo"
-    results = main(["epochs=1", "steps=[2, 3]", "batch_size=128", f"output_dir={out}"])
+    with caplog.at_level(logging.INFO, logger="raycompat"):
+        results = main(["epochs=1", "steps=[2, 3]", "batch_size=128", f"output_dir={out}"])
+    # each model's training announced before it starts, numbered, with an ETA once one is done
+    announced = [r.getMessage() for r in caplog.records if r.name == "raycompat.progress"]
+    assert [line.split(":")[0] for line in announced] == [
+        f"[{2 * i + (step or 2)}/6] {method}{f' step {step}' if step else ''}"
+        for i, method in enumerate(["ift", "bct", "cores"])
+        for step in (1, 2, 0)
+    ]
+    assert re.fullmatch(
+        r"\[1/6\] ift step 1: training on 2 digits \(\d+ images\), 1 epoch", announced[0]
+    )
+    assert "| ETA " in announced[1] and "| ETA " in announced[-1]
     assert set(results) == {"ift", "bct", "cores"}
     for name, per_set in results.items():
         assert set(per_set) == {"seen", "all"}

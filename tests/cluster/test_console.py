@@ -1,13 +1,16 @@
-"""Quiet logs: one line per epoch, no harmless Ray noise, everything back with ``--verbose``.
+"""Quiet logs: stage announcements, one line per epoch, no harmless Ray, Ray Data or faiss
+noise, everything back with ``--verbose``.
 
-Unit tests on the pieces (the filter of Ray's forwarded lines, the epoch line), and a real job
-run (``jobs/train.py`` in a subprocess, joined to the session's Ray) whose whole console output
-is read, quiet and verbose.
+Unit tests on the pieces (the filter of Ray's forwarded lines, the libraries' log levels, Ray
+Data's context, the workers' setup hook, the epoch line), and two real jobs in subprocesses,
+joined to the session's Ray, whose whole console output is read: the demo's upgrade history at
+toy size (``jobs/upgrade.py``, quiet) and ``jobs/train.py`` with ``--verbose``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -19,6 +22,7 @@ import pytest
 from raycompat.cluster import console as ray_console
 from raycompat.cluster.console import (
     PRINT_HANDLER,
+    SETUP_HOOK,
     VERBOSE_ENV,
     filtered,
     install_console_filter,
@@ -125,13 +129,17 @@ def test_ray_registers_its_printer_where_the_filter_looks():
     assert "global_worker_stdstream_dispatcher.emit(data)" in inspect.getsource(worker.Worker)
 
 
-def test_verbose_reaches_the_workers_through_the_runtime_env(monkeypatch):
+def test_verbose_and_the_setup_hook_reach_the_workers_through_the_runtime_env(monkeypatch):
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
-    assert worker_env(False) is None
-    assert worker_env(True) == {"env_vars": {VERBOSE_ENV: "1"}}
+    hook = {"worker_process_setup_hook": SETUP_HOOK}
+    assert worker_env(False) == hook
+    assert worker_env(True) == {**hook, "env_vars": {VERBOSE_ENV: "1"}}
     submitted = {"runtime_env": {"env_vars": {VERBOSE_ENV: "1"}, "working_dir": "x"}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(submitted))
-    assert worker_env(True) is None  # `ray job submit` set it: a second value would conflict
+    assert worker_env(True) == hook  # `ray job submit` set it: a second value would conflict
+    submitted["runtime_env"]["worker_process_setup_hook"] = "theirs.setup"
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(submitted))
+    assert worker_env(True) is None  # theirs stands: Ray refuses two hooks
 
 
 def test_log_level_follows_verbose(monkeypatch):
@@ -140,8 +148,20 @@ def test_log_level_follows_verbose(monkeypatch):
     ours = logging.getLogger("raycompat")
     monkeypatch.setattr(ours, "level", ours.level)  # restored after the test
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    libraries = [logging.getLogger(n) for n in ("faiss.loader", "ray.tune", "ray.train")]
+    progress = logging.getLogger("ray.data._internal.progress")
+    from ray.train.v2._internal.execution.controller import placement_group_cleaner
+
+    cleaner = logging.getLogger(placement_group_cleaner.__name__)
+    for logger in [*libraries, progress, cleaner]:
+        monkeypatch.setattr(logger, "level", logger.level)
     ray_console.set_log_level(False)
     assert logging.getLogger("raycompat.io.weights").getEffectiveLevel() == logging.INFO
+    # faiss' "Loading faiss with AVX2 support.", Tune's and Train's INFO; Ray Data's warning
+    # that its progress bars are off
+    assert [logger.level for logger in libraries] == [logging.WARNING] * 3
+    assert progress.level == logging.ERROR
+    assert placement_group_cleaner.logger is cleaner and cleaner.level == logging.ERROR
     assert ray_console.train_logging_config().log_level == "WARNING"
     # Ray Train's worker context logs its reports under its file name, not ray.train.*
     from ray.train.v2._internal.execution import context
@@ -155,6 +175,65 @@ def test_log_level_follows_verbose(monkeypatch):
     assert logging.getLogger("raycompat.io.weights").getEffectiveLevel() == logging.DEBUG
     assert ray_console.train_logging_config().log_level == "INFO"
     assert reports.getEffectiveLevel() == logging.INFO
+    assert [logger.level for logger in libraries] == [logging.INFO] * 3
+
+
+def test_ray_data_is_quieted_through_its_context_and_console_handler(monkeypatch, caplog):
+    """Only Ray Data's own console handler changes level: its session file stays complete, and
+    the handlers others put on the non-propagating ``ray.data`` logger (pytest's capture
+    handlers, a user's own) keep theirs. Changing every ``StreamHandler`` there once silenced
+    caplog for the rest of the session (pytest attaches its handler to such loggers)."""
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    fields = ("enable_progress_bars", "print_on_execution_start", "verbose_stats_logs")
+    for name in fields:
+        monkeypatch.setattr(context, name, getattr(context, name))
+    ray_data = logging.getLogger("ray.data")
+    theirs = logging.StreamHandler(sys.stderr)  # a user's own handler on Ray Data's logger
+    theirs.setLevel(logging.DEBUG)
+    monkeypatch.setattr(ray_data, "handlers", list(ray_data.handlers))  # both removed after
+    ray_data.addHandler(theirs)
+    if caplog.handler not in ray_data.handlers:  # pytest attaches it where ray.data existed
+        ray_data.addHandler(caplog.handler)  # before the test (any longer session)
+    caplog.set_level(logging.INFO)
+    for handler in ray_data.handlers:
+        monkeypatch.setattr(handler, "level", handler.level)
+    console = ray_console.ray_data_console_handlers()
+    others = [(h, h.level) for h in ray_data.handlers if h not in console]
+    assert len(console) == 1 and any(h is theirs for h, _ in others)
+    assert any(not isinstance(h, logging.StreamHandler) for h, _ in others)  # ray-data.log
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)  # a log file, CI, `ray job logs`
+    ray_console.quiet_ray_data(False)
+    assert [getattr(context, name) for name in fields] == [False, False, False]
+    assert {h.level for h in console} == {logging.WARNING}
+    assert [(h, h.level) for h, _ in others] == others
+    logging.getLogger("raycompat.jobs.transform").info("still captured")
+    assert "still captured" in caplog.text
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    ray_console.quiet_ray_data(False)
+    assert context.enable_progress_bars and not context.print_on_execution_start  # a terminal
+    ray_console.quiet_ray_data(True)
+    assert [getattr(context, name) for name in fields] == [True, True, True]
+    assert {h.level for h in console} == {logging.INFO}
+    assert [(h, h.level) for h, _ in others] == others
+
+
+@pytest.mark.ray
+def test_the_setup_hook_gives_a_worker_its_cluster_address_and_quiet_levels(ray_local):
+    """What Ray Train's PlacementGroupCleaner needs to find its cluster with another Ray on
+    the host. Run in a worker of its own (a runtime env no other test uses), which keeps what
+    the hook sets."""
+
+    @ray_local.remote(runtime_env={"env_vars": {"RAYCOMPAT_TEST_WORKER": "setup-hook"}})
+    def worker_view() -> tuple:
+        before = os.environ.get("RAY_ADDRESS")
+        ray_console.configure_worker()
+        return before, os.environ.get("RAY_ADDRESS"), logging.getLogger("faiss.loader").level
+
+    address = ray_local.get_runtime_context().gcs_address
+    assert ray_local.get(worker_view.remote(), timeout=120) == (None, address, logging.WARNING)
 
 
 # ---- the epoch line -----------------------------------------------------------------------
@@ -191,7 +270,7 @@ def test_metrics_log_appends_rank_0s_report_to_the_run_directory(tmp_path):
     ]
 
 
-# ---- a real job run ----------------------------------------------------------------------------
+# ---- real job runs ------------------------------------------------------------------------------
 
 TOY = [
     "data.name=synthetic",
@@ -207,23 +286,71 @@ TOY = [
     "batch_size=32",
     "scaling.num_workers=2",
 ]
-EPOCH_LINE = re.compile(r"toy/step_1 epoch (\d+)/(\d+): ce=\S+ loss=\S+ \| \d+ img/s \| ETA \d+s")
-NOISE = ("TrainingReport(", "Checkpoint successfully created", "Started training worker group")
+EPOCH_LINE = re.compile(
+    r"(\S+)/step_(\d) epoch (\d+)/(\d+): ce=\S+ .*loss=\S+ \| \d+ img/s \| ETA \d+s"
+)
+# What the console of a quiet job must not hold: Ray Train's INFO, Ray Data's plan, progress
+# block and warnings, faiss' loader, Ray core's ERROR about restartable actors, Ray Train's
+# PlacementGroupCleaner failing to find its cluster, and any traceback.
+NOISE = (
+    "TrainingReport(",
+    "Checkpoint successfully created",
+    "Started training worker group",
+    "PlacementGroupCleaner",
+    "Found multiple active Ray instances",
+    "Starting execution of Dataset",
+    "Execution plan of Dataset",
+    "Running Dataset",
+    "Total Progress:",
+    "Active & requested resources",
+    "Progress will be logged",
+    "Progress bars disabled",
+    "execution finished in",
+    "faiss with",  # faiss.loader: "Loading faiss with AVX2 support." ...
+    "core_worker.cc",
+    "has constructor arguments in the object store",
+    "will not allow it to scale up",
+    "Traceback (most recent call last)",
+)
+# The demo's upgrade history (configs/upgrade_mnist.yaml: m1 alone, m2 d-Simplex-HOC against
+# it) at toy size: 20 MNIST-5k images per digit, one epoch, a gallery of two parts.
+TOY_UPGRADE = {
+    "name": "toy",
+    "store": {"gallery": "mnist"},
+    "gallery_images": {"kind": "dataset", "name": "mnist5k", "options": {"per_class": 20}},
+    "normalized": True,
+    "training": {
+        "model": {"backbone": "lenetpp", "head": "dsimplex", "num_classes": 10},
+        "data": {"name": "mnist5k", "options": {"per_class": 20}},
+        "eval": {"protocol": "identification", "split": "open_set", "test_classes": [7, 8, 9]},
+        "optim": {"name": "adam", "lr": 0.002, "weight_decay": 0.0, "schedule": "constant"},
+        "scaling": {"num_workers": 1, "cpus_per_worker": 1.0},  # train.py's run has 2
+        "epochs": 1,
+        "batch_size": 64,
+    },
+    "upgrades": [
+        {"model_version": "m1", "classes": 5, "method": "independent"},
+        {
+            "model_version": "m2",
+            "classes": 6,
+            "method": "dsimplex_hoc",
+            "method_options": {"lam": 0.1, "rho": 5.0},
+        },
+    ],
+    "pipeline": {"rows_per_file": 100, "batch_size": 100, "actors": 1},
+}
+STAGES = [
+    "[1/2] m1: training independent on 5 classes (1 epoch)",
+    "[1/2] m1: extracting the gallery into v1",
+    "[2/2] m2: training dsimplex_hoc against m1 (1 epoch)",
+    "[2/2] m2: scoring against m1",
+]
 
 
-def start_job(address: str, storage: Path, *args: str) -> subprocess.Popen:
-    """``jobs/train.py`` joined to the session's Ray, started in the background."""
+def start_job(address: str, script: str, *args: str) -> subprocess.Popen:
+    """``jobs/<script>`` joined to the session's Ray, started in the background."""
     return subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "jobs" / "train.py"),
-            "--address",
-            address,
-            *TOY,
-            "run.name=toy",
-            f"run.storage_path={storage}",
-            *args,
-        ],
+        [sys.executable, str(ROOT / "jobs" / script), "--address", address, *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -234,48 +361,84 @@ def start_job(address: str, storage: Path, *args: str) -> subprocess.Popen:
     )
 
 
-def job_output(job: subprocess.Popen) -> str:
+def start_upgrade(address: str, tmp_path: Path) -> subprocess.Popen:
+    config = {
+        **TOY_UPGRADE,
+        "store": {**TOY_UPGRADE["store"], "root": str(tmp_path / "store")},
+        "report_dir": str(tmp_path / "report"),
+        "work_dir": str(tmp_path / "work"),
+    }
+    config["training"] = {**config["training"], "run": {"storage_path": str(tmp_path / "runs")}}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "toy_upgrade.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return start_job(address, "upgrade.py", "--config", str(path))
+
+
+def start_train(address: str, storage: Path, *args: str) -> subprocess.Popen:
+    return start_job(
+        address, "train.py", *TOY, "run.name=toy", f"run.storage_path={storage}", *args
+    )
+
+
+def job_output(job: subprocess.Popen, name: str) -> str:
     """The job's stdout and stderr together, once it has ended (successfully)."""
     try:
-        out, _ = job.communicate(timeout=400)
+        out, _ = job.communicate(timeout=500)
     except subprocess.TimeoutExpired:
         job.kill()
         out, _ = job.communicate()
-        raise AssertionError(f"jobs/train.py still running after 400 s:\n{out[-5000:]}") from None
+        raise AssertionError(f"{name} still running after 500 s:\n{out[-5000:]}") from None
     assert job.returncode == 0, out[-5000:]
     return out
 
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_job_prints_one_line_per_epoch_and_verbose_restores_ray_trains_lines(ray_local, tmp_path):
+def test_the_upgrade_console_announces_its_stages_and_holds_no_noise_and_verbose_restores_it(
+    ray_local, tmp_path
+):
     address = ray_local.get_runtime_context().gcs_address
-    # Both jobs at once (2 training workers each: the session's 4 CPUs hold both); Ray sends
-    # each driver only its own job's lines, so neither sees the other's.
-    quiet = start_job(address, tmp_path / "quiet", "epochs=2")
+    # Both jobs at once (1 and 2 training workers, 1 pipeline actor: the session's 4 CPUs hold
+    # both); Ray sends each driver only its own job's lines, so neither sees the other's.
+    quiet = start_upgrade(address, tmp_path / "upgrade")
     try:
-        verbose_job = start_job(address, tmp_path / "verbose", "epochs=1", "--verbose")
+        verbose_job = start_train(address, tmp_path / "verbose", "epochs=1", "--verbose")
     except BaseException:
         quiet.kill()
         raise
     try:
-        out = job_output(quiet)
-        verbose = job_output(verbose_job)
+        out = job_output(quiet, "jobs/upgrade.py")
+        verbose = job_output(verbose_job, "jobs/train.py --verbose")
     finally:
         for job in (quiet, verbose_job):
             if job.poll() is None:  # the other one failed: stop this one too
                 job.kill()
                 job.communicate()
-    for noise in (*NOISE, "has constructor arguments in the object store"):
-        assert noise not in out, out
+    for noise in NOISE:
+        assert noise not in out, f"{noise!r} in the quiet console:\n{out}"
+    announced = [
+        line.split("raycompat.progress: ", 1)[1]
+        for line in out.splitlines()
+        if "raycompat.progress: " in line
+    ]
+    # In order, each before its work (ETA from the second model on, once m1 has finished)
+    assert [line.split(" | ETA ")[0] for line in announced] == STAGES, out
+    assert " | ETA " in announced[2] and " | ETA " not in announced[0]
+    assert out.index(STAGES[1]) < out.index("extract mnist/v1: 200 / 200 rows"), out
     epochs = [m.groups() for m in EPOCH_LINE.finditer(out)]
-    assert epochs == [("1", "2"), ("2", "2")], out  # rank 0 only, once per epoch
-    records = [json.loads(line) for line in (tmp_path / "quiet/toy/metrics.jsonl").open()]
-    assert [(r["step"], r["epoch"]) for r in records] == [("step_1", 0), ("step_1", 1)]
+    assert [(e[0].split("-")[1], e[1:]) for e in epochs] == [
+        ("m1", ("1", "1", "1")),
+        ("m2", ("2", "1", "1")),
+    ], out  # once per epoch
+    (m1_metrics,) = (tmp_path / "upgrade/runs").glob("toy-m1-*/metrics.jsonl")
+    records = [json.loads(line) for line in m1_metrics.open()]  # rank 0's report, once
+    assert [(r["step"], r["epoch"]) for r in records] == [("step_1", 0)]
     assert records[0]["images_per_s"] > 0 and "ce" in records[0]
 
     assert "TrainingReport(" in verbose and "Checkpoint successfully created" in verbose
-    # Unfiltered, the harmless line is there: the quiet run's filter did drop it. (If Ray no
-    # longer prints it, drop its entry from HARMLESS_RAY_LINES.)
+    # Unfiltered, Ray Train's own restartable actors' line is there: the quiet run's filter did
+    # drop it. (If Ray no longer prints it, drop its entry from HARMLESS_RAY_LINES.)
     assert "has constructor arguments in the object store" in verbose, verbose
-    assert [m.groups() for m in EPOCH_LINE.finditer(verbose)] == [("1", "1")], verbose
+    # 2 workers, rank 0 only
+    assert [m.groups()[1:] for m in EPOCH_LINE.finditer(verbose)] == [("1", "1", "1")], verbose

@@ -40,6 +40,7 @@ from raycompat.config.upgrade import (
     partial_backfill_of,
 )
 from raycompat.methods import METHODS
+from raycompat.progress import Stages, plural
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions, standing
 from raycompat.store.errors import StoreError
@@ -103,6 +104,7 @@ class Upgrader:
         self.work = os.path.abspath(os.path.join(cfg.work_dir, cfg.name))
         self.order: list[str] = []
         self.features: dict[str, np.ndarray] = {}
+        self.stages = Stages(len(cfg.upgrades))  # "[2/3] m2: training ..." before each stage
 
     # ---- bookkeeping -------------------------------------------------------------------------
 
@@ -131,7 +133,14 @@ class Upgrader:
         labels = np.asarray(self.data.eval_set.labels)
         return {n: (f, labels) for n, f in self.features.items() if f.shape[1] == 2}
 
+    def _say(self, spec, what: str) -> None:
+        """Announce the next stage of ``spec``'s entry, before it starts."""
+        self.stages.announce(spec.model_version, what)
+
     def _train(self, spec, method: str, parent, suffix: str = "") -> tuple[str, np.ndarray]:
+        epochs = spec.epochs if spec.epochs is not None else self.cfg.training.epochs
+        against = f"against {parent.model_version}" if parent else f"on {spec.classes} classes"
+        self._say(spec, f"training {method} {against} ({plural(epochs, 'epoch')})")
         name = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}{suffix}"
         train_cfg = steps.train_config(self.cfg, spec, method, name, parent)
         directory = steps.train_candidate(
@@ -143,6 +152,7 @@ class Upgrader:
 
     def run(self, position: int) -> Outcome:
         spec = self.cfg.upgrades[position]
+        self.stages.begin(position + 1)
         grant = steps.existing_grant(self.catalog, self.gallery, spec.model_version)
         if grant is not None:
             return self._resumed(spec, grant)
@@ -204,12 +214,10 @@ class Upgrader:
 
     def _skipped(self, spec, prior: DecisionRecord) -> Outcome:
         """An entry refused or failed under this same config: not trained or judged again."""
-        log.info(
-            "%s: %s on %s under this config (%s); skipped. Pass --retry to judge it again.",
-            spec.model_version,
-            prior.outcome,
-            prior.created,
-            prior.reason,
+        self._say(
+            spec,
+            f"{prior.outcome} on {prior.created} under this config ({prior.reason}); skipped. "
+            "Pass --retry to judge it again.",
         )
         candidate = os.path.join(self.work, "candidates", spec.model_version)
         try:  # its row of the matrix, when the candidate is still in the work dir
@@ -230,11 +238,8 @@ class Upgrader:
         )
 
     def _resumed(self, spec, grant: QueryGrant) -> Outcome:
-        log.info(
-            "%s: already published (%s %s); nothing to do",
-            spec.model_version,
-            grant.relation,
-            grant.gallery_version,
+        self._say(
+            spec, f"already published ({grant.relation} {grant.gallery_version}); nothing to do"
         )
         self._add(spec.model_version, self.stored_features(spec.model_version))
         record = self.catalog.model(spec.model_version)
@@ -265,6 +270,7 @@ class Upgrader:
         version = gallery_version_of(self.cfg, position)
         self_test = self.data.score(features, features)
         reason = f"initial model: the gallery is extracted with it (self-test {self_test:.2%})"
+        self._say(spec, f"extracting the gallery into {version}")
         with _timed(seconds, "publish"):
             if mine is None:  # else an earlier run published it and stopped before registering
                 self.publisher.extract(spec, directory, features, version)
@@ -296,6 +302,7 @@ class Upgrader:
         parent = steps.parent_of(self.catalog, current.model_version, self.work)
         with _timed(seconds, "train"):
             directory, features = self._train(spec, spec.method, parent)
+        self._say(spec, f"scoring against {parent.model_version}")
         with _timed(seconds, "evaluate"):
             reference = self._reference(parent, current)
             direct = self._evidence(features, reference)
@@ -306,6 +313,7 @@ class Upgrader:
                 baselines = self._baselines(spec, reference)
         fct, backfilled, backfill = None, None, {}
         if METHODS.get(spec.method).needs_transformation:
+            self._say(spec, "training the transformation h (FCT) and scoring against h(gallery)")
             with _timed(seconds, "fct"):
                 fct, backfilled, backfill = self._fct_evidence(
                     spec, reference, directory, features, current
@@ -329,6 +337,8 @@ class Upgrader:
             proof,
             parent.model_version,
         )
+        if decision.action != "refuse":
+            self._say(spec, f"{decision.action}: writing and checking the gallery version")
         with _timed(seconds, "publish"):
             decision, version = self.publisher.carry_out(decision, candidate)
         return Outcome(

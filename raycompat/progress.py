@@ -1,0 +1,70 @@
+"""Stage announcements: one line before each stage of a long job, with an ETA once known.
+
+    [2/3] m2: training dsimplex_hoc against m1 (4 epochs)
+    [2/3] m2: scoring against m1
+    [5/9] bct step 2: training on 7 digits (2800 images), 4 epochs | ETA 410s
+
+The upgrade job (``raycompat.cluster.upgrade.job``) and the pure-PyTorch demo
+(``raycompat.cli.demo``) announce their stages through :class:`Stages`; the line is logged
+before the work starts, so the console says what is running, not what has finished. Plain
+log lines whatever the terminal: one line per stage in a file, a CI log or a ``ray job logs``
+stream alike. Ray-free (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+log = logging.getLogger("raycompat.progress")
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 epoch"``, ``"4 epochs"``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def stage_line(position: int, total: int, subject: str, what: str, eta_s: float | None) -> str:
+    """``"[position/total] subject: what"``, with ``" | ETA <s>s"`` when ``eta_s`` is known.
+    ``position`` counts from 1."""
+    eta = "" if eta_s is None else f" | ETA {max(eta_s, 0.0):.0f}s"
+    return f"[{position}/{total}] {subject}: {what}{eta}"
+
+
+class Stages:
+    """``total`` numbered stages of equal expected cost (a job's models, a demo's steps).
+
+    :meth:`begin` starts a stage, :meth:`announce` logs a line of the running one (each step
+    within it). The ETA is the mean time of the finished stages times the count of those left
+    (the running one included), less the running one's time so far: unknown, and not shown,
+    until one has finished.
+    """
+
+    def __init__(self, total: int, logger: logging.Logger = log) -> None:
+        self.total, self.log = total, logger
+        self.position, self.finished, self.spent = 0, 0, 0.0
+        self._began: float | None = None
+
+    def eta_s(self) -> float | None:
+        if not self.finished:
+            return None
+        running = 0.0 if self._began is None else time.perf_counter() - self._began
+        return max(self.spent / self.finished * (self.total - self.finished) - running, 0.0)
+
+    def begin(self, position: int) -> None:
+        """Stage ``position`` (from 1) starts: the previous one, if running, is finished."""
+        self.end()
+        self.position, self._began = position, time.perf_counter()
+
+    def announce(self, subject: str, what: str) -> str:
+        """Log (INFO) and return one line of the running stage, before the work it names."""
+        line = stage_line(max(self.position, 1), self.total, subject, what, self.eta_s())
+        self.log.info("%s", line)
+        return line
+
+    def end(self) -> None:
+        """The running stage finished (counts towards the ETA); a no-op when none runs."""
+        if self._began is not None:
+            self.spent += time.perf_counter() - self._began
+            self.finished += 1
+            self._began = None
