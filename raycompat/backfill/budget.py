@@ -1,34 +1,24 @@
 """Backfill budgets: the fraction of the gallery re-extracted with the new model, in [0, 1].
 
-:func:`check_budget` validates one; :func:`value_at_budget` reads a
-:class:`~raycompat.backfill.curve.BackfillCurve` at a budget (linear interpolation between grid
-points); :func:`budget_to_reach` gives the smallest grid budget whose accuracy reaches a target,
-e.g. 95% of the new/new value ``curve.values(metric)[-1]`` on a grid ending at 1.
+:func:`check_budget` validates one (it lives in the torch-free :mod:`raycompat.config.checks`,
+so the upgrade job's config check needs neither torch nor this package); :func:`value_at_budget`
+reads a :class:`~raycompat.backfill.curve.BackfillCurve` at a budget (linear interpolation
+between grid points); :func:`budget_to_reach` gives the smallest grid budget whose accuracy
+reaches a target, e.g. 95% of the new/new value ``curve.values(metric)[-1]`` on a grid ending
+at 1.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from raycompat.config import ConfigError
+from raycompat.config.checks import check_budget
 
 if TYPE_CHECKING:
     from raycompat.backfill.curve import BackfillCurve
-
-
-def check_budget(budget, name: str = "budget") -> float:
-    """``budget`` as a float in [0, 1]; raises :class:`ConfigError` (a ValueError) naming
-    ``name`` for a non-number, NaN, a negative value or a value above 1."""
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
-        raise ConfigError(f"{name} must be a number in [0, 1], got {budget!r}")
-    value = float(budget)
-    if math.isnan(value) or not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{name} must be a fraction of the gallery in [0, 1], got {value!r}")
-    return value
 
 
 def value_at_budget(curve: BackfillCurve, budget: float, metric: str = "mean_ap") -> float:

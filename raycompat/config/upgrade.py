@@ -15,6 +15,7 @@ from typing import Literal
 
 from raycompat.config import ConfigError, bounded, check_ranges
 from raycompat.config.fct import FCTSpec, PartialBackfillSpec  # Ray-free, for sweeps
+from raycompat.config.methods import check_method_options, method_entry
 from raycompat.config.pipelines import RunOptions, SourceSpec, StoreSpec
 from raycompat.config.train import (
     DataSpec,
@@ -151,12 +152,11 @@ class UpgradeConfig:
 
 
 def check_upgrade_config(cfg: UpgradeConfig) -> None:
-    """Everything that can be checked without data or Ray: names, methods, classes, options.
-    It loads torch (the method registry); loading and typing the config does not."""
-    from raycompat.methods import METHODS
-    from raycompat.methods.base import check_method_options
+    """Everything that can be checked without data, torch or Ray: names, methods, classes,
+    options, splits, weights files, budgets. Methods are looked up in the torch-free catalogue
+    (:mod:`raycompat.config.methods`), so a typo is one line in well under a second."""
+    from raycompat.config.checks import check_eval_split, check_unseen, check_weight_files
     from raycompat.store.paths import check_name
-    from raycompat.train.data import check_eval_split, check_unseen, check_weight_files
 
     check_ranges(cfg)  # again, for a config built in Python rather than loaded
     for key in ("root", "gallery"):
@@ -188,12 +188,12 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
         named += [(f"baselines[{j}]", name) for j, name in enumerate(spec.baselines)]
         for field_name, method in named:
             try:
-                METHODS.get(method)
+                method_entry(method)
             except UnknownNameError as error:  # its message lists the valid names
                 raise ConfigError(f"{key}.{field_name}: {error}") from None
-        check_method_options(spec.method, spec.method_options)
+        check_method_options(spec.method, spec.method_options, f"{key}.method_options")
         if spec.partial_backfill is not None:
-            if not METHODS.get(spec.method).needs_transformation:
+            if not method_entry(spec.method).needs_transformation:
                 raise ConfigError(
                     f"{key}.partial_backfill: method {spec.method!r} learns no transformation; "
                     "a partial backfill rewrites h(gallery), so it needs an FCT method (fct)"
@@ -206,7 +206,7 @@ def check_partial_backfill(spec: PartialBackfillSpec, key: str) -> None:
     """Budget and weights of a config built in Python (loaded ones are range-checked already)."""
     import math
 
-    from raycompat.backfill import check_budget
+    from raycompat.config.checks import check_budget
 
     check_budget(spec.budget, f"{key}.budget")
     if not math.isfinite(spec.uncertainty_weight):

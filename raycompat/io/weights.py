@@ -1,6 +1,9 @@
 """Read model weights from a local path or an object store (``s3://bucket/key``) through fsspec
 (:func:`raycompat.io.uri.fsspec_filesystem`, the I/O layer's fsspec form).
 
+Opening a file and checking that one opens (:func:`open_uri`, :func:`check_uri`) live in the
+torch-free :mod:`raycompat.io.files`, so a config check can use them; this module re-exports them.
+
 Nothing is ever downloaded from a model hub: weights are files the user names. ``.safetensors``
 files are read with :func:`safetensors.torch.load`; anything else with
 ``torch.load(..., weights_only=True)``, which refuses pickles that would run code.
@@ -15,13 +18,13 @@ import io
 import logging
 import pickle
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from raycompat.errors import DataError
-from raycompat.io.uri import fsspec_filesystem
+from raycompat.io.files import check_uri, open_uri  # noqa: F401  (torch-free; re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -35,42 +38,6 @@ _SHOW = 5  # how many offending keys an error message lists
 
 class WeightsMismatchError(DataError, ValueError):
     """A state dict does not fit a model: missing / unexpected keys or shape mismatches."""
-
-
-def open_uri(uri: str, mode: str = "rb", storage_options: dict | None = None) -> IO[Any]:
-    """Open ``uri`` (local path, ``file://``, ``s3://bucket/key``, ...) and return the open file.
-
-    Raises ``FileNotFoundError`` naming ``uri`` when nothing is there and ``PermissionError``
-    naming it when the store refuses the credentials.
-    """
-    uri = str(uri)
-    try:
-        fs, path = fsspec_filesystem(uri, storage_options)  # "<redacted>" entries dropped
-        return fs.open(path, mode)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"no file at {uri!r} ({err})") from err
-    except PermissionError as err:
-        raise PermissionError(
-            f"access denied to {uri!r} ({err}): check the credentials for this bucket "
-            "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or storage_options key/secret) and "
-            "the endpoint_url in storage_options client_kwargs"
-        ) from err
-
-
-def check_uri(uri: str, key: str) -> None:
-    """Fail before any cluster time when ``uri`` (the value of config ``key``) cannot be opened:
-    one ``ConfigError`` naming the key, the path and what to do (no download, no retries)."""
-    from raycompat.config import ConfigError
-
-    try:
-        open_uri(uri).close()
-    except (FileNotFoundError, IsADirectoryError) as err:
-        raise ConfigError(
-            f"{key}: {err}; give the path of a local or s3:// weights file (nothing is "
-            "downloaded at run time)"
-        ) from None
-    except PermissionError as err:
-        raise ConfigError(f"{key}: {err}") from None
 
 
 def _unpickle_reason(err: Exception) -> str:

@@ -12,7 +12,6 @@ must never be wrapped by DDP/FSDP.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raycompat.config.methods import check_method_options  # noqa: F401  (the catalogue's)
 from raycompat.nn.models import features_and_logits
 from raycompat.registry import Registry
 
@@ -218,19 +218,6 @@ def first_coordinates(features: torch.Tensor, width: int) -> torch.Tensor:
 
 def create_method(name: str, **kwargs) -> CompatibilityMethod:
     return METHODS.create(name, **kwargs)
-
-
-def check_method_options(name: str, options: dict) -> None:
-    """Reject option names the method does not take, without constructing it (no old model)."""
-    cls = METHODS.get(name)
-    params = inspect.signature(cls.__init__).parameters
-    valid = [p for p in params if p not in ("self", "old")]
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"method_options: {name!r} takes no option(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(valid) or 'none'}"
-        )
 
 
 def list_methods() -> list[str]:

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from raycompat.config import ConfigError
+from raycompat.config.checks import (  # noqa: F401  (torch-free, moved; importable from here)
+    check_eval_split,
+    check_unseen,
+    check_weight_files,
+)
 from raycompat.config.train import DataSpec, TrainConfig
 from raycompat.data import LFWPairs, create_dataset
 from raycompat.data.augment import AUGMENTATIONS
@@ -42,60 +45,6 @@ class Splits:
 
 def open_dataset(spec: DataSpec):
     return create_dataset(spec.name, **spec.options)
-
-
-def check_eval_split(cfg: TrainConfig, labels: np.ndarray | None = None) -> None:
-    """``eval.split`` and ``eval.test_classes`` agree with each other and with the data."""
-    spec = cfg.eval
-    if spec.split == "closed_set":
-        if spec.test_classes:
-            raise ConfigError(
-                "eval.test_classes is only used with eval.split: open_set (closed_set holds "
-                "out eval.test_fraction of every class)"
-            )
-        return
-    classes = spec.test_classes
-    if not classes:
-        raise ConfigError("eval.split: open_set needs eval.test_classes, the unseen classes")
-    if spec.dataset is not None:
-        raise ConfigError(
-            "eval.split: open_set holds test classes out of the training data; with "
-            "eval.dataset (a separate test set) leave eval.split at closed_set"
-        )
-    if len(set(classes)) != len(classes) or min(classes) < 0:
-        raise ConfigError(f"eval.test_classes {classes}: must be distinct labels >= 0")
-    if labels is not None:
-        missing = sorted(set(classes) - set(np.unique(labels).tolist()))
-        if missing:
-            raise ConfigError(f"eval.test_classes: no images of class(es) {missing}")
-
-
-def check_unseen(cfg: TrainConfig, trained: list[int], what: str) -> None:
-    """Open set: ``what`` may not train on any test class (that would make it closed-set)."""
-    overlap = sorted(set(cfg.eval.test_classes) & set(int(c) for c in trained))
-    if cfg.eval.split == "open_set" and overlap:
-        raise ConfigError(
-            f"{what} trains on class(es) {overlap}, which eval.test_classes holds out for the "
-            "open-set test; train on other classes or change eval.test_classes"
-        )
-
-
-def check_weight_files(cfg: TrainConfig, prefix: str = "") -> None:
-    """Every weights file the config names opens, before Ray starts (a missing one is one line
-    naming the key, ``prefix`` + key, not a worker traceback after retries)."""
-    from raycompat.io.weights import check_uri
-
-    named = [("model.weights", cfg.model.weights)]
-    named += [
-        (f"scenario.replacements[{i}].model.weights", r.model.weights)
-        for i, r in enumerate(cfg.scenario.replacements)
-    ]
-    old = cfg.scenario.old_model
-    if old is not None and old.checkpoint and not Path(old.checkpoint).is_dir():
-        named.append(("scenario.old_model.checkpoint", old.checkpoint))
-    for key, uri in named:
-        if uri:
-            check_uri(uri, prefix + key)
 
 
 def describe_split(cfg: TrainConfig) -> str:

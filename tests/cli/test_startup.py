@@ -152,13 +152,83 @@ def test_validating_the_demo_and_shipped_job_configs_loads_no_torch_or_ray():
         ["transform", ["--config", "configs/transform_fct.yaml", "--print-config"]],
         ["tune", ["--config", "configs/tune_hoc_lambda.yaml", "--print-config"]],
     ]
+    out = run_script(_VALIDATE, [["torch", "ray"], runs])
+    assert out == {"codes": [0] * len(runs), "loaded": []}
+
+
+def run_script(script: str, payload: list) -> dict:
+    """``python -c script payload-as-json`` from the checkout; the JSON of its last line."""
     result = subprocess.run(
-        [sys.executable, "-c", _VALIDATE, json.dumps([["torch", "ray"], runs])],
+        [sys.executable, "-c", script, json.dumps(payload)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out == {"codes": [0] * len(runs), "loaded": []}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _imported(importtime_stderr: str) -> set[str]:
+    """Top-level names of the modules a ``python -X importtime`` run imported."""
+    lines = [line for line in importtime_stderr.splitlines() if line.startswith("import time:")]
+    return {line.split("|")[-1].strip().split(".")[0] for line in lines[1:]}  # after the header
+
+
+def test_an_upgrade_config_typo_is_one_line_before_torch_or_ray():
+    """``python jobs/upgrade.py upgrades.0.method=bctx`` exits 2 with one line, having imported
+    neither torch nor Ray (issue 23: the method catalogue, raycompat/config/methods.py)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "jobs/upgrade.py", "upgrades.0.method=bctx"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 2 and errors == [
+        "upgrade.py: error: upgrades[0].method: unknown compatibility method 'bctx'; valid "
+        "names: bct, cores, dsimplex_fd, dsimplex_hoc, er, fct, ift, independent, l2, lwf, "
+        "nifcl_avg, nifcl_rw"
+    ], result.stderr[-3000:]
+    imported = _imported(result.stderr)
+    assert {"raycompat", "yaml"} <= imported  # the importtime lines were read
+    assert not {"torch", "ray"} & imported, f"imported {sorted({'torch', 'ray'} & imported)}"
+
+
+# Each argv through the upgrade job as its console script runs it (run_main: one line, exit 2),
+# then the heavy modules loaded.
+_TYPOS = r"""
+import contextlib, io, json, sys
+from raycompat.cli.errors import run_main
+from raycompat.cli.jobs.upgrade import main
+heavy, runs = json.loads(sys.argv[1])
+out = []
+for argv in runs:
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            run_main(main, argv)
+    except SystemExit as stop:
+        out.append([stop.code, stderr.getvalue().strip().splitlines()[-1]])
+print(json.dumps({"runs": out, "loaded": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def test_upgrade_config_typos_of_every_kind_exit_2_without_torch_or_ray():
+    """A wrong method option, class count, eval split, budget or FCT-only option, and a missing
+    weights file: each one line, exit 2, and torch and Ray never load."""
+    typos = {
+        "upgrades.1.method_options.lamx=1": "upgrades[1].method_options: 'dsimplex_hoc' takes no",
+        "upgrades.0.classes=11": "upgrades[0].classes=11 must be in 1..10",
+        "upgrades.0.classes=8": "upgrades[0].classes=8 trains on class(es) [7]",
+        "training.eval.split=closed_set": "eval.test_classes is only used with eval.split",
+        "upgrades.2.partial_backfill.budget=1.5": "upgrades[2].partial_backfill.budget must",
+        "upgrades.1.partial_backfill={budget: 0.2}": "upgrades[1].partial_backfill: method",
+        "upgrades.0.baselines=[iftt]": "upgrades[0].baselines[0]: unknown compatibility method",
+        "training.model.weights=/no/such/w.safetensors": "training.model.weights: no file at",
+    }
+    out = run_script(_TYPOS, [["torch", "ray"], [[t] for t in typos]])
+    assert out["loaded"] == []
+    for (code, line), expected in zip(out["runs"], typos.values(), strict=True):
+        assert code == 2 and f"error: {expected}" in line, line

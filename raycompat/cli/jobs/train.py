@@ -29,11 +29,12 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = job_config(TrainConfig, args, default=DEFAULT, outputs=("run.storage_path",))
     register_secrets(cfg)
 
+    from raycompat.config.checks import check_weight_files
+
+    check_weight_files(cfg)  # before torch and Ray load: a missing weights file is one line
     from raycompat.cluster.console import init_ray
     from raycompat.cluster.train.driver import run_training
-    from raycompat.train.data import check_weight_files
 
-    check_weight_files(cfg)  # before Ray starts: a missing weights file is one line
     announce_outputs(cfg, ("run.storage_path",))
 
     init_ray(args.address, args.verbose)  # quiet console unless --verbose
