@@ -94,3 +94,33 @@ def markdown(result: dict) -> str:
         backfill = backfill_table(protocol["methods"])
         lines += ([""] + backfill) if backfill else []
     return "\n".join(lines) + "\n"
+
+
+def readme_table(result: dict, key: str) -> str:
+    """The README's table of one protocol (``"mnist5k/open_set"``): per method the old
+    self-test, the new models' queries against the first gallery, the last self-test, ECC
+    over all pairs and the negative flips as served, each ``mean [min, max]`` over seeds.
+    ``tests/benchmarks/test_fidelity.py`` holds the README to this output of the committed
+    JSON."""
+    methods = result["protocols"][key]["methods"]
+    header = ["method", "M(1,1)", "M(2,1)", "M(3,1)", "M(3,3)", "ECC, all pairs",
+              "NFR % served"]
+    rows = []
+    for name, method in methods.items():
+        s = method["summary"]
+        cells = [s["matrix"][t][k] for t, k in ((0, 0), (1, 0), (2, 0), (2, 2))]
+        rows.append([name] + [_range(c) for c in cells]
+                    + [fmt(s["ecc_all"]), _range(s["upgrade_mean"]["served"]["nfr"])])
+    return "\n".join(_table(header, rows)) + "\n"
+
+
+def _range(summary: dict) -> str:
+    return f"{summary['mean']:.1f} [{summary['min']:.1f}, {summary['max']:.1f}]"
+
+
+if __name__ == "__main__":  # python benchmarks/_fidelity_report.py RESULT.json [PROTOCOL]
+    import json
+    import sys
+
+    loaded = json.loads(open(sys.argv[1]).read())
+    print(readme_table(loaded, sys.argv[2]) if len(sys.argv) > 2 else markdown(loaded), end="")
