@@ -96,6 +96,7 @@ class Staging:
         self.lease = lease
         self._record = record_path(gallery_path, info.version)
         self._parts: dict[str, PartRecord] = {}  # part name -> its file's record (this writer's)
+        self._aborted = False  # abort() deleted the area, its lease file with it
 
     @property
     def lease_ref(self) -> LeaseRef:
@@ -396,8 +397,9 @@ class Staging:
         return join(self.path, record.file)[len(self._gallery_path) + 1 :]
 
     def release(self) -> None:
-        """Give the lease up (keeping the parts), so that a rerun can resume at once."""
-        if isinstance(self.lease, Lease):
+        """Give the lease up (keeping the parts), so that a rerun can resume at once. Nothing to
+        give up after :meth:`abort`: the lease file went with the area."""
+        if isinstance(self.lease, Lease) and not self._aborted:
             self.lease.release()
 
     def abort(self) -> None:
@@ -415,4 +417,5 @@ class Staging:
         if self.filesystem.get_file_info(self.path).type != pafs.FileType.NotFound:
             self.filesystem.delete_dir(self.path)
         self._parts.clear()
+        self._aborted = True
         logger.info("aborted staging %s", self.uri)

@@ -402,6 +402,18 @@ def test_failed_publish_leaves_manifest_unchanged_and_can_resume_or_abort(store)
     assert other.files() == [] and not os.path.exists(other.path)
 
 
+def test_release_after_abort_is_quiet_and_recreates_nothing(store, caplog):
+    """A failing pipeline releases its staging area in its cleanup, after a quality gate may
+    have aborted it: the lease file went with the area, so there is nothing to release and
+    nothing to warn about (it used to log "lease not released: its file changed hands")."""
+    staging = store.begin("g", info("v2"), "gated")
+    staging.write_table(embedding_table(["a"], unit_rows(1)), "part-0.parquet")
+    staging.abort()
+    staging.release()
+    assert not os.path.exists(staging.path)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
 def test_crash_inside_a_part_write_leaves_no_file(store, monkeypatch):
     import raycompat.store.parquet as parquet_module
 
