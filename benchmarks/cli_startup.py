@@ -18,8 +18,9 @@ ours and its baseline alternate, ``--pairs`` pairs, medians of each and of the r
 - ``print_config``: ``python jobs/upgrade.py --print-config`` (the embedded demo history loaded,
   validated and printed); ``print_config_file``: ``raycompat-upgrade --config
   configs/upgrade_mnist.yaml --print-config``; ``config_typo``: ``python jobs/upgrade.py
-  upgrades.0.epohcs=1`` (a misspelt key: the one-line error, exit 2), all against the same
-  baseline.
+  upgrades.0.epohcs=1`` (a misspelt key: the one-line error, exit 2); ``method_typo``:
+  ``python jobs/upgrade.py upgrades.0.method=bctx`` (a misspelt method name, found by the
+  config checks without loading torch: exit 2), all against the same baseline.
 
 Also reported: ``python -X importtime`` of ``import raycompat.cli.app`` and of
 ``jobs/upgrade.py --print-config``: the total and the slowest imports, and whether torch or Ray
@@ -52,7 +53,9 @@ CLI = str(Path(sys.executable).with_name("raycompat"))
 UPGRADE = str(Path(sys.executable).with_name("raycompat-upgrade"))  # pip install -e .
 UPGRADE_PY = str(ROOT / "jobs" / "upgrade.py")
 STORE_CASES = ("versions", "search_vectors", "search_ids")
-JOB_CASES = ("version", "job_help", "print_config", "print_config_file", "config_typo")
+JOB_CASES = (
+    "version", "job_help", "print_config", "print_config_file", "config_typo", "method_typo"
+)
 CASES = ("help", *STORE_CASES, *JOB_CASES)
 TIME = "/usr/bin/time"  # GNU time: peak RSS of the command alone
 SCRIPT = """
@@ -153,6 +156,9 @@ def job_cases(plain: list[str], pairs: int) -> dict:
         "print_config": paired_runs([sys.executable, UPGRADE_PY, "--print-config"], plain, pairs),
         "print_config_file": paired_runs([UPGRADE, *demo], plain, pairs),
         "config_typo": paired_runs(typo, plain, pairs, code=2),
+        "method_typo": paired_runs(
+            [sys.executable, UPGRADE_PY, "upgrades.0.method=bctx"], plain, pairs, code=2
+        ),
     }
 
 
