@@ -8,17 +8,24 @@ int64 ids, part files of ``--part-rows`` rows) is published in a temporary local
 each in a fresh Python process:
 
 - ``build``: ``ray.init`` and ``build_version_index(kind="sharded_ivf",
-  runner=RayTasks(workers))``; reported: seconds (and per row), the phases from the build's log
-  lines (plan + sample + train, add, merge + publish), and the driver's peak RSS (VmHWM: what
-  the driver process ever held; ``ru_maxrss`` would carry the parent's peak across fork +
-  exec), with the RSS after ``ray.init`` as the baseline. Ray's worker processes are not the
-  driver and are not counted.
+  runner=RayTasks(workers))`` (default shards unless ``--rows-per-shard``); reported: seconds
+  (and per row) after ``ray.init``, the phases from the build's log lines (plan + sample +
+  train, add, merge + publish), the add phase's wall time per row and per row and task, the
+  coarse quantizer (``flat`` or ``hnsw``, from the pointer), the shards, and the driver's peak
+  RSS (VmHWM: what the driver process ever held; ``ru_maxrss`` would carry the parent's peak
+  across fork + exec), with the RSS after ``ray.init`` as the baseline. Ray's worker processes
+  are not the driver and are not counted.
+- ``baseline`` (the smallest N only): what a user would write with faiss alone, in one process
+  on all threads: read the version into memory (``iter_batches``), train an IVF-Flat of the
+  same ``nlist`` and quantizer on the same sampled rows, add every row. Reported: its seconds
+  (read, train, add) and the build's time over it.
 - ``search``: ``load_version_index`` (memory-mapped lists, ids) and ``--queries`` queries drawn
   from the same centres: batch latency per query, single-query median latency, and recall@10
   against exact search (computed here by streaming the version) at the default ``nprobe`` and
   at a quarter and four times it; peak RSS of the searching process.
 
-Reported at the end: largest N over smallest N for time per row and for driver peak RSS.
+Reported at the end: largest N over smallest N for time per row, add time per row and
+driver peak RSS; the build over the single-process baseline at the smallest N.
 """
 
 from __future__ import annotations
@@ -43,8 +50,8 @@ CENTRES, NOISE, K = 1000, 1.0, 10
 
 BUILD = """
 import json, logging, sys, time
-root, version = sys.argv[1], sys.argv[4]
-workers, rows_per_shard = int(sys.argv[2]), int(sys.argv[3])
+root, version, quantizer = sys.argv[1], sys.argv[4], sys.argv[5]
+workers, rows_per_shard = int(sys.argv[2]), int(sys.argv[3]) or None
 def hwm_mb():
     with open("/proc/self/status") as handle:
         return int(next(x for x in handle if x.startswith("VmHWM:")).split()[1]) / 1024
@@ -62,14 +69,18 @@ ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
 baseline = hwm_mb()
 start = time.perf_counter()
 build_version_index(GalleryStore(root), "bench", version, kind="sharded_ivf", use_gpu=False,
-                    runner=RayTasks(workers=workers), rows_per_shard=rows_per_shard)
+                    runner=RayTasks(workers=workers), rows_per_shard=rows_per_shard,
+                    quantizer=quantizer)
 seconds = time.perf_counter() - start
+pointer = json.load(open(f"{root}/bench/_index/{version}.json"))
 def at(text, last=False):
     hits = [t for t, _, m in marks if text in m]
     return (hits[-1] if last else hits[0]) - start
 trained, add_start = at("trained"), at("to build")
 add_end = at("add:", last=True)
 print(json.dumps({"build_seconds": seconds, "driver_peak_rss_mb": hwm_mb(),
+                  "quantizer": pointer["quantizer"], "shards": pointer["shards"],
+                  "nlist_built": pointer["nlist"],
                   "driver_baseline_rss_mb": baseline,
                   "phases_s": {"plan_sample_train": trained, "check_shards": add_start - trained,
                                "add": add_end - add_start, "merge_publish": seconds - add_end}}))
@@ -106,6 +117,35 @@ for q in queries[:50]:
 out["single_query_ms_median"] = 1000 * float(np.median(single))
 out["search_peak_rss_mb"] = hwm_mb()
 print(json.dumps(out))
+"""
+
+
+BASELINE = """
+import json, sys, time
+import faiss, numpy as np
+root, version = sys.argv[1:3]
+from raycompat.store import GalleryStore
+from raycompat.index.search import INDEX_KINDS, SHARDED_IVF
+from raycompat.index.sharded import TRAIN_PER_LIST, sample_rows
+pointer = json.load(open(f"{root}/bench/_index/{version}.json"))
+start = time.perf_counter()
+store = GalleryStore(root)
+x = np.concatenate([b.column("embedding").flatten().to_numpy().reshape(b.num_rows, -1)
+                    for b in store.iter_batches("bench", version, batch_size=262144)])
+read = time.perf_counter() - start
+nlist = pointer["nlist"]
+train = x[sample_rows(len(x), min(len(x), TRAIN_PER_LIST * nlist), 0)]
+start = time.perf_counter()
+index = INDEX_KINDS.create(SHARDED_IVF, dim=x.shape[1], metric=faiss.METRIC_INNER_PRODUCT,
+                           train=train, seed=0, nlist=nlist, quantizer=pointer["quantizer"])
+index.train(train)
+trained = time.perf_counter() - start
+start = time.perf_counter()
+index.add(x)
+added = time.perf_counter() - start
+print(json.dumps({"threads": faiss.omp_get_max_threads(), "read_s": read, "train_s": trained,
+                  "add_s": added, "seconds": read + trained + added,
+                  "add_us_per_row": 1e6 * added / len(x)}))
 """
 
 
@@ -158,8 +198,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 4_000_000, 16_000_000])
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--part-rows", type=int, default=250_000)
-    parser.add_argument("--rows-per-shard", type=int, default=500_000)
+    parser.add_argument("--rows-per-shard", type=int, default=0, help="0: the build's default")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quantizer", default="auto", choices=["auto", "flat", "hnsw"])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -175,7 +216,11 @@ def main(argv: list[str] | None = None) -> dict:
             np.save(Path(tmp, "q.npy"), queries)
             np.save(Path(tmp, "truth.npy"), exact_ids(root, queries, K))
             prepared = time.perf_counter() - start
-            build = run(BUILD, root, str(args.workers), str(args.rows_per_shard), "v1")
+            shards = str(args.rows_per_shard)
+            build = run(BUILD, root, str(args.workers), shards, "v1", args.quantizer)
+            if not runs:  # the same version, nlist, sample and quantizer, faiss alone
+                build["baseline"] = run(BASELINE, root, "v1")
+                build["over_baseline"] = build["build_seconds"] / build["baseline"]["seconds"]
             search = run(SEARCH, root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy")), "v1")
             index_dir = Path(root, "bench", "_index", "v1")
             disk = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
@@ -184,6 +229,8 @@ def main(argv: list[str] | None = None) -> dict:
                     "rows": rows,
                     **build,
                     "build_us_per_row": 1e6 * build["build_seconds"] / rows,
+                    "add_us_per_row": 1e6 * build["phases_s"]["add"] / rows,
+                    "add_us_per_row_task": 1e6 * build["phases_s"]["add"] * args.workers / rows,
                     **search,
                     "index_disk_mb": disk / 2**20,
                     "prepare_seconds": prepared,
@@ -197,11 +244,15 @@ def main(argv: list[str] | None = None) -> dict:
         "width": args.width,
         "workers": args.workers,
         "part_rows": args.part_rows,
-        "rows_per_shard": args.rows_per_shard,
+        "rows_per_shard": args.rows_per_shard or "default",
+        "quantizer": args.quantizer,
         "runs": runs,
+        "build_over_single_process_faiss": small["over_baseline"],
         "largest_over_smallest": {
             "rows_ratio": large["rows"] / small["rows"],
             "us_per_row_ratio": large["build_us_per_row"] / small["build_us_per_row"],
+            "add_us_per_row_ratio": large["add_us_per_row"] / small["add_us_per_row"],
+            "quantizers": [r["quantizer"] for r in runs],
             "driver_peak_rss_ratio": large["driver_peak_rss_mb"] / small["driver_peak_rss_mb"],
             "driver_rss_above_baseline_mb": [
                 r["driver_peak_rss_mb"] - r["driver_baseline_rss_mb"] for r in runs

@@ -38,7 +38,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raycompat.index.distances import get_distance
-from raycompat.index.search import INDEX_KINDS, SHARDED_IVF, resolve_gpu, stdout_to_stderr
+from raycompat.index.search import (
+    INDEX_KINDS,
+    SHARDED_IVF,
+    quantizer_ef,
+    resolve_gpu,
+    stdout_to_stderr,
+)
 from raycompat.store.errors import CorruptIndexError, ManifestError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
@@ -185,8 +191,9 @@ def iter_shard_vectors(
             for batch, offset in batches:
                 validate_values(batch, info, source, offset)
                 flat = batch.column("embedding").flatten().to_numpy()
-                x = flat.astype(np.float32).reshape(-1, info.width)  # float16 versions too
-                yield np.ascontiguousarray(dist.prepare(x, "gallery").numpy(), np.float32)
+                x = flat.astype(np.float32, copy=False).reshape(-1, info.width)  # float16 too
+                # NumPy, not torch: a worker of the build never imports torch (~3 s a process)
+                yield np.ascontiguousarray(dist.prepare_numpy(x, "gallery"), np.float32)
 
 
 def sample_shard(ctx: ShardContext, shard: Shard, rows: np.ndarray) -> np.ndarray:
@@ -219,32 +226,54 @@ def read_sample(store: GalleryStore, paths: list[str]) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def train_template(
-    ctx: ShardContext, samples: list[str], nlist: int, nprobe: int, seed: int, use_gpu
-) -> dict:
+@dataclass(frozen=True)
+class Training:
+    """What the k-means task trains: ``nlist`` lists (``quantizer``: ``"flat"`` or ``"hnsw"``,
+    resolved by the driver), default ``nprobe``, ``seed``, ``use_gpu``, and ``threads``: faiss
+    threads of the task (the node's CPUs it reserved; None: the task's share)."""
+
+    nlist: int
+    nprobe: int
+    seed: int
+    use_gpu: bool | str
+    quantizer: str = "flat"
+    threads: int | None = None
+
+
+def train_template(ctx: ShardContext, samples: list[str], training: Training) -> dict:
     """A task: k-means on the sample files, the trained empty IVF saved as the build's template;
-    returns its record. It runs where the runner puts it, so the driver never holds the sample
-    (``64 nlist`` rows: 4.3 GB at 10^9 rows of 256-d); GPU k-means when faiss sees a GPU there
-    and ``use_gpu`` allows it."""
+    returns its record (with the quantizer it holds). It runs where the runner puts it, so the
+    driver never holds the sample (``64 nlist`` rows: 4.3 GB at 10^9 rows of 256-d); GPU k-means
+    when faiss sees a GPU there and ``use_gpu`` allows it, else on ``training.threads`` threads."""
     store = ctx.open()
-    train = read_sample(store, samples)
-    index = INDEX_KINDS.create(
-        SHARDED_IVF,
-        dim=ctx.info.width,
-        metric=get_distance(ctx.distance).faiss_metric,
-        train=train,
-        seed=seed,
-        nlist=nlist,
-    )
-    index.nprobe = nprobe
-    if resolve_gpu(use_gpu):  # GPU k-means: assignment on the GPU, centroids kept on the CPU
-        index.clustering_index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(ctx.info.width))
-    index.train(train)
-    index.clustering_index = None
+    before = faiss.omp_get_max_threads()
+    if training.threads:
+        faiss.omp_set_num_threads(training.threads)
+    try:
+        train = read_sample(store, samples)
+        index = INDEX_KINDS.create(
+            SHARDED_IVF,
+            dim=ctx.info.width,
+            metric=get_distance(ctx.distance).faiss_metric,
+            train=train,
+            seed=training.seed,
+            nlist=training.nlist,
+            quantizer=training.quantizer,
+        )
+        index.nprobe = training.nprobe
+        if resolve_gpu(training.use_gpu):  # GPU k-means: assignment there, centroids on the CPU
+            width = ctx.info.width
+            index.clustering_index = faiss.index_cpu_to_all_gpus(faiss.IndexFlatL2(width))
+        index.train(train)
+        index.clustering_index = None
+    finally:
+        faiss.omp_set_num_threads(before)
     with workdir(store, ctx) as work:
         local = os.path.join(work, TEMPLATE)
         faiss.write_index(index, local)
-        record = {**file_record(local), "nlist": nlist, "train_rows": int(len(train))}
+        record = {**file_record(local), "nlist": training.nlist, "train_rows": int(len(train))}
+        if training.quantizer != "flat":  # a flat template's record is as it always was
+            record["quantizer"] = training.quantizer
         put(store, local, ctx.path(store, TEMPLATE))
     return record
 
@@ -362,9 +391,11 @@ def merge_shards(ctx: ShardContext, shards: list[Shard], template_sha256: str) -
         lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
         lists.filename = "index.ivfdata"
         faiss.write_index(index, os.path.join(work, "index.faiss"))
+        meta = {"distance": ctx.distance, "kind": SHARDED_IVF}
+        if quantizer_ef(index) is not None:  # a flat build's file is as it always was
+            meta["quantizer"] = "hnsw"
         del index, lists
         shutil.rmtree(os.path.join(work, SHARDS_DIR))
-        meta = {"distance": ctx.distance, "kind": SHARDED_IVF}
         Path(work, "index.faiss.json").write_text(json.dumps(meta))
         id_rows = write_ids(
             store, ctx, os.path.join(work, "ids.parquet"), os.path.join(work, "ids.arrow")

@@ -6,15 +6,29 @@
 
 The index (``kind="sharded_ivf"``) is an IVF-Flat: a coarse quantizer of ``nlist`` centroids and
 one inverted list of full vectors per centroid, labelled with their row numbers in the version.
+The coarse quantizer (``quantizer=``, :func:`raycompat.index.search.ivf_quantizer`) is exact
+(``"flat"``: assigning a row costs ``nlist d``) below ``HNSW_MIN_NLIST`` = 16384 lists and, from
+there (``"auto"``), an HNSW graph (M = 32) over the same k-means centroids: faiss'
+``IVF{nlist}_HNSW32`` of the wiki's "Indexing 1G vectors", whose cost per row grows as
+``log nlist``. 16384 is where HNSW assignment (efSearch 16) got faster than flat per added row on
+this machine (1 thread, d = 32: benchmarks/ivf_quantizer.py) at the same recall@10; a search
+raises the graph's efSearch to ``nprobe`` (it must find ``nprobe`` lists; with fewer, recall
+drops). ``"flat"`` or ``"hnsw"`` forces one. The template's record, the pointer and
+``index.faiss.json`` name an HNSW quantizer; a flat build's files, identity and folder name are
+as before, and both load and merge (``merge_ondisk``) alike.
 
 1. **Plan** (driver, O(parts), :func:`plan_build` -> :class:`BuildPlan`, nothing written): the
-   part files' footers give their rows; consecutive parts are grouped into shards of about
-   ``rows_per_shard`` rows (default: 256 MiB of vectors, ``SHARD_BYTES / (4 d + 8)``). Shards
-   never split a part file.
+   part files' footers give their rows; consecutive parts are grouped into shards. Without
+   ``rows_per_shard``, :func:`default_shards`: enough that none holds more than 256 MiB of
+   vectors (``SHARD_BYTES / (4 d + 8)`` rows), at least one per worker of the runner
+   (``runner.workers``), rounded up to whole waves of workers, each about ``N / shards`` rows;
+   with it, shards of at least ``rows_per_shard`` rows. Shards never split a part file.
 2. **Train** (tasks): a seeded sample of rows is read by one task per shard into the build
    folder (``_sample/``), and one task trains the quantizer on it with faiss' k-means, on the
-   GPU when faiss sees one where the task runs (``faiss.get_num_gpus() > 0``), else on the CPU;
-   the sample files are removed once the template is saved.
+   GPU when the runner has one (it reserves it; faiss uses it when it sees it there), else on a
+   whole node's CPUs (``runner.node_cpus()``, reserved, and as many faiss OpenMP threads; the
+   add tasks keep their per-worker share); the sample files are removed once the template is
+   saved.
    ``nlist = raycompat.index.search.ivf_nlist(N)``: the next power of two of ``4 sqrt(N)``, at most
    65536 and at most ``N / 39`` (faiss wants at least 39 training points per centroid), at
    least 1. The sample is ``64 nlist`` rows (``train_size`` overrides), at most N. The
@@ -84,6 +98,7 @@ from raycompat.index.search import (
     check_use_gpu,
     ivf_nlist,
     ivf_nprobe,
+    ivf_quantizer,
     stdout_to_stderr,
 )
 from raycompat.index.shard_tasks import (
@@ -93,6 +108,7 @@ from raycompat.index.shard_tasks import (
     TEMPLATE,
     Shard,
     ShardContext,
+    Training,
     build_shard,
     file_record,
     local_copy,
@@ -119,17 +135,29 @@ VERIFY_MODES = ("auto", "full")
 
 
 def plan_shards(
-    store: GalleryStore, gallery: str, info: VersionInfo, rows_per_shard: int
+    store: GalleryStore,
+    gallery: str,
+    info: VersionInfo,
+    rows_per_shard: int | None = None,
+    shards: int | None = None,
 ) -> list[Shard]:
-    """Group the version's part files, in order, into shards of at least ``rows_per_shard`` rows
-    (the last may be smaller); rows counted from the footers."""
-    shards, files, counts, first = [], [], [], 0
+    """Group the version's part files, in order, into shards (never splitting a file; rows
+    counted from the footers): of at least ``rows_per_shard`` rows (the last may be smaller),
+    or else ``shards`` of about ``N / shards`` rows, a shard ending at the first file that
+    reaches its share (fewer when there are fewer files)."""
+
+    def full(done: int, rows: int, made: int) -> bool:
+        if rows_per_shard is not None:
+            return rows >= rows_per_shard
+        return (done + rows) * shards >= (made + 1) * info.rows
+
+    out, files, counts, first = [], [], [], 0
     for k, (rel, (path, source)) in enumerate(version_paths(store, gallery, info).items()):
         with store.open_file(info, path, source) as f:
             files.append(rel)
             counts.append(f.metadata.num_rows)
-        if sum(counts) >= rows_per_shard or k == len(info.files) - 1:
-            shards.append(Shard(len(shards), first, tuple(files), tuple(counts)))
+        if full(first, sum(counts), len(out)) or k == len(info.files) - 1:
+            out.append(Shard(len(out), first, tuple(files), tuple(counts)))
             first += sum(counts)
             files, counts = [], []
     if first != info.rows:
@@ -137,7 +165,16 @@ def plan_shards(
             f"{store.uri(gallery)}: version {info.version} record says {info.rows} rows, its "
             f"files hold {first}"
         )
-    return shards
+    return out
+
+
+def default_shards(rows: int, width: int, workers: int) -> int:
+    """Shards of a build without ``rows_per_shard``: enough that none holds more than
+    ``SHARD_BYTES`` of vectors, at least one per worker, and a multiple of ``workers`` (no
+    worker waits through a last, lone wave), at most one per row."""
+    by_size = -(-rows // max(1, SHARD_BYTES // (4 * width + 8)))
+    waves = -(-max(workers, by_size) // workers)
+    return max(1, min(rows, waves * workers))
 
 
 def sample_rows(rows: int, size: int, seed: int) -> np.ndarray:
@@ -207,6 +244,15 @@ def _training_gpus(runner: TaskRunner, use_gpu: bool | str) -> int:
     return 1 if available else 0
 
 
+def training_resources(runner: TaskRunner, use_gpu: bool | str) -> tuple[int, int | None]:
+    """``(gpus, cpus)`` the k-means task reserves: one GPU (and the task's CPU share: None)
+    when the runner has one and ``use_gpu`` allows it, else a whole node's CPUs
+    (``runner.node_cpus()``; None for a runner without that method: its share)."""
+    gpus = _training_gpus(runner, use_gpu)
+    node_cpus = getattr(runner, "node_cpus", None)
+    return gpus, (None if gpus or node_cpus is None else node_cpus())
+
+
 @dataclass(frozen=True)
 class BuildPlan:
     """A sharded build of ``ctx.info``, decided on the driver before any task runs.
@@ -217,6 +263,7 @@ class BuildPlan:
         identity: the version and parameters; ``_build.json`` records them with the shards,
             and their digest names the default build folder.
         nlist / nprobe / train_rows / seed: the IVF's lists, default probes, k-means sample.
+        quantizer: ``"flat"`` or ``"hnsw"`` (:func:`raycompat.index.search.ivf_quantizer`).
     """
 
     ctx: ShardContext
@@ -226,6 +273,7 @@ class BuildPlan:
     nprobe: int
     train_rows: int
     seed: int
+    quantizer: str = "flat"
 
     def pointer(self, files: dict) -> dict:
         """The pointer to publish, given the merged ``files``' records."""
@@ -236,6 +284,7 @@ class BuildPlan:
             "rows": self.ctx.info.rows,
             "nlist": self.nlist,
             "nprobe": self.nprobe,
+            "quantizer": self.quantizer,
             "shards": len(self.shards),
             "files": files,
         }
@@ -255,18 +304,25 @@ def plan_build(
     batch_size: int = 65536,
     seed: int = 0,
     build: str | None = None,
+    workers: int = 1,
+    quantizer: str = "auto",
 ) -> BuildPlan:
-    """The sizes (module docstring: ``nlist``, ``nprobe``, the sample), the shards (from the
-    part files' footers) and the build folder's name; nothing is written. ``threads``: faiss
-    threads per task (the runner's). Raises ``ValueError`` for an ``nlist`` out of range."""
+    """The sizes (module docstring: ``nlist``, ``nprobe``, the sample, the quantizer), the
+    shards (from the part files' footers; without ``rows_per_shard``, :func:`default_shards`
+    for ``workers`` tasks at a time) and the build folder's name; nothing is written.
+    ``threads``: faiss threads per task (the runner's). Raises ``ValueError`` for an ``nlist``
+    out of range or an unknown ``quantizer``."""
     nlist = int(nlist or ivf_nlist(info.rows))
     train_rows = min(info.rows, int(train_size or TRAIN_PER_LIST * nlist))
     if not 1 <= nlist <= train_rows:
         raise ValueError(f"{SHARDED_IVF}: nlist={nlist} must be in [1, {train_rows}] (train rows)")
     nprobe = int(nprobe or ivf_nprobe(nlist))
-    shards = plan_shards(
-        store, gallery, info, rows_per_shard or max(1, SHARD_BYTES // (4 * info.width + 8))
-    )
+    quantizer = ivf_quantizer(nlist, quantizer)
+    if rows_per_shard:
+        shards = plan_shards(store, gallery, info, rows_per_shard=rows_per_shard)
+    else:
+        count = default_shards(info.rows, info.width, workers)
+        shards = plan_shards(store, gallery, info, shards=count)
     identity = {
         "kind": SHARDED_IVF,
         "version": info.version,
@@ -279,11 +335,13 @@ def plan_build(
         "seed": seed,
         "faiss": faiss.__version__,
     }
+    if quantizer != "flat":  # a flat build keeps the folder name it always had
+        identity["quantizer"] = quantizer
     build = build or f"{SHARDED_IVF}-{_digest([identity, [asdict(s) for s in shards]])[:16]}"
     ctx = ShardContext(
         store.root, store.storage_options, gallery, info, build, dist.name, batch_size, threads
     )
-    return BuildPlan(ctx, shards, identity, nlist, nprobe, train_rows, seed)
+    return BuildPlan(ctx, shards, identity, nlist, nprobe, train_rows, seed, quantizer)
 
 
 def _template(store: GalleryStore, plan: BuildPlan, runner: TaskRunner, use_gpu: bool | str) -> str:
@@ -302,13 +360,24 @@ def _template(store: GalleryStore, plan: BuildPlan, runner: TaskRunner, use_gpu:
         mine = rows[(rows >= shard.first_row) & (rows < shard.first_row + shard.rows)]
         if len(mine):
             calls.append((ctx, shard, mine))
-    gpus = _training_gpus(runner, use_gpu)
+    gpus, cpus = training_resources(runner, use_gpu)
     samples = runner.map(write_sample, calls, name="index training sample")
-    train = (ctx, samples, plan.nlist, plan.nprobe, plan.seed, use_gpu if gpus else False)
-    [record] = runner.map(train_template, [train], name="index training", gpus=gpus)
+    training = Training(
+        plan.nlist, plan.nprobe, plan.seed, use_gpu if gpus else False, plan.quantizer, cpus
+    )
+    node = {"cpus": cpus} if cpus else {}  # a runner without node_cpus need not take cpus=
+    [record] = runner.map(
+        train_template, [(ctx, samples, training)], name="index training", gpus=gpus, **node
+    )
     store.backend.replace(record_path, json.dumps(record).encode())
     _remove_sample(store, ctx)
-    logger.info("trained %d lists on %d sampled rows", plan.nlist, record["train_rows"])
+    logger.info(
+        "trained %d lists (%s quantizer) on %d sampled rows with %s CPUs",
+        plan.nlist,
+        plan.quantizer,
+        record["train_rows"],
+        cpus or "the task's",
+    )
     return record["sha256"]
 
 
@@ -360,6 +429,7 @@ def build_sharded_index(
     use_gpu: bool | str = "auto",
     build: str | None = None,
     keep_shards: bool = True,
+    quantizer: str = "auto",
 ) -> dict:
     """Build (or resume) the sharded IVF index of ``info``; return the pointer to publish.
 
@@ -368,7 +438,10 @@ def build_sharded_index(
             Ray layer's ``RayTasks``.
         nlist / nprobe / train_size: default ``ivf_nlist(N)``, ``ivf_nprobe(nlist)``,
             ``64 nlist`` sampled rows (module docstring).
-        rows_per_shard: rows added by one task (default ``SHARD_BYTES / (4 d + 8)``).
+        rows_per_shard: rows added by one task (default: :func:`default_shards` shards, at
+            least one per worker of the runner, at most ``SHARD_BYTES`` of vectors each).
+        quantizer: the coarse quantizer, ``"flat"``, ``"hnsw"`` or ``"auto"`` (HNSW from
+            ``HNSW_MIN_NLIST`` lists on; module docstring).
         build: the build folder's name (default: a digest of the version and the parameters,
             so that a rerun resumes).
     """
@@ -386,6 +459,8 @@ def build_sharded_index(
         batch_size=batch_size,
         seed=seed,
         build=build,
+        workers=getattr(runner, "workers", 1),
+        quantizer=quantizer,
     )
     ctx = plan.ctx
     _record_plan(store, ctx, plan.identity, plan.shards)

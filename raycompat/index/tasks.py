@@ -44,11 +44,14 @@ class TaskRunner(Protocol):
         rows: Sequence[int] | None = None,
         skipped: int = 0,
         gpus: int = 0,
+        cpus: int | None = None,
     ) -> list[T]:
         """``[fn(*call) for call in calls]``, results in call order, wherever the runner puts
         each call. ``name`` labels log lines and errors; with ``rows`` (rows of each call)
         progress is logged, ``skipped`` rows counting as done by an earlier run; ``gpus``: GPUs
-        each call needs (the k-means task asks for one). A failed call raises."""
+        each call needs (the k-means task asks for one); ``cpus``: CPUs each call reserves
+        (None: the runner's per-task share; the k-means task asks for a whole node's,
+        ``node_cpus()``, when the runner has that method). A failed call raises."""
         ...
 
     def gpus_available(self) -> int:
@@ -72,10 +75,11 @@ class LocalTasks:
         rows: Sequence[int] | None = None,
         skipped: int = 0,
         gpus: int = 0,
+        cpus: int | None = None,
     ) -> list[T]:
         """``[fn(*call) for call in calls]``; with ``rows`` (rows of each call), progress is
-        logged per call, ``skipped`` rows counting as done by an earlier run. ``gpus``: what a
-        call needs; here the process's own GPUs serve it."""
+        logged per call, ``skipped`` rows counting as done by an earlier run. ``gpus``,
+        ``cpus``: what a call needs; here the process's own GPUs and CPUs serve it."""
         out, done, total = [], skipped, skipped + sum(rows or ())
         for k, call in enumerate(calls):
             out.append(fn(*call))

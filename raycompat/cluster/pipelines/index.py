@@ -7,9 +7,10 @@ The build itself (plan, training, resume, publishing) is the core's
 (:mod:`raycompat.index.sharded`); this runner, a :class:`raycompat.index.tasks.TaskRunner`,
 only decides where its task functions run:
 at most ``workers`` Ray tasks at a time, each reserving ``cpus_per_task`` CPUs and running faiss
-with as many threads. Results come back in call order; the add phase logs its progress
-(rows done, rows/s, ETA) with :class:`~raycompat.cluster.pipelines.progress.Progress` as shards
-finish.
+with as many threads, except the k-means task, which reserves a whole node's CPUs
+(:meth:`RayTasks.node_cpus`) or, when the cluster has one, a GPU. Results come back in call
+order; the add phase logs its progress (rows done, rows/s, ETA) with
+:class:`~raycompat.cluster.pipelines.progress.Progress` as shards finish.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ class RayTasks:
         """GPUs in the Ray cluster: the k-means task asks for one when there is any."""
         return int(ray.cluster_resources().get("GPU", 0))
 
+    def node_cpus(self) -> int:
+        """CPUs of the cluster's largest live node: what the k-means task reserves (and the
+        faiss threads it runs), so it is placed on a whole node."""
+        cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+        return max(1, int(max(cpus, default=1)))
+
+    def task_options(self, gpus: int = 0, cpus: int | None = None) -> dict:
+        """The Ray resources of a call: ``cpus`` (None: ``cpus_per_task``) and ``gpus``."""
+        return {"num_cpus": cpus or self.threads, "num_gpus": gpus}
+
     def map(
         self,
         fn: Callable[..., T],
@@ -56,15 +67,16 @@ class RayTasks:
         rows: Sequence[int] | None = None,
         skipped: int = 0,
         gpus: int = 0,
+        cpus: int | None = None,
     ) -> list[T]:
         """``[fn(*call) for call in calls]``, run as Ray tasks; with ``rows`` (rows of each
         call) progress is logged, ``skipped`` rows counting as done by an earlier run; each
-        task reserves ``gpus`` GPUs (the index's k-means task asks for one).
+        task reserves ``gpus`` GPUs and ``cpus`` CPUs (:meth:`task_options`).
 
         Raises:
             PipelineError: a task failed; the message is the task's own error line.
         """
-        task = ray.remote(num_cpus=self.threads, num_gpus=gpus)(fn)
+        task = ray.remote(**self.task_options(gpus, cpus))(fn)
         progress = None
         if rows is not None:
             progress = Progress(name, skipped + sum(rows), skipped, self.progress_every_s)
