@@ -101,6 +101,27 @@ def test_reaper_removes_a_dead_controllers_group_and_a_released_watch_touches_no
     remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(group_id)))
 
 
+def wait_for_free_cpus(ray, timeout_s: float = 120.0) -> None:
+    """Every CPU of the session's Ray free, or a failure naming what still holds them. The
+    sweep below needs all of them for each trial; an earlier test's actors or placement groups
+    still being torn down would otherwise make its third trial wait for a worker until the
+    faulthandler's 600 s (which ends the whole session without a report)."""
+    total = ray.cluster_resources().get("CPU", 0)
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("CPU", 0) < total:
+        if time.monotonic() > deadline:
+            from ray.util import placement_group_table
+
+            held = {
+                g: t["state"] for g, t in placement_group_table().items() if t["state"] != "REMOVED"
+            }
+            pytest.fail(
+                f"{ray.available_resources().get('CPU', 0)} of {total} CPUs free after "
+                f"{timeout_s:.0f} s; live placement groups: {held}"
+            )
+        time.sleep(0.5)
+
+
 def load_tune_job():
     spec = importlib.util.spec_from_file_location("tune_job", ROOT / "jobs" / "tune.py")
     job = importlib.util.module_from_spec(spec)
@@ -119,6 +140,7 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
     model, digits 0-4) for two epochs: the stop comes after the first, while its trainer runs."""
     from ray.util import placement_group_table
 
+    wait_for_free_cpus(ray_local)
     before = set(placement_group_table())
     overrides = [
         "data.options={per_class: 40}",
