@@ -68,7 +68,7 @@ def check_weight_files(cfg: TrainConfig, prefix: str = "") -> None:
         named.append(("scenario.old_model.checkpoint", old.checkpoint))
     named = [(key, uri) for key, uri in named if uri]
     if named:
-        from raycompat.io.files import check_uri  # the I/O layer (pyarrow, fsspec), not torch
+        from raycompat.io.uri import check_uri  # the I/O layer (pyarrow, fsspec), not torch
 
         for key, uri in named:
             check_uri(uri, prefix + key)

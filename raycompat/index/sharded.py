@@ -365,9 +365,8 @@ def _template(store: GalleryStore, plan: BuildPlan, runner: TaskRunner, use_gpu:
     training = Training(
         plan.nlist, plan.nprobe, plan.seed, use_gpu if gpus else False, plan.quantizer, cpus
     )
-    node = {"cpus": cpus} if cpus else {}  # a runner without node_cpus need not take cpus=
     [record] = runner.map(
-        train_template, [(ctx, samples, training)], name="index training", gpus=gpus, **node
+        train_template, [(ctx, samples, training)], name="index training", gpus=gpus, cpus=cpus
     )
     store.backend.replace(record_path, json.dumps(record).encode())
     _remove_sample(store, ctx)

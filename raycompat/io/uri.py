@@ -6,7 +6,9 @@ into ``(pyarrow FileSystem, path)``; :func:`fsspec_filesystem` is its fsspec for
 backends (:mod:`raycompat.io.filesystems`), training runs (:mod:`raycompat.io.run_storage`),
 Tune sweeps and weight files (:mod:`raycompat.io.weights`) all come through them, and the
 options pass through :func:`~raycompat.io.credentials.accept_storage_options` on the way
-(``<redacted>`` markers dropped, credentials registered for scrubbing).
+(``<redacted>`` markers dropped, credentials registered for scrubbing). :func:`open_uri` opens
+one file by URI, and :func:`check_uri` is what a config check calls on a weights path before any
+cluster time (:func:`raycompat.config.checks.check_weight_files`): no torch on the way.
 
 Bulk I/O on S3 uses pyarrow's native ``S3FileSystem`` by default (``bulk_io="native"``;
 ``benchmarks/store_io.py`` measured it faster than s3fs behind ``FSSpecHandler``; see
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 import pyarrow.fs as pafs
 
@@ -126,3 +128,39 @@ def _s3_bulk(options: dict, bulk_io: str) -> pafs.FileSystem:
             region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
             return pafs.S3FileSystem(**{"region": region, **native} if region else native)
     return pafs.PyFileSystem(pafs.FSSpecHandler(s3fs_filesystem(options)))
+
+
+def open_uri(uri: str, mode: str = "rb", storage_options: dict | None = None) -> IO[Any]:
+    """Open ``uri`` (local path, ``file://``, ``s3://bucket/key``, ...) and return the open file.
+
+    Raises ``FileNotFoundError`` naming ``uri`` when nothing is there and ``PermissionError``
+    naming it when the store refuses the credentials.
+    """
+    uri = str(uri)
+    try:
+        fs, path = fsspec_filesystem(uri, storage_options)  # "<redacted>" entries dropped
+        return fs.open(path, mode)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"no file at {uri!r} ({err})") from err
+    except PermissionError as err:
+        raise PermissionError(
+            f"access denied to {uri!r} ({err}): check the credentials for this bucket "
+            "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or storage_options key/secret) and "
+            "the endpoint_url in storage_options client_kwargs"
+        ) from err
+
+
+def check_uri(uri: str, key: str) -> None:
+    """Fail before any cluster time when ``uri`` (the value of config ``key``) cannot be opened:
+    one ``ConfigError`` naming the key, the path and what to do (no download, no retries)."""
+    from raycompat.config import ConfigError
+
+    try:
+        open_uri(uri).close()
+    except (FileNotFoundError, IsADirectoryError) as err:
+        raise ConfigError(
+            f"{key}: {err}; give the path of a local or s3:// weights file (nothing is "
+            "downloaded at run time)"
+        ) from None
+    except PermissionError as err:
+        raise ConfigError(f"{key}: {err}") from None
