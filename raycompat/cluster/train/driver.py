@@ -3,9 +3,11 @@
 ``run_training(cfg)`` checks everything it can before any worker starts (dataset present, class
 counts fit K, an old checkpoint's width, replacement heads), then for each step of the scenario
 builds a Ray Train V2 ``TorchTrainer`` whose run is named after the step and stored under
-``<storage_path>/<run name>/``. After a step it picks the checkpoint (the last epoch, or the
-CoReS model-selection winner), adds the model's row to the compatibility matrix from the stored
-test features, and records both in ``state.json``.
+``<storage_path>/<run name>/`` (a step that trains nothing, such as a given old model, is
+evaluated by one Ray task instead: :mod:`raycompat.cluster.train.evaluate`). After a step it
+picks the checkpoint (the last epoch, or the CoReS model-selection winner), adds the model's
+row to the compatibility matrix from the stored test features, and records both in
+``state.json``.
 
 Running the same command again resumes: finished steps are read back from ``state.json``, and an
 interrupted step's trainer restores its latest checkpoint (same run name and storage path).
@@ -29,6 +31,7 @@ from ray.train.torch import TorchTrainer
 from raycompat.cluster.console import train_logging_config
 from raycompat.cluster.train import guard
 from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog
+from raycompat.cluster.train.evaluate import evaluate_step
 from raycompat.cluster.train.loop import scaling_config, train_loop_per_worker
 from raycompat.config import ConfigError, dump_config
 from raycompat.config.train import TrainConfig
@@ -256,6 +259,9 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
             checkpoint = ray.train.Checkpoint(done["checkpoint"], filesystem=fs)
             chosen = done["metrics"]
             log.info("%s: already trained (%s), skipping", plan.name, done["checkpoint"])
+        elif not plan.epochs:  # nothing to train: one task evaluates the given model
+            parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
+            checkpoint, chosen = evaluate_step(cfg, plans, index, parent, fs, run_path)
         else:
             parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
             trainer = make_trainer(

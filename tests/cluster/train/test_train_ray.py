@@ -337,7 +337,18 @@ def test_runs_stored_on_s3(s3_runs, two_model_s3_run):
     fs = s3fs.S3FileSystem(**options)
     summary = json.loads(fs.cat(f"{bucket}/runs/nifcl/summary.json"))
     assert summary["matrix"] == result.matrix.as_array().tolist()
-    assert fs.ls(f"{bucket}/runs/nifcl/step_1")
+    # The given model trains nothing: one task evaluated it (no Ray Train run), once.
+    given = f"{bucket}/runs/nifcl/step_1/checkpoint_evaluated"
+    assert result.checkpoints["step_1"].path == given
+    assert {p.rsplit("/", 1)[1] for p in fs.ls(given)} - {""} == {
+        "model.safetensors",
+        "model.json",
+        "metrics.json",
+        "val_features.npy",
+        "test_features.npy",
+    }
+    lines = [json.loads(x) for x in fs.cat(f"{bucket}/runs/nifcl/metrics.jsonl").splitlines()]
+    assert [(x["step"], x["epoch"]) for x in lines] == [("step_1", 0), ("step_2", 0)]
 
 
 def test_jobs_train_main_runs_a_config_file_with_overrides(cl2r_job_run):
