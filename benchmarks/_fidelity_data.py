@@ -56,8 +56,15 @@ def _split(labels: np.ndarray, rows: np.ndarray, fraction: float, seed: int):
     return rows[train], rows[held]
 
 
-def _protocol(images, labels, train_rows, held_rows, test_rows, steps, outputs, spec, backbone):
+def _protocol(images, labels, train_rows, held_rows, test_rows, steps, outputs, spec, backbone,
+              standardize: bool = False):
+    """``standardize``: models see their input standardised by the training images' mean and
+    standard deviation (one number each, drawn from no evaluation image)."""
     closed = held_rows[labels[held_rows] < steps[0]]
+    stats = {}
+    if standardize:
+        stats = {"input_mean": images[train_rows].mean().item(),
+                 "input_std": images[train_rows].std().item()}
     train = TrainData(
         images=images[train_rows],
         labels=torch.from_numpy(labels[train_rows]),
@@ -66,6 +73,7 @@ def _protocol(images, labels, train_rows, held_rows, test_rows, steps, outputs, 
         backbone="lenetpp",
         backbone_kwargs=backbone,
         embed_dim=spec.embed_dim or outputs - 1,
+        **stats,
     )
     n_test = len(np.unique(labels[test_rows]))
     evals = {
@@ -106,7 +114,8 @@ def mnist5k(spec, seed: int) -> Protocol:
 def synthetic(spec, seed: int) -> Protocol:
     """Seeded synthetic identities (``raycompat.data.synthetic``), grey ``image_size`` squares:
     step t trains on identities ``0..steps[t]-1``; ``test_identities`` more are never trained
-    on. The identities themselves are drawn from the seed."""
+    on. The identities themselves are drawn from the seed. Models standardise their input
+    (``standardize_inputs``): these images sit around 0.5, where LeNet++ does not train."""
     check_steps(spec.steps, "synthetic")
     total = spec.steps[-1] + spec.test_identities
     dataset = SyntheticIdentities(
@@ -121,4 +130,4 @@ def synthetic(spec, seed: int) -> Protocol:
     test_rows = rows[labels >= spec.steps[-1]]
     backbone = {"image_size": spec.image_size}
     return _protocol(images, labels, train_rows, held_rows, test_rows, spec.steps,
-                     spec.num_outputs or spec.steps[-1], spec, backbone)
+                     spec.num_outputs or spec.steps[-1], spec, backbone, spec.standardize_inputs)

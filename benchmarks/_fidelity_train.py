@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from raycompat.backfill import UncertainTransformation, fit_uncertain_transformation
 from raycompat.backfill.fit import FitRecipe, training_rows
@@ -54,6 +55,9 @@ class TrainData:
     backbone: str
     backbone_kwargs: dict
     embed_dim: int  # of the learnable-head models; fixed heads take num_outputs - 1
+    # models see (x - input_mean) / input_std (0 and 1: the images as they are)
+    input_mean: float = 0.0
+    input_std: float = 1.0
 
     def step_rows(self, step: int) -> torch.Tensor:
         return torch.nonzero(self.labels < self.steps[step]).squeeze(1)
@@ -66,21 +70,42 @@ class Optim:
     lr: float
 
 
+class StandardizedInput(nn.Module):
+    """A backbone that first standardises its input, ``(x - mean) / std`` (torchvision's
+    ``Normalize`` with constants): images in (0, 1) centred on 0.5 leave LeNet++ at chance for
+    epochs (docs/fidelity.md, "Sizing the synthetic protocol")."""
+
+    def __init__(self, backbone: nn.Module, mean: float, std: float) -> None:
+        super().__init__()
+        self.inner, self.mean, self.std = backbone, mean, std
+        self.embed_dim = backbone.embed_dim
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner.forward_features((x - self.mean) / self.std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_features(x)
+
+
 def new_model(method_name: str, seed: int, data: TrainData) -> CompatModel:
     """A fresh model for ``method_name`` drawn from ``seed``: a fixed d-Simplex head when the
-    method needs one (width ``num_outputs - 1``), else a learnable linear head."""
+    method needs one (width ``num_outputs - 1``), else a learnable linear head; its backbone
+    standardises the input when ``data`` says so."""
     torch.manual_seed(seed)
     if METHODS.get(method_name).fixed_head:
         head, width = "dsimplex", None
     else:
         head, width = "linear", data.embed_dim
-    return create_model(
+    model = create_model(
         data.backbone,
         head,
         num_classes=data.num_outputs,
         embed_dim=width,
         backbone_kwargs=data.backbone_kwargs,
     )
+    if (data.input_mean, data.input_std) != (0.0, 1.0):
+        model.backbone = StandardizedInput(model.backbone, data.input_mean, data.input_std)
+    return model
 
 
 def _behaviour(method: CompatibilityMethod) -> str:

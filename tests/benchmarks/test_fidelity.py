@@ -168,6 +168,39 @@ def test_identical_computations_train_once(bench, request):
     assert trainer.trained == 5
 
 
+def test_synthetic_models_see_standardised_input(bench):
+    """The synthetic protocol's models standardise their input by the training images' mean and
+    sd (at 0.5-centred input LeNet++ stays at chance); a protocol that does not ask keeps the
+    plain backbone."""
+    import dataclasses
+
+    import torch
+
+    main, train = bench["main"], bench["train"]
+    spec = main.SyntheticSpec(steps=[4, 6], test_identities=3, images_per_class=4, image_size=8)
+    data = main.PROTOCOLS.get("synthetic")(spec, 0).train
+    assert data.input_mean == pytest.approx(data.images.mean().item())
+    assert data.input_std == pytest.approx(data.images.std().item())
+    model = train.new_model("independent", 0, data)
+    x = data.images[:3]
+    with torch.no_grad():
+        expected = model.backbone.inner.forward_features((x - data.input_mean) / data.input_std)
+        assert torch.allclose(model.forward_features(x), expected)
+    plain = dataclasses.replace(data, input_mean=0.0, input_std=1.0)
+    assert not isinstance(train.new_model("independent", 0, plain).backbone,
+                          train.StandardizedInput)
+
+
+def test_a_protocol_sets_its_own_batch_and_lr(bench):
+    main = bench["main"]
+    cfg = main.FidelityConfig()
+    assert main.optim(cfg, "mnist5k") == bench["train"].Optim(2, 64, 2e-3)  # the demo's
+    assert cfg.synthetic.lr != cfg.lr  # the global 2e-3 does not train there
+    assert main.optim(cfg, "synthetic") == bench["train"].Optim(3, 64, cfg.synthetic.lr)
+    cfg.synthetic.lr, cfg.synthetic.batch_size = None, 32
+    assert main.optim(cfg, "synthetic") == bench["train"].Optim(3, 32, cfg.lr)
+
+
 def test_unknown_method_is_refused(bench):
     from raycompat.config import ConfigError
 
