@@ -255,15 +255,14 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     checkpoints, metrics = {}, {}
     for index, plan in enumerate(plans):
         done = state["steps"].get(plan.name)
+        parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
         if done is not None:
             checkpoint = ray.train.Checkpoint(done["checkpoint"], filesystem=fs)
             chosen = done["metrics"]
             log.info("%s: already trained (%s), skipping", plan.name, done["checkpoint"])
         elif not plan.epochs:  # nothing to train: one task evaluates the given model
-            parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
             checkpoint, chosen = evaluate_step(cfg, plans, index, parent, fs, run_path)
         else:
-            parent = checkpoints[plans[plan.parent].name] if plan.parent is not None else None
             trainer = make_trainer(
                 cfg,
                 plans,

@@ -19,7 +19,6 @@ added by a Tune sweep do not see this step (it reports no epoch to Tune).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -96,7 +95,5 @@ def _replace(fs: pafs.FileSystem, local: str, destination: str) -> None:
     (this run's own folder: a rerun of an interrupted step writes it again)."""
     if fs.get_file_info(destination).type != pafs.FileType.NotFound:
         fs.delete_dir(destination)
-    fs.create_dir(destination, recursive=True)
-    for name in os.listdir(local):
-        with open(os.path.join(local, name), "rb") as src:
-            storage.write_bytes(fs, f"{destination}/{name}", src.read())
+    fs.create_dir(destination, recursive=True)  # local folders are not made by copy_files
+    pafs.copy_files(local, destination, pafs.LocalFileSystem(), fs)
