@@ -291,8 +291,7 @@ def verify_shard(ctx: ShardContext, shard: Shard, template_sha256: str) -> str |
     store = ctx.open()
     path, record_path = _shard_paths(store, ctx, shard)
     try:
-        with store.filesystem.open_input_stream(record_path) as handle:
-            record = json.loads(handle.read())
+        record = json.loads(store.backend.read(record_path))
         expected = {
             "shard": shard.number,
             "first_row": shard.first_row,

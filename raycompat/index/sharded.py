@@ -197,8 +197,7 @@ def _digest(obj: Any) -> str:
 
 def _read_json(store: GalleryStore, path: str) -> dict | None:
     try:
-        with store.filesystem.open_input_stream(path) as handle:
-            return json.loads(handle.read())
+        return json.loads(store.backend.read(path))
     except FileNotFoundError:
         return None
     except ValueError:

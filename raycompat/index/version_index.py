@@ -276,8 +276,7 @@ def _file_record(path: Path) -> dict:
 def _read_pointer(store: GalleryStore, path: str, gallery: str, version: str) -> dict:
     source = store.backend.uri(path)
     try:
-        with store.filesystem.open_input_stream(path) as handle:
-            pointer = json.loads(handle.read())
+        pointer = json.loads(store.backend.read(path))  # re-pointed in place: read it whole
         check_name("index build", pointer["build"])
         files = pointer.get("files")
         if files is not None:

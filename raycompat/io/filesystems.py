@@ -7,7 +7,8 @@ the same s3fs options as everyone's), with the small writes the manifest protoco
 what it wrote), ``replace_if`` (overwrite a file only if it is still the one this writer last
 wrote, by its stamp; never creates one; raises :class:`ChangedError` otherwise: the lease
 heartbeat's fencing) and ``replace`` (atomic overwrite, for index pointers and plans that are
-not fenced).
+not fenced), and ``read`` (a small record read whole, in one request, so that a concurrent
+overwrite is seen entirely or not at all).
 
 - Local: records are written to a temporary file, fsynced, then hard-linked to their name
   (``link`` fails if the name exists, atomically, on every POSIX filesystem) or ``os.replace``d.
@@ -17,7 +18,11 @@ not fenced).
 - S3: records go through s3fs ``pipe_file(mode="create")``, a single PutObject with
   ``If-None-Match: *`` (S3 conditional writes), and ``replace_if`` is a PutObject with
   ``If-Match: <ETag>`` (the stamp). pyarrow's native S3 client cannot send those headers, so
-  s3fs is needed for the records even when bulk I/O is native.
+  s3fs is needed for the records even when bulk I/O is native. A record that can be rewritten
+  (a lease, an index pointer) is read with one whole-object GET (``cat_file``): pyarrow's
+  native reader asks for the size first and then a byte range, so a heartbeat landing between
+  the two returns a torn record (measured on the moto server: about half of the reads of a
+  lease rewritten in a loop).
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class Backend:
     replace: Callable[[str, bytes], None]
     # ``replace_if(path, data, stamp) -> new stamp``: see the module docstring.
     replace_if: Callable[[str, bytes, Any], Any]
+    # ``read(path) -> bytes``: a small record, whole, as one write left it (FileNotFoundError
+    # if absent); for any file ``replace``/``replace_if`` may overwrite.
+    read: Callable[[str], bytes]
     # S3 only: a fresh HEAD of an object through s3fs (``size``, ``ETag``); pyarrow returns no
     # ETags. Adopted versions pin their external files by it (``external.py``).
     head: Callable[[str], dict] | None = None
@@ -85,6 +93,11 @@ def local_write(path: str, data: bytes, publish: Callable[[str, str], None]) -> 
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
+
+
+def local_read(path: str) -> bytes:
+    with open(path, "rb") as handle:  # os.replace swaps the inode: this one stays whole
+        return handle.read()
 
 
 def local_stamp(path: str) -> tuple:
@@ -137,6 +150,7 @@ def _local(*, path: str, options: dict, bulk_io: str) -> Backend:
         create_exclusive=lambda p, data: local_write(p, data, os.link),
         replace=lambda p, data: local_write(p, data, os.replace),
         replace_if=local_replace_if,
+        read=local_read,
     )
 
 
@@ -151,5 +165,6 @@ def _s3(*, path: str, options: dict, bulk_io: str) -> Backend:
         create_exclusive=lambda p, data: etag(s3.pipe_file(p, data, mode="create")),
         replace=lambda p, data: s3.pipe_file(p, data),
         replace_if=lambda p, data, stamp: s3_replace_if(s3, p, data, stamp),
+        read=lambda p: s3.cat_file(p),
         head=lambda p: s3.info(p, refresh=True),
     )

@@ -167,8 +167,7 @@ def read_newest(backend: Backend, lease_dir: str) -> LeaseRecord | None:
     found = newest(backend, lease_dir)
     if found is None:
         return None
-    with backend.filesystem.open_input_stream(found[1]) as handle:
-        return LeaseRecord.from_json(handle.read(), backend.uri(found[1]))
+    return LeaseRecord.from_json(backend.read(found[1]), backend.uri(found[1]))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -160,6 +162,36 @@ def test_heartbeats_keep_a_lease_alive_past_its_timeout(tmp_path):
         store.begin("g", info(), "job")
     staging.write_table(embedding_table(["a"], rows(1)), "p.parquet")
     assert staging.commit().rows == 1
+
+
+def test_a_lease_read_while_its_holder_beats_is_whole(where):
+    """A lease file is rewritten in place by each heartbeat. Every read of it, however it
+    interleaves with the rewrites, sees one beat whole: on S3 a size-then-range read returns a
+    torn record about half the time (CI failure of 2026-11-24), a single GET never does."""
+    store = GalleryStore(*where)
+    staging = store.begin("g", info(), "job", owner=LeaseOwner("j", "h", 1))
+    lease = staging.lease
+    beats, stop = [0], threading.Event()
+
+    def beat() -> None:  # as fast as storage allows; records differ in length beat to beat
+        while not stop.is_set():
+            lease.record = replace(lease.record, timeout_s=120 + 0.5 ** (beats[0] % 9))
+            lease.heartbeat()
+            beats[0] += 1
+
+    thread = threading.Thread(target=beat)
+    thread.start()
+    try:
+        deadline = time.time() + 20
+        reads = 0
+        while (reads < 100 or beats[0] < 50) and time.time() < deadline:
+            assert read_newest(store.backend, staging.lease_dir).token == lease.record.token
+            reads += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert beats[0] >= 30 and reads >= 100  # the reads overlapped many rewrites
+    staging.release()
 
 
 def test_a_writer_whose_lease_was_taken_over_writes_nothing(tmp_path):
