@@ -16,9 +16,12 @@ as its old model. The first model of a method that needs an old model is trained
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -123,16 +126,25 @@ class SequenceTrainer:
     Models that the same computation would produce twice (the first model of every
     learnable-head method; ``independent`` and ``fct``, which differ only in what is done with
     their models afterwards) are trained once and shared: :attr:`trained` counts the models
-    actually trained.
+    actually trained. With a ``cache`` folder they are shared across processes too (one folder
+    per protocol and seed): a trained model's weights are saved there under its key, and a
+    trainer that finds them loads them instead of training (:attr:`loaded`). Training is seeded
+    per model, never from process state, so a loaded model is the one training would give.
     """
 
     def __init__(
-        self, data: TrainData, optim: Optim, seed: int, options: dict | None = None
+        self,
+        data: TrainData,
+        optim: Optim,
+        seed: int,
+        options: dict | None = None,
+        cache: Path | None = None,
     ) -> None:
         self.data, self.optim, self.seed = data, optim, seed
         self.options = options or {}  # {method: its options}, else the registry's defaults
+        self.cache = cache
         self._models: dict[tuple, CompatModel] = {}
-        self.trained = 0
+        self.trained = self.loaded = 0
         self.train_seconds = 0.0
 
     def sequence(self, method_name: str) -> list[CompatModel]:
@@ -143,9 +155,35 @@ class SequenceTrainer:
             method, init = self._method(method_name, step, previous)
             key = (_behaviour(method), method.fixed_head, init, step, key)
             if key not in self._models:
+                self._models[key] = self._load(key, method_name, init, previous)
+            if self._models[key] is None:
                 self._models[key] = self._train(method, method_name, step, init, previous)
+                self._save(key, self._models[key])
             models.append(self._models[key])
         return models
+
+    def _cached(self, key: tuple) -> Path | None:
+        if self.cache is None:
+            return None
+        return self.cache / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:32]}.pt"
+
+    def _load(self, key: tuple, name: str, init: tuple, previous) -> CompatModel | None:
+        path = self._cached(key)
+        if path is None or not path.exists():
+            return None
+        model = copy.deepcopy(previous) if init[0] == "old" else new_model(name, init[1], self.data)
+        model.load_state_dict(torch.load(path, weights_only=True))
+        self.loaded += 1
+        return model.eval()
+
+    def _save(self, key: tuple, model: CompatModel) -> None:
+        path = self._cached(key)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save(model.state_dict(), tmp)
+        os.replace(tmp, path)  # whole or absent for a trainer in another process
 
     def _method(self, name: str, step: int, previous: CompatModel | None):
         """The step's method (with the previous model as its old model) and initialisation."""

@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -68,6 +69,13 @@ OVERHEAD = 1.3
 DEFAULT_METHODS = [
     "independent", "ift", "l2", "lwf", "bct", "cores", "dsimplex_hoc", "nifcl_avg", "nifcl_rw",
     "fct", "fct_side", "fastfill",
+]
+
+# About half of a seed's CPU each: the independent models, FCT's h, psi and the baselines;
+# then the methods that train with an old model of their own.
+GROUPS = [
+    ["independent", "fct", "fct_side", "fastfill", "ift", "l2", "lwf"],
+    ["bct", "cores", "dsimplex_hoc", "nifcl_avg", "nifcl_rw"],
 ]
 
 
@@ -113,10 +121,10 @@ class FCTBenchSpec:
     lr: float = bounded(5e-4, gt=0.0)
     warmup_epochs: int = bounded(2, ge=0)
     uncertainty_weight: float = bounded(1.0, ge=0.0)
-    random_orders: int = bounded(5, ge=1)
+    random_orders: int = bounded(3, ge=1)
     side_info: str = "simclr"
     side_dim: int = bounded(32, ge=1)
-    side_epochs: int = bounded(3, ge=1)
+    side_epochs: int = bounded(2, ge=1)
     side_lr: float = bounded(1e-3, gt=0.0)
     side_batch_size: int = bounded(128, ge=2)
     side_temperature: float = bounded(0.1, gt=0.0)
@@ -129,6 +137,10 @@ class FidelityConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     threads: int = bounded(1, ge=1)
     processes: int = bounded(2, ge=1)
+    # Each (protocol, seed) runs as one task per group, so that the processes finish together;
+    # a method in no group joins the last. Models two groups share are trained once when the
+    # group that trains them ran first (SequenceTrainer's cache), else once per group.
+    method_groups: list[list[str]] = field(default_factory=lambda: [list(g) for g in GROUPS])
     batch_size: int = bounded(64, ge=2)
     lr: float = bounded(2e-3, gt=0.0)
     # the upgrade demo's (configs/upgrade_mnist.yaml); other methods: the registry's defaults
@@ -157,6 +169,18 @@ def optim(cfg: FidelityConfig, name: str) -> Optim:
     return Optim(spec.epochs, spec.batch_size or cfg.batch_size, spec.lr or cfg.lr)
 
 
+def groups(cfg: FidelityConfig, methods: dict) -> list[dict]:
+    """``methods`` split by ``cfg.method_groups`` (in their order; empty groups dropped)."""
+    named = [name for group in cfg.method_groups for name in group]
+    unknown = sorted(set(named) - set(ENTRIES) - set(list_methods()))
+    if unknown:
+        raise ConfigError(f"method_groups: unknown {unknown}; valid: the methods' names")
+    out = [{name: methods[name] for name in group if name in methods}
+           for group in cfg.method_groups] or [{}]
+    out[-1].update({name: pair for name, pair in methods.items() if name not in named})
+    return [group for group in out if group]
+
+
 def entries(cfg: FidelityConfig) -> dict[str, tuple[str, str]]:
     """``{name: (training method, serving mode)}``; a registered method serves directly."""
     if not cfg.seeds:
@@ -175,9 +199,10 @@ def entries(cfg: FidelityConfig) -> dict[str, tuple[str, str]]:
 class SeedRun:
     """One protocol and seed: trains what the methods need, scores every evaluation set."""
 
-    def __init__(self, protocol: Protocol, optim: Optim, cfg: FidelityConfig, seed: int):
+    def __init__(self, protocol: Protocol, optim: Optim, cfg: FidelityConfig, seed: int,
+                 cache: Path | None = None):
         self.protocol, self.cfg, self.seed = protocol, cfg, seed
-        self.trainer = SequenceTrainer(protocol.train, optim, seed, cfg.method_options)
+        self.trainer = SequenceTrainer(protocol.train, optim, seed, cfg.method_options, cache)
         self._features: dict[tuple[int, str], np.ndarray] = {}
         self._fits: dict[str, Transformations] = {}
         self._upper: dict[str, list[float]] = {}
@@ -228,45 +253,53 @@ def save_served(path: Path, served) -> None:
     np.savez(path, labels=served.labels, **arrays)
 
 
-def run_seed(name: str, cfg: FidelityConfig, methods: dict, save: Path | None, seed: int) -> dict:
-    """One protocol and seed, start to end: every method's numbers per evaluation set, the
-    sets' descriptions and the seed's timing. Runs in its own process when ``processes > 1``."""
+def run_seed(name: str, cfg: FidelityConfig, methods: dict, save: Path | None, seed: int,
+             cache: Path | None = None) -> dict:
+    """One protocol and seed, start to end, for ``methods`` (a group of them): each method's
+    numbers per evaluation set, the sets' descriptions and the task's timing. Runs in its own
+    process when ``processes > 1``; ``cache``: the models shared with the seed's other groups."""
     torch.set_num_threads(cfg.threads)
     spec = getattr(cfg, name)
     start = time.perf_counter()
     protocol = PROTOCOLS.get(name)(spec, seed)
-    seed_run = SeedRun(protocol, optim(cfg, name), cfg, seed)
+    seed_run = SeedRun(protocol, optim(cfg, name), cfg, seed, cache)
     numbers: dict[str, dict] = {}
     for entry, (training, mode) in methods.items():
         where = None if save is None else save / name
         for split_name, values in seed_run.method(training, mode, where, entry).items():
             numbers.setdefault(split_name, {})[entry] = values
     seconds = time.perf_counter() - start
-    log.info("%s seed %d: %.0f s (%d models trained)", name, seed, seconds,
-             seed_run.trainer.trained)
+    log.info("%s seed %d, %s: %.0f s (%d models trained, %d loaded)", name, seed,
+             ", ".join(methods), seconds, seed_run.trainer.trained, seed_run.trainer.loaded)
     return {
         "protocol": name, "seed": seed, "numbers": numbers,
         "splits": {split_name: {"kind": split.kind, "description": split.description,
                                 "steps": list(protocol.train.steps)}
                    for split_name, split in protocol.evals.items()},
-        "timing": {"seed": seed, "seconds": seconds, "models_trained": seed_run.trainer.trained,
+        "timing": {"seed": seed, "methods": list(methods), "seconds": seconds,
+                   "models_trained": seed_run.trainer.trained,
+                   "models_loaded": seed_run.trainer.loaded,
                    "training_seconds": seed_run.trainer.train_seconds},
     }
 
 
 def run_seeds(cfg: FidelityConfig, methods: dict, save: Path | None) -> list[dict]:
-    """Every (protocol, seed) pair, in ``cfg.processes`` processes of ``cfg.threads`` torch
-    threads each (small convnets train faster as two 1-thread processes than as one 2-thread
-    one); the longest protocol's seeds are queued first. A pair's numbers do not depend on which
-    process ran it or when."""
-    tasks = [(name, seed) for name in cfg.protocols for seed in cfg.seeds]
-    if cfg.processes == 1 or len(tasks) == 1:
-        return [run_seed(name, cfg, methods, save, seed) for name, seed in tasks]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(cfg.processes, len(tasks)), mp_context=context,
-                             initializer=_worker_init, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(run_seed, name, cfg, methods, save, seed) for name, seed in tasks]
-        return [future.result() for future in futures]
+    """Every (protocol, seed, method group) task, in ``cfg.processes`` processes of
+    ``cfg.threads`` torch threads each (small convnets train faster as two 1-thread processes
+    than as one 2-thread one). The first group's tasks are queued first, the longest protocol's
+    seeds first, so the models the later groups share with it are usually trained by then. A
+    task's numbers do not depend on which process ran it, when, or what it found in the cache."""
+    with tempfile.TemporaryDirectory(prefix="fidelity-models-") as cache:
+        tasks = [(name, cfg, group, save, seed, Path(cache) / f"{name}-seed{seed}")
+                 for group in groups(cfg, methods) for name in cfg.protocols
+                 for seed in cfg.seeds]
+        if cfg.processes == 1 or len(tasks) == 1:
+            return [run_seed(*task) for task in tasks]
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(cfg.processes, len(tasks)), mp_context=context,
+                                 initializer=_worker_init, initargs=(os.getpid(),)) as pool:
+            futures = [pool.submit(run_seed, *task) for task in tasks]
+            return [future.result() for future in futures]
 
 
 def _worker_init(parent: int) -> None:
@@ -283,7 +316,8 @@ def _worker_init(parent: int) -> None:
 
 
 def collect(done: list[dict], methods: dict) -> dict:
-    """``{protocol/split: summary}`` from the pairs' results, seeds in the config's order."""
+    """``{protocol/split: summary}`` from the tasks' results, seeds and methods in the config's
+    order."""
     out: dict[str, dict] = {}
     for pair in done:
         for split_name, meta in pair["splits"].items():
@@ -296,6 +330,8 @@ def collect(done: list[dict], methods: dict) -> dict:
                     "training_method": methods[entry][0], "serving": methods[entry][1],
                     "runs": []})["runs"].append(values)
     for split in out.values():
+        split["methods"] = {entry: split["methods"][entry] for entry in methods
+                            if entry in split["methods"]}  # the config's order, not the groups'
         for entry in split["methods"].values():
             entry["summary"] = combine(entry["runs"], summary_leaf)
     return out

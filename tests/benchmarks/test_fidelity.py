@@ -168,6 +168,51 @@ def test_identical_computations_train_once(bench, request):
     assert trainer.trained == 5
 
 
+def test_a_model_trained_in_one_group_is_loaded_bit_for_bit_by_another(bench, request, tmp_path):
+    """Method groups share models through a cache folder: a second trainer (another process in
+    a run) loads what the first trained, and what it then trains from a loaded model equals what
+    the first trainer would have trained from its own."""
+    import torch
+
+    train = bench["train"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    data = train.TrainData(
+        images=torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(3)),
+        labels=torch.arange(8) % 4, steps=(2, 3, 4), num_outputs=4, backbone="lenetpp",
+        backbone_kwargs={"image_size": 8}, embed_dim=3,
+    )
+    optim = train.Optim(1, 4, 1e-3)
+    first = train.SequenceTrainer(data, optim, seed=0, cache=tmp_path)
+    first.sequence("independent")
+    alone = train.SequenceTrainer(data, optim, seed=0)  # no cache: trains everything itself
+    second = train.SequenceTrainer(data, optim, seed=0, cache=tmp_path)
+    lwf, lwf_alone = second.sequence("lwf"), alone.sequence("lwf")
+    assert (first.trained, first.loaded) == (3, 0)
+    assert (second.trained, second.loaded) == (2, 1)  # lwf's first model is independent's
+    for got, want in zip(lwf, lwf_alone, strict=True):
+        for (name, a), b in zip(got.state_dict().items(), want.state_dict().values(), strict=True):
+            assert torch.equal(a, b), name
+    assert len(list(tmp_path.glob("*.pt"))) == 5 and not list(tmp_path.glob("*.tmp"))
+
+
+def test_method_groups_split_the_methods_and_refuse_unknown_names(bench):
+    from raycompat.config import ConfigError
+
+    main = bench["main"]
+    cfg = main.FidelityConfig(methods=["independent", "bct", "fct", "lwf", "cores"],
+                              method_groups=[["bct", "fct"], ["independent"]])
+    parts = main.groups(cfg, main.entries(cfg))
+    assert [list(p) for p in parts] == [["bct", "fct"], ["independent", "lwf", "cores"]]
+    assert parts[0]["fct"] == ("fct", "fct")
+    default = main.groups(main.FidelityConfig(), main.entries(main.FidelityConfig()))
+    assert sorted(n for p in default for n in p) == sorted(main.DEFAULT_METHODS)
+    cfg.method_groups = [["bct", "bcx"]]
+    with pytest.raises(ConfigError, match="method_groups: unknown \\['bcx'\\]"):
+        main.groups(cfg, main.entries(cfg))
+
+
 def test_synthetic_models_see_standardised_input(bench):
     """The synthetic protocol's models standardise their input by the training images' mean and
     sd (at 0.5-centred input LeNet++ stays at chance); a protocol that does not ask keeps the
@@ -226,6 +271,10 @@ def test_quick_run_structure(quick):
     assert json.loads((out / "r.json").read_text()) == json.loads(json.dumps(result))
     assert {"cpu_count", "torch", "torch_threads"} <= set(result["machine"])
     assert result["timing"]["measured_s"] > 0
+    tasks = [t for ts in result["timing"]["protocols"].values() for t in ts]
+    assert sorted(sorted(t["methods"]) for t in tasks) == sorted(
+        [["bct", "cores"]] * 4 + [["fastfill", "fct", "fct_side", "independent"]] * 4)
+    assert sum(t["models_loaded"] for t in tasks) >= 1  # a group reused the first group's models
     names = [f"{p}/{s}" for p in ("mnist5k", "synthetic") for s in SPLITS]
     assert sorted(result["protocols"]) == sorted(names)
     text = (out / "r.md").read_text()
