@@ -57,15 +57,12 @@ def _evaluate(cfg, plans, index: int, parent, fs, destination: str) -> dict:
 
     from raycompat.cluster.console import set_log_level
     from raycompat.cluster.train.loop import ModelStep, open_step_data, step_model
-    from raycompat.cluster.train.worker import EpochTraining
+    from raycompat.cluster.train.worker import EpochTraining, prepare_model
     from raycompat.engine import StepGuard
-    from raycompat.parallel import create_strategy
-    from raycompat.train.schedule import optimizer_factory
 
     set_log_level()
     use_gpu = cfg.scaling.use_gpu and torch.cuda.is_available()
     device = torch.device("cuda" if use_gpu else "cpu")
-    torch.set_num_threads(max(1, int(cfg.scaling.cpus_per_worker)))
     work = Path(tempfile.mkdtemp(prefix="raycompat-evaluate-"))
     try:
         parent_dir = None
@@ -74,10 +71,7 @@ def _evaluate(cfg, plans, index: int, parent, fs, destination: str) -> dict:
             parent.to_directory(str(parent_dir))
         data = open_step_data(cfg, plans[index])
         model, method = step_model(cfg, plans, index, data, parent_dir, device)
-        precision = cfg.scaling.precision if device.type == "cuda" else "fp32"
-        prepared = create_strategy("ddp").setup(
-            model, optimizer_factory(cfg.optim), device, precision=precision
-        )
+        prepared = prepare_model(model, cfg, device, strategy="ddp")  # one process: plain
         step = ModelStep(cfg, plans, index, data, method, parent_dir, prepared, 0, 1)
         guard = StepGuard(None, 0, where=step.where)
         metrics = step.epoch_metrics(EpochTraining(0, time.perf_counter()), guard)

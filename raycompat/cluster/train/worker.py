@@ -123,16 +123,31 @@ def setup_worker(model: torch.nn.Module, cfg, channels_last: bool) -> tuple[Prep
     """Wrap ``model`` and ``cfg.optim``'s optimizer in ``cfg.scaling``'s strategy; returns
     ``(prepared, rank, world)``."""
     ctx = ray.train.get_context()
-    device = ray.train.torch.get_device()
+    prepared = prepare_model(model, cfg, ray.train.torch.get_device(), channels_last)
+    return prepared, ctx.get_world_rank(), ctx.get_world_size()
+
+
+def prepare_model(
+    model: torch.nn.Module,
+    cfg,
+    device: torch.device,
+    channels_last: bool = False,
+    strategy: str | None = None,
+) -> Prepared:
+    """``model`` and ``cfg.optim``'s optimizer wrapped on ``device`` in ``strategy`` (default
+    ``cfg.scaling``'s, with its options), at this worker's torch thread count. Shared by the
+    training workers and the task that evaluates an untrained step (``evaluate.py``)."""
     torch.set_num_threads(max(1, int(cfg.scaling.cpus_per_worker)))
-    prepared = create_strategy(cfg.scaling.strategy, **cfg.scaling.strategy_options).setup(
+    name, options = strategy, {}
+    if strategy is None:
+        name, options = cfg.scaling.strategy, cfg.scaling.strategy_options
+    return create_strategy(name, **options).setup(
         model,
         optimizer_factory(cfg.optim),
         device,
         precision=cfg.scaling.precision if device.type == "cuda" else "fp32",
         channels_last=channels_last and device.type == "cuda",
     )
-    return prepared, ctx.get_world_rank(), ctx.get_world_size()
 
 
 def resume(prepared: Prepared, where: str) -> tuple[int, int]:
