@@ -15,7 +15,9 @@ each in a fresh Python process:
   RSS (VmHWM: what the driver process ever held; ``ru_maxrss`` would carry the parent's peak
   across fork + exec), with the RSS after ``ray.init`` as the baseline. Ray's worker processes
   are not the driver and are not counted.
-- ``baseline`` (the smallest N only): what a user would write with faiss alone, in one process
+- ``baseline`` (the smallest N only, ``--repeats`` interleaved build + baseline pairs, each
+  build from scratch; the median build, the median baseline and the median of the pairs'
+  ratios are reported, with every pair): what a user would write with faiss alone, in one process
   on all threads: read the version into memory (``iter_batches``), train an IVF-Flat of the
   same ``nlist`` and quantizer on the same sampled rows, add every row. Reported: its seconds
   (read, train, add) and the build's time over it.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -193,6 +196,11 @@ def run(script: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def median_run(results: list[dict], key) -> dict:
+    """The result whose ``key`` is the median (the lower middle one of an even count)."""
+    return sorted(results, key=key)[(len(results) - 1) // 2]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 4_000_000, 16_000_000])
@@ -202,6 +210,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quantizer", default="auto", choices=["auto", "flat", "hnsw"])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="build + baseline pairs at the smallest N (medians reported)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -217,10 +227,21 @@ def main(argv: list[str] | None = None) -> dict:
             np.save(Path(tmp, "truth.npy"), exact_ids(root, queries, K))
             prepared = time.perf_counter() - start
             shards = str(args.rows_per_shard)
-            build = run(BUILD, root, str(args.workers), shards, "v1", args.quantizer)
-            if not runs:  # the same version, nlist, sample and quantizer, faiss alone
-                build["baseline"] = run(BASELINE, root, "v1")
-                build["over_baseline"] = build["build_seconds"] / build["baseline"]["seconds"]
+            builds, baselines = [], []
+            for k in range(args.repeats if not runs else 1):  # interleaved pairs, smallest N
+                if k:
+                    shutil.rmtree(Path(root, "bench", "_index"))  # a fresh build, not a resume
+                builds.append(run(BUILD, root, str(args.workers), shards, "v1", args.quantizer))
+                if not runs:  # the same version, nlist, sample and quantizer, faiss alone
+                    baselines.append(run(BASELINE, root, "v1"))
+            build = median_run(builds, lambda b: b["build_seconds"])
+            if baselines:
+                pairs = list(zip(builds, baselines, strict=True))
+                ratios = [b["build_seconds"] / f["seconds"] for b, f in pairs]
+                build["baseline"] = median_run(baselines, lambda f: f["seconds"])
+                build["over_baseline"] = float(np.median(ratios))
+                build["pairs"] = [{"build_s": b["build_seconds"], "baseline_s": f["seconds"],
+                                   "ratio": b["build_seconds"] / f["seconds"]} for b, f in pairs]
             search = run(SEARCH, root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy")), "v1")
             index_dir = Path(root, "bench", "_index", "v1")
             disk = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
