@@ -155,10 +155,11 @@ class SequenceTrainer:
             method, init = self._method(method_name, step, previous)
             key = (_behaviour(method), method.fixed_head, init, step, key)
             if key not in self._models:
-                self._models[key] = self._load(key, method_name, init, previous)
-            if self._models[key] is None:
-                self._models[key] = self._train(method, method_name, step, init, previous)
-                self._save(key, self._models[key])
+                model = self._load(key, method_name, init, previous)
+                if model is None:
+                    model = self._train(method, method_name, step, init, previous)
+                    self._save(key, model)
+                self._models[key] = model
             models.append(self._models[key])
         return models
 
@@ -171,7 +172,7 @@ class SequenceTrainer:
         path = self._cached(key)
         if path is None or not path.exists():
             return None
-        model = copy.deepcopy(previous) if init[0] == "old" else new_model(name, init[1], self.data)
+        model = self._initial(name, init, previous)
         model.load_state_dict(torch.load(path, weights_only=True))
         self.loaded += 1
         return model.eval()
@@ -198,11 +199,12 @@ class SequenceTrainer:
         )
         return create_method(name, old=old, **self.options.get(name, {})), init
 
+    def _initial(self, name: str, init: tuple, previous) -> CompatModel:
+        """The model a step starts from: the previous one's weights, or fresh from a seed."""
+        return copy.deepcopy(previous) if init[0] == "old" else new_model(name, init[1], self.data)
+
     def _train(self, method, name: str, step: int, init: tuple, previous) -> CompatModel:
-        if init[0] == "old":
-            model = copy.deepcopy(previous)
-        else:
-            model = new_model(name, init[1], self.data)
+        model = self._initial(name, init, previous)
         rows = self.data.step_rows(step)
         x, y = self.data.images[rows], self.data.labels[rows]
         method.check_model(model)
@@ -354,7 +356,7 @@ class PassCounter(SequenceTrainer):
     def _train(self, method, name: str, step: int, init: tuple, previous) -> CompatModel:
         self.passes += len(self.data.step_rows(step)) * self.optim.epochs
         self.trained += 1
-        return copy.deepcopy(previous) if init[0] == "old" else new_model(name, 0, self.data)
+        return self._initial(name, init, previous)
 
 
 def seconds_per_pass(data: TrainData, optim: Optim, batches: int = 3) -> float:

@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
                 build["baseline"] = median_run(baselines, lambda f: f["seconds"])
                 build["over_baseline"] = float(np.median(ratios))
                 build["pairs"] = [{"build_s": b["build_seconds"], "baseline_s": f["seconds"],
-                                   "ratio": b["build_seconds"] / f["seconds"]} for b, f in pairs]
+                                   "ratio": r} for (b, f), r in zip(pairs, ratios, strict=True)]
             search = run(SEARCH, root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy")), "v1")
             index_dir = Path(root, "bench", "_index", "v1")
             disk = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
