@@ -157,6 +157,10 @@ class RunSpec:
     # Restarts after a worker error (-1: unlimited); a non-finite step is never retried.
     max_failures: int = bounded(2, ge=-1)
     checkpoints_to_keep: int = bounded(2, ge=1)
+    # Seconds between Ray Train's collections of the workers' reports. A worker's next report
+    # waits until its last one is collected, so Ray's own 2 s held every epoch up to 2 s; each
+    # collection is one call per worker: raise it for runs of hundreds of workers.
+    report_poll_s: float = bounded(0.25, gt=0.0, le=60.0)
     inject_failure: FailurePoint | None = None
 
     def __post_init__(self) -> None:

@@ -33,6 +33,7 @@ from raycompat.cluster.train import guard
 from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog
 from raycompat.cluster.train.evaluate import evaluate_step
 from raycompat.cluster.train.loop import scaling_config, train_loop_per_worker
+from raycompat.cluster.train.worker import report_polling
 from raycompat.config import ConfigError, dump_config
 from raycompat.config.train import TrainConfig
 from raycompat.evaluation import EvalSet, grow_matrix, matrix_row
@@ -273,7 +274,8 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
                 ray_datasets(cfg, plan, dataset.labels, splits),
                 callbacks,
             )
-            checkpoint, chosen = select_checkpoint(guard.fit(trainer))
+            with report_polling(cfg.run):
+                checkpoint, chosen = select_checkpoint(guard.fit(trainer))
         checkpoints[plan.name], metrics[plan.name] = checkpoint, chosen
         if plan.in_matrix:
             rows = {split: b.add(plan.name, checkpoint) for split, b in builders.items()}

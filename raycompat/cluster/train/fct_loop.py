@@ -38,6 +38,7 @@ from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog, images_p
 from raycompat.cluster.train.worker import (
     EpochTraining,
     WorkerTask,
+    report_polling,
     scaling_config,
     setup_worker,
     train_worker,
@@ -261,11 +262,14 @@ def train_side_info(cfg: SideInfoTrainConfig) -> ray.train.Result:
     """Train the SimCLR side-information model; ``result.checkpoint`` holds ``side_info.*``
     (load with :func:`load_side_info` on ``checkpoint.as_directory()``)."""
     check_side_info_config(cfg)
-    return start_run(cfg, "side_info", side_info_loop_per_worker, {}).fit()
+    with report_polling(cfg.run):
+        return start_run(cfg, "side_info", side_info_loop_per_worker, {}).fit()
 
 
 def train_transformation(cfg: TransformationTrainConfig) -> ray.train.Result:
     """Train ``h`` (and ``g``) on ``cfg.triples``; ``result.checkpoint`` holds ``h.*``
     (and ``g.*``), loaded with :func:`load_transformation`."""
     path = check_transformation_config(cfg)
-    return start_run(cfg, "transformation", transformation_loop_per_worker, {"triples": path}).fit()
+    loop_config = {"triples": path}
+    with report_polling(cfg.run):
+        return start_run(cfg, "transformation", transformation_loop_per_worker, loop_config).fit()

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,6 +117,26 @@ def scaling_config(scaling) -> ray.train.ScalingConfig:
         resources_per_worker={"CPU": scaling.cpus_per_worker},
         placement_strategy=scaling.placement_strategy,
     )
+
+
+REPORT_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+
+
+@contextlib.contextmanager
+def report_polling(run) -> Iterator[None]:
+    """Around a ``trainer.fit()``: Ray Train's controller collects the workers' reports every
+    ``run.report_poll_s`` seconds. Ray reads the interval from the driver's environment when
+    ``fit`` starts its controller (and passes ``RAY_TRAIN_*`` variables on to it); the
+    driver's environment is restored after."""
+    before = os.environ.get(REPORT_POLL_ENV)
+    os.environ[REPORT_POLL_ENV] = str(run.report_poll_s)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(REPORT_POLL_ENV, None)
+        else:
+            os.environ[REPORT_POLL_ENV] = before
 
 
 def setup_worker(model: torch.nn.Module, cfg, channels_last: bool) -> tuple[Prepared, int, int]:
