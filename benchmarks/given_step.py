@@ -68,56 +68,85 @@ def timed(fn) -> tuple[dict, object]:
     return {"wall_s": time.perf_counter() - wall, "cpu_s": busy_cpu_s() - cpu}, checkpoint
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--images", type=int, default=40, help="images per class")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
-    args = p.parse_args(argv)
-    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-    import ray
-
-    from raycompat.cluster.train import guard
-    from raycompat.cluster.train.driver import make_trainer, select_checkpoint
-    from raycompat.cluster.train.evaluate import evaluate_step
-    from raycompat.io import run_storage
+def alternate(sides: dict, repeats: int) -> tuple[dict, dict, dict]:
+    """Run each of ``sides`` (``name -> fn(i) -> checkpoint``) ``repeats`` times, alternating
+    which goes first (the machine is shared); ``(runs, test features, medians)``."""
     from raycompat.train.export import load_features
-    from raycompat.train.scenarios import plan_steps
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    root = Path(tempfile.mkdtemp(prefix="given-step-"))
-    cfg = toy_config(root, args)
-    plans = plan_steps(cfg)
-    fs, base = run_storage.run_filesystem(cfg.run)
-    sides = {
-        "task": lambda run: evaluate_step(cfg, plans, 0, None, fs, run)[0],
-        "ray_train": lambda run: select_checkpoint(
-            guard.fit(make_trainer(cfg, plans, 0, None, fs, run, None))
-        )[0],
-    }
     runs, features = {side: [] for side in sides}, {}
-    loadavg_start = os.getloadavg()
-    for i in range(args.repeats):  # alternate which side goes first: the machine is shared
-        order = list(sides) if i % 2 == 0 else list(reversed(sides))
-        for side in order:
-            run_path = f"{base}/{side}-{i}"
-            fs.create_dir(run_path, recursive=True)
-            measured, checkpoint = timed(lambda s=side, r=run_path: sides[s](r))
+    for i in range(repeats):
+        for side in list(sides) if i % 2 == 0 else list(reversed(sides)):
+            measured, checkpoint = timed(lambda s=side, n=i: sides[s](n))
             runs[side].append(measured)
             with checkpoint.as_directory() as directory:
                 features[side] = load_features(directory, "test")
-    ray.shutdown()
     med = {
         s: {k: statistics.median(x[k] for x in r) for k in ("wall_s", "cpu_s")}
         for s, r in runs.items()
     }
+    return runs, features, med
+
+
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """The toy step's size, ``--repeats`` and ``--out`` (this script's and one_worker_run.py's)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--images", type=int, default=40, help="images per class")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    return p
+
+
+def start_ray(prefix: str) -> Path:
+    """One Ray runtime (4 CPUs) for every run; a fresh folder for their files."""
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = arguments(__doc__).parse_args(argv)
+    root = start_ray("given-step-")
+    from raycompat.cluster.train import guard
+    from raycompat.cluster.train.driver import make_trainer, select_checkpoint
+    from raycompat.cluster.train.evaluate import evaluate_step
+    from raycompat.io import run_storage
+    from raycompat.train.scenarios import plan_steps
+
+    cfg = toy_config(root, args)
+    plans = plan_steps(cfg)
+    fs, base = run_storage.run_filesystem(cfg.run)
+
+    def run_path(side: str, i: int) -> str:
+        fs.create_dir(f"{base}/{side}-{i}", recursive=True)
+        return f"{base}/{side}-{i}"
+
+    sides = {
+        "task": lambda i: evaluate_step(cfg, plans, 0, None, fs, run_path("task", i))[0],
+        "ray_train": lambda i: select_checkpoint(
+            guard.fit(make_trainer(cfg, plans, 0, None, fs, run_path("ray_train", i), None))
+        )[0],
+    }
+    return compare("given_step", args, sides)
+
+
+def compare(benchmark: str, args, sides: dict) -> dict:
+    """Alternate the ``task`` and ``ray_train`` sides (:func:`alternate`), stop Ray, and emit
+    the report: every run, the medians, their ratios, and the largest feature difference."""
+    import ray
+
+    loadavg_start = os.getloadavg()
+    runs, features, med = alternate(sides, args.repeats)
+    ray.shutdown()
     report = {
-        "benchmark": "given_step",
+        "benchmark": benchmark,
         "machine": {**machine_info(), "loadavg": [loadavg_start, os.getloadavg()]},
         "workload": {**vars(args), "out": None},
         "runs": runs,
         "median": med,
+        "saved_wall_s": med["ray_train"]["wall_s"] - med["task"]["wall_s"],
         "ratio_wall_task_to_ray_train": med["task"]["wall_s"] / med["ray_train"]["wall_s"],
         "ratio_cpu_task_to_ray_train": med["task"]["cpu_s"] / med["ray_train"]["cpu_s"],
         "max_feature_difference": float(np.abs(features["task"] - features["ray_train"]).max()),

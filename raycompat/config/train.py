@@ -129,6 +129,10 @@ class ScalingSpec:
     channels_last: bool = True  # for convolutional backbones on GPU
     # Ray's placement of the workers' bundles; SPREAD puts them on different nodes if it can
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    # One worker with the ddp strategy trains in one Ray task ("task"), without Ray Train's
+    # worker group and its ~10 s start-up (raycompat/cluster/train/task_run.py); "ray_train"
+    # keeps it on Ray Train. Runs with Ray Data shards or a sweep's callbacks always use Ray Train.
+    one_worker_runner: Literal["task", "ray_train"] = "task"
 
 
 @dataclass

@@ -70,3 +70,12 @@ def touch(fs: pafs.FileSystem, path: str) -> None:
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
         out.write(b"")
+
+
+def replace_dir(fs: pafs.FileSystem, local: str, destination: str) -> None:
+    """Copy local folder ``local`` to ``destination`` on ``fs``, replacing an earlier attempt's
+    copy (the caller's own run folder: a retried or rerun step writes it again)."""
+    if exists(fs, destination):
+        fs.delete_dir(destination)
+    fs.create_dir(destination, recursive=True)  # local folders are not made by copy_files
+    pafs.copy_files(local, destination, pafs.LocalFileSystem(), fs)

@@ -29,7 +29,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train.torch import TorchTrainer
 
 from raycompat.cluster.console import train_logging_config
-from raycompat.cluster.train import guard
+from raycompat.cluster.train import guard, task_run
 from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog
 from raycompat.cluster.train.evaluate import evaluate_step
 from raycompat.cluster.train.loop import scaling_config, train_loop_per_worker
@@ -133,19 +133,34 @@ def check_given_model(plan: StepPlan) -> None:
         ) from err
 
 
+def train_step(cfg: TrainConfig, plans, index, parent, fs, run_path, datasets, callbacks):
+    """``(checkpoint, metrics)`` selected from training step ``plans[index]``: in one task
+    (:mod:`raycompat.cluster.train.task_run`) where the run allows, else on Ray Train."""
+    if task_run.runs_in_task(cfg.scaling, datasets, callbacks):
+        keep = task_run.Keep(cfg.run.checkpoints_to_keep, "selection_score")
+        config = loop_config(cfg, plans, index, parent, fs, run_path)
+        name = plans[index].name
+        result = task_run.fit_in_task(train_loop_per_worker, config, cfg, fs, run_path, name, keep)
+    else:
+        trainer = make_trainer(cfg, plans, index, parent, fs, run_path, datasets, callbacks)
+        with report_polling(cfg.run):
+            result = guard.fit(trainer)
+    return select_checkpoint(result)
+
+
+def loop_config(cfg: TrainConfig, plans, index, parent, fs, run_path) -> dict:
+    """What :func:`~raycompat.cluster.train.loop.train_loop_per_worker` gets."""
+    marker = (fs, f"{run_path}/_injected_failure_{plans[index].name}")
+    return {"cfg": cfg, "plans": plans, "index": index, "parent": parent, "marker": marker}
+
+
 def make_trainer(
     cfg: TrainConfig, plans, index, parent, fs, run_path, datasets, callbacks=None
 ) -> TorchTrainer:
     plan = plans[index]
     return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={
-            "cfg": cfg,
-            "plans": plans,
-            "index": index,
-            "parent": parent,
-            "marker": (fs, f"{run_path}/_injected_failure_{plan.name}"),
-        },
+        train_loop_config=loop_config(cfg, plans, index, parent, fs, run_path),
         scaling_config=scaling_config(cfg.scaling),
         run_config=RunConfig(
             name=plan.name,
@@ -264,18 +279,10 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
         elif not plan.epochs:  # nothing to train: one task evaluates the given model
             checkpoint, chosen = evaluate_step(cfg, plans, index, parent, fs, run_path)
         else:
-            trainer = make_trainer(
-                cfg,
-                plans,
-                index,
-                parent,
-                fs,
-                run_path,
-                ray_datasets(cfg, plan, dataset.labels, splits),
-                callbacks,
+            datasets = ray_datasets(cfg, plan, dataset.labels, splits)
+            checkpoint, chosen = train_step(
+                cfg, plans, index, parent, fs, run_path, datasets, callbacks
             )
-            with report_polling(cfg.run):
-                checkpoint, chosen = select_checkpoint(guard.fit(trainer))
         checkpoints[plan.name], metrics[plan.name] = checkpoint, chosen
         if plan.in_matrix:
             rows = {split: b.add(plan.name, checkpoint) for split, b in builders.items()}

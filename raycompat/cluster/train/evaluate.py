@@ -24,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.fs as pafs
 import ray
 import ray.train
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -78,16 +77,8 @@ def _evaluate(cfg, plans, index: int, parent, fs, destination: str) -> dict:
         out = work / "checkpoint"
         out.mkdir()
         step.export(str(out), prepared.full_state_dict(), metrics)
-        _replace(fs, str(out), destination)
+        storage.replace_dir(fs, str(out), destination)
         return metrics
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-
-def _replace(fs: pafs.FileSystem, local: str, destination: str) -> None:
-    """Copy folder ``local`` to ``destination`` on ``fs``, replacing an earlier attempt's copy
-    (this run's own folder: a rerun of an interrupted step writes it again)."""
-    if fs.get_file_info(destination).type != pafs.FileType.NotFound:
-        fs.delete_dir(destination)
-    fs.create_dir(destination, recursive=True)  # local folders are not made by copy_files
-    pafs.copy_files(local, destination, pafs.LocalFileSystem(), fs)

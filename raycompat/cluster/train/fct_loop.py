@@ -34,6 +34,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train.torch import TorchTrainer
 
 from raycompat.cluster.console import set_log_level, train_logging_config
+from raycompat.cluster.train import task_run
 from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog, images_per_s
 from raycompat.cluster.train.worker import (
     EpochTraining,
@@ -231,20 +232,28 @@ def transformation_loop_per_worker(config: dict) -> None:
 # ---- drivers -------------------------------------------------------------------------------
 
 
-def start_run(cfg, kind: str, loop, loop_config: dict) -> TorchTrainer:
-    """A ``TorchTrainer`` named ``kind`` under ``<storage_path>/<run.name>/`` (config written)."""
+def fit_run(cfg, kind: str, loop, loop_config: dict):
+    """Run ``loop`` as the run named ``kind`` under ``<storage_path>/<run.name>/`` (its config
+    written there): in one task where the run allows (:mod:`raycompat.cluster.train.task_run`),
+    else on Ray Train. Its result: a ``ray.train.Result`` or a ``TaskResult``."""
     fs, base = storage.run_filesystem(cfg.run)
     run_path = f"{base}/{cfg.run.name}"
     fs.create_dir(run_path, recursive=True)
     with fs.open_output_stream(f"{run_path}/{kind}_config.yaml") as out:
         out.write(dump_config(cfg).encode())  # credentials redacted
+    config = {"cfg": cfg, "marker": (fs, f"{run_path}/_injected_failure_{kind}"), **loop_config}
+    if task_run.runs_in_task(cfg.scaling):
+        keep = task_run.Keep(cfg.run.checkpoints_to_keep)
+        return task_run.fit_in_task(loop, config, cfg, fs, run_path, kind, keep)
+    with report_polling(cfg.run):
+        return start_run(cfg, kind, loop, config, fs, run_path).fit()
+
+
+def start_run(cfg, kind: str, loop, config: dict, fs, run_path: str) -> TorchTrainer:
+    """A ``TorchTrainer`` named ``kind`` under ``run_path``."""
     return TorchTrainer(
         loop,
-        train_loop_config={
-            "cfg": cfg,
-            "marker": (fs, f"{run_path}/_injected_failure_{kind}"),
-            **loop_config,
-        },
+        train_loop_config=config,
         scaling_config=scaling_config(cfg.scaling),
         run_config=RunConfig(
             name=kind,
@@ -262,14 +271,11 @@ def train_side_info(cfg: SideInfoTrainConfig) -> ray.train.Result:
     """Train the SimCLR side-information model; ``result.checkpoint`` holds ``side_info.*``
     (load with :func:`load_side_info` on ``checkpoint.as_directory()``)."""
     check_side_info_config(cfg)
-    with report_polling(cfg.run):
-        return start_run(cfg, "side_info", side_info_loop_per_worker, {}).fit()
+    return fit_run(cfg, "side_info", side_info_loop_per_worker, {})
 
 
 def train_transformation(cfg: TransformationTrainConfig) -> ray.train.Result:
     """Train ``h`` (and ``g``) on ``cfg.triples``; ``result.checkpoint`` holds ``h.*``
     (and ``g.*``), loaded with :func:`load_transformation`."""
     path = check_transformation_config(cfg)
-    loop_config = {"triples": path}
-    with report_polling(cfg.run):
-        return start_run(cfg, "transformation", transformation_loop_per_worker, loop_config).fit()
+    return fit_run(cfg, "transformation", transformation_loop_per_worker, {"triples": path})

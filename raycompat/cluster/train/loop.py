@@ -3,7 +3,7 @@
 Read top to bottom: open the data, build the step's model (initialised as the plan says) and its
 compatibility method (with the parent step's model frozen as the old model), then hand a
 :class:`ModelStep` to the shared skeleton (:mod:`raycompat.cluster.train.worker`: parallel
-strategy, resume from ``ray.train.get_checkpoint()``, the epoch loop). Per epoch the step trains
+strategy, resume from the session's checkpoint, the epoch loop). Per epoch the step trains
 on this rank's share, extracts validation and test features (every rank, collectively), scores
 the epoch for model selection, and reports a checkpoint holding the strategy's training state,
 the exported model and the features. Rank 0 writes the shared files; under FSDP and
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import ray.train.torch
 import torch
 
 from raycompat.cluster.console import set_log_level
+from raycompat.cluster.train import session
 from raycompat.cluster.train.epoch_log import images_per_s
 from raycompat.cluster.train.worker import (  # noqa: F401  (scaling_config, maybe_fail: old home)
     TRAIN_STATE,
@@ -161,7 +161,7 @@ def train_loop_per_worker(config: dict) -> None:
     plans: list[StepPlan] = config["plans"]
     index: int = config["index"]
     set_log_level()  # RAYCOMPAT_VERBOSE=1 (a job's --verbose): our DEBUG lines too
-    device = ray.train.torch.get_device()
+    device = session.current().device()
     torch.set_num_threads(max(1, int(cfg.scaling.cpus_per_worker)))
     data = open_step_data(cfg, plans[index])
     parent_dir = None

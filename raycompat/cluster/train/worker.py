@@ -1,14 +1,15 @@
-"""The per-worker skeleton shared by every Ray Train run: a scenario step's model
+"""The per-worker skeleton shared by every training run (a Ray Train worker group, or one
+task: :mod:`raycompat.cluster.train.session`): a scenario step's model
 (:mod:`raycompat.cluster.train.loop`) and FCT's ``psi``, ``h`` and ``g``
 (:mod:`raycompat.cluster.train.fct_loop`).
 
 Read top to bottom: :func:`setup_worker` wraps the model and its optimizer in the configured
-:mod:`raycompat.parallel` strategy; :func:`train_worker` resumes from
-``ray.train.get_checkpoint()``, then per epoch sets the learning rate (one schedule,
-:func:`raycompat.train.schedule.lr_at`: per step at fractional epochs when the task knows its
-step count, else per epoch), steps every batch under a :class:`~raycompat.engine.StepGuard`, has
-the task score the epoch, reports a checkpoint and logs the epoch's console line. A
-:class:`WorkerTask` supplies only what differs: its batches, its loss, its metrics, its export.
+:mod:`raycompat.parallel` strategy; :func:`train_worker` resumes from the session's checkpoint,
+then per epoch sets the learning rate (one schedule, :func:`raycompat.train.schedule.lr_at`:
+per step at fractional epochs when the task knows its step count, else per epoch), steps every
+batch under a :class:`~raycompat.engine.StepGuard`, has the task score the epoch, reports a
+checkpoint and logs the epoch's console line. A :class:`WorkerTask` supplies only what
+differs: its batches, its loss, its metrics, its export.
 
 Checkpoint layout (every run): ``train_state/`` (the strategy's state plus ``epoch`` and
 ``global_step``; checkpoints older than ``global_step`` resume at global step 0) and the task's
@@ -29,9 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import ray.train
-import ray.train.torch
 import torch
 
+from raycompat.cluster.train import session
 from raycompat.cluster.train.epoch_log import EpochClock, log_epoch
 from raycompat.engine import StepGuard
 from raycompat.io.run_storage import exists, touch
@@ -141,10 +142,10 @@ def report_polling(run) -> Iterator[None]:
 
 def setup_worker(model: torch.nn.Module, cfg, channels_last: bool) -> tuple[Prepared, int, int]:
     """Wrap ``model`` and ``cfg.optim``'s optimizer in ``cfg.scaling``'s strategy; returns
-    ``(prepared, rank, world)``."""
-    ctx = ray.train.get_context()
-    prepared = prepare_model(model, cfg, ray.train.torch.get_device(), channels_last)
-    return prepared, ctx.get_world_rank(), ctx.get_world_size()
+    ``(prepared, rank, world)`` in the current session's run."""
+    run = session.current()
+    prepared = prepare_model(model, cfg, run.device(), channels_last)
+    return (prepared, *run.rank_world())
 
 
 def prepare_model(
@@ -172,7 +173,7 @@ def prepare_model(
 
 def resume(prepared: Prepared, where: str) -> tuple[int, int]:
     """``(first epoch to train, global step)``: ``(0, 0)``, or after the restored checkpoint."""
-    checkpoint = ray.train.get_checkpoint()
+    checkpoint = session.current().checkpoint()
     if checkpoint is None:
         return 0, 0
     with checkpoint.as_directory() as directory:
@@ -260,5 +261,5 @@ def report(task, prepared, metrics: dict, trained: EpochTraining, rank: int, glo
     task.save_shard(directory, rank, trained)
     if rank == 0:
         task.export(directory, state, metrics)
-    ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
+    session.current().report(metrics, directory)
     shutil.rmtree(directory, ignore_errors=True)
