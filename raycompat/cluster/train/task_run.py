@@ -14,8 +14,9 @@ Train's, which keeps what Ray Train kept:
 - the ``run.checkpoints_to_keep`` best by the score attribute (the latest too, to resume from);
   only folders the record lists are ever deleted;
 - every report as a line of ``<run path>/metrics.jsonl``, as the ``MetricsLog`` callback writes;
-- ``run.max_failures`` retries, each resuming from the latest checkpoint, and none after a
-  non-finite step (:class:`~raycompat.engine.NonFiniteError`, raised alone);
+- ``run.max_failures`` retries after the loop raised or its process died, each resuming from
+  the latest checkpoint, and none after a non-finite step
+  (:class:`~raycompat.engine.NonFiniteError`, raised alone);
 - rerunning the same config resumes from the record.
 
 ``scaling.one_worker_runner: ray_train`` keeps such runs on Ray Train.
@@ -75,7 +76,8 @@ class Keep:
         if self.score is None:
             best = entries[-self.count :]
         else:
-            ranked = sorted(entries, key=lambda e: e["metrics"][self.score], reverse=True)
+            score = self.score
+            ranked = sorted(entries, key=lambda e: e["metrics"][score], reverse=True)
             best = ranked[: self.count]
         return [e for e in entries if e in best or e is entries[-1]]
 
@@ -136,9 +138,10 @@ def fit_in_task(loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep
         try:
             ray.get(task.remote(loop, loop_config, fs, run_path, name, keep, scaling.use_gpu))
             break
-        except ray.exceptions.RayTaskError as error:
-            if isinstance(error.cause, NonFiniteError):  # never retried, said alone
-                raise NonFiniteError(str(error.cause)) from None
+        except ray.exceptions.RayError as error:  # the loop raised, or its process died
+            cause = getattr(error, "cause", None) or error
+            if isinstance(cause, NonFiniteError):  # never retried, said alone
+                raise NonFiniteError(str(cause)) from None
             limit = cfg.run.max_failures
             if limit != -1 and failures >= limit:
                 raise
@@ -146,7 +149,7 @@ def fit_in_task(loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep
             log.warning(
                 "%s: the training task failed (%s); retry %d of %s from the latest checkpoint",
                 name,
-                type(error.cause).__name__,
+                type(cause).__name__,
                 failures,
                 "unlimited" if limit == -1 else limit,
             )

@@ -95,8 +95,9 @@ def test_an_epoch_reported_again_replaces_its_unrecorded_copy(tmp_path):
 
 
 def counting_loop(config: dict) -> None:
-    """Resumes after the session's checkpoint, reports ``epochs`` epochs; ``fail`` raises once
-    (a marker file survives the retry) at epoch 1; ``nan`` raises a non-finite error there."""
+    """Resumes after the session's checkpoint, reports ``epochs`` epochs. At epoch 1, ``fail``
+    ``once`` raises once (a marker file survives the retry), ``exit`` kills the process once,
+    ``always`` raises every time, ``nan`` raises a non-finite error."""
     run = session.current()
     first = 0
     checkpoint = run.checkpoint()
@@ -110,9 +111,11 @@ def counting_loop(config: dict) -> None:
         if epoch == 1 and config["fail"] == "nan":
             raise NonFiniteError("h: non-finite loss term 'h_mse' (nan) at epoch 1")
         marker = Path(config["root"], "failed_once")
-        once = config["fail"] == "once" and not marker.exists()
+        once = config["fail"] in ("once", "exit") and not marker.exists()
         if epoch == 1 and (once or config["fail"] == "always"):
             marker.touch()
+            if config["fail"] == "exit":
+                os._exit(1)  # the process dies, as under the OOM killer
             raise RuntimeError(f"injected failure at epoch {epoch}")
         directory = tempfile.mkdtemp()
         Path(directory, "state.json").write_text(json.dumps({"epoch": epoch}))
@@ -132,8 +135,9 @@ def attempts(tmp_path) -> int:
 
 
 @pytest.mark.ray
-def test_a_failed_task_is_retried_from_its_latest_checkpoint(ray_local, tmp_path):
-    result = fit(tmp_path, "once")
+@pytest.mark.parametrize("fail", ["once", "exit"], ids=["raised", "process_died"])
+def test_a_failed_task_is_retried_from_its_latest_checkpoint(ray_local, tmp_path, fail):
+    result = fit(tmp_path, fail)
     assert attempts(tmp_path) == 2
     assert result.metrics == {"epoch": 2, "device": "cpu"}
     assert [m["epoch"] for _, m in result.best_checkpoints] == [1, 2]
