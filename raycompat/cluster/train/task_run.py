@@ -24,8 +24,11 @@ Train's, which keeps what Ray Train kept:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import ray
@@ -164,5 +167,23 @@ def fit_in_task(loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep
 
 def _train_task(loop, loop_config, fs, run_path, name, keep, use_gpu) -> None:
     device = torch.device("cuda" if use_gpu and torch.cuda.is_available() else "cpu")
-    with session.using(TaskSession(fs, run_path, name, keep, device)):
+    with session.using(TaskSession(fs, run_path, name, keep, device)), console_lines():
         loop(loop_config)
+
+
+@contextlib.contextmanager
+def console_lines() -> Iterator[None]:
+    """The loop's ``raycompat`` lines (the epoch line) on this process's stderr, message only,
+    as Ray Train's worker logging prints them (a task's process has no handler of its own);
+    removed after, the process being pooled."""
+    if logging.getLogger().handlers:  # someone configured this process's logging already
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("raycompat")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
