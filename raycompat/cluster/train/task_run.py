@@ -129,7 +129,7 @@ def fit_in_task(loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep
     """Run ``loop(loop_config)`` as one task with one worker's resources, retried up to
     ``cfg.run.max_failures`` times; the run's :class:`TaskResult`."""
     scaling = cfg.scaling
-    task = ray.remote(_train_task).options(
+    task = ray.remote(train_task).options(
         num_cpus=scaling.cpus_per_worker,
         num_gpus=1 if scaling.use_gpu else 0,
         max_retries=0,  # retried here, from the latest checkpoint
@@ -165,7 +165,7 @@ def fit_in_task(loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep
     return TaskResult(last[0], last[1], kept, path)
 
 
-def _train_task(loop, loop_config, fs, run_path, name, keep, use_gpu) -> None:
+def train_task(loop, loop_config, fs, run_path, name, keep, use_gpu) -> None:
     device = torch.device("cuda" if use_gpu and torch.cuda.is_available() else "cpu")
     with session.using(TaskSession(fs, run_path, name, keep, device)), console_lines():
         loop(loop_config)
