@@ -150,6 +150,9 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
         "scaling.num_workers=1",
         "scaling.cpus_per_worker=3",
         "run.max_failures=0",
+        # Ray Train's default 2 s between report collections: the second epoch then outlasts
+        # ASHA's stop decision at the first rung (at 0.25 s the trial could finish first).
+        "run.report_poll_s=2",
     ]
     # Without the reaper the third trial waits for its worker forever (Ray Train retries the
     # start of a worker group without limit): end the run with a traceback instead of hanging.
