@@ -116,14 +116,18 @@ def ivf_nprobe(nlist: int) -> int:
 
 
 # The coarse quantizer of an IVF: exact ("flat", cost per assigned row ~ nlist d) or an HNSW
-# graph over the centroids ("hnsw", faiss' IVF{nlist}_HNSW32; cost ~ log nlist). HNSW assigns a
-# row faster from 16384 lists on (benchmarks/ivf_quantizer.py, 1 thread, d = 32: 0.62x flat's
-# time at 16384, 0.47x at 65536; 1.24x at 8192, 1.5x at 4096), at the same recall@10 once a
-# search's efSearch is nprobe (0.904 vs 0.902 at 16384 lists, nprobe 128; docs/scale.md).
+# graph over the centroids ("hnsw", faiss' IVF{nlist}_HNSW32; cost ~ log nlist). From 16384
+# lists on, adding a row through the graph costs 0.41x (clustered rows) to 0.50x (rows uniform
+# on the sphere, the hardest case) of flat's (benchmarks/ivf_quantizer.py, 1 thread, d = 32);
+# at 8192 lists it is a wash (0.93x-1.04x, for 0.003-0.013 less recall@10), so flat stays
+# below. Recall@10 is flat's once a search's efSearch is nprobe (0.903 vs 0.904 at 16384
+# lists, nprobe 128; docs/scale.md). Rows are added with efSearch 8, not faiss' default 16: an
+# add costs 0.58x (clustered) to 0.54x (uniform) of efSearch 16's, for 0.002 and 0.017 less
+# recall@10 (0.903 vs 0.906; 0.517 vs 0.534; flat: 0.904 and 0.548).
 QUANTIZERS = ("auto", "flat", "hnsw")
 HNSW_MIN_NLIST = 16384
 HNSW_M = 32
-HNSW_EF_ADD = 16  # efSearch when adding (k = 1); a search uses max(16, nprobe)
+HNSW_EF_ADD = 8  # efSearch when adding (k = 1); a search uses max(HNSW_EF_ADD, nprobe)
 
 
 def ivf_quantizer(nlist: int, quantizer: str = "auto") -> str:

@@ -10,12 +10,15 @@ The coarse quantizer (``quantizer=``, :func:`raycompat.index.search.ivf_quantize
 (``"flat"``: assigning a row costs ``nlist d``) below ``HNSW_MIN_NLIST`` = 16384 lists and, from
 there (``"auto"``), an HNSW graph (M = 32) over the same k-means centroids: faiss'
 ``IVF{nlist}_HNSW32`` of the wiki's "Indexing 1G vectors", whose cost per row grows as
-``log nlist``. 16384 is where HNSW assignment (efSearch 16) got faster than flat per added row on
-this machine (1 thread, d = 32: benchmarks/ivf_quantizer.py) at the same recall@10; a search
-raises the graph's efSearch to ``nprobe`` (it must find ``nprobe`` lists; with fewer, recall
-drops). ``"flat"`` or ``"hnsw"`` forces one. The template's record, the pointer and
-``index.faiss.json`` name an HNSW quantizer; a flat build's files, identity and folder name are
-as before, and both load and merge (``merge_ondisk``) alike.
+``log nlist``. Rows are added with the graph's efSearch at ``HNSW_EF_ADD`` = 8 (faiss' default
+is 16; 8 adds in about 0.56x the time, search.py says at what recall). ``HNSW_MIN_NLIST`` is
+where that assignment got faster than flat per added row on this machine (1 thread, d = 32:
+benchmarks/ivf_quantizer.py) at the same recall@10; a search raises the graph's efSearch to
+``nprobe`` (it must find ``nprobe`` lists; with fewer, recall drops). ``"flat"`` or ``"hnsw"``
+forces one. The template's record, the pointer and ``index.faiss.json`` name an HNSW
+quantizer, and the build's identity its M and efSearch when adding (a build made with others
+is another folder); a flat build's files, identity and folder name are as before, and both load
+and merge (``merge_ondisk``) alike.
 
 1. **Plan** (driver, O(parts), :func:`plan_build` -> :class:`BuildPlan`, nothing written): the
    part files' footers give their rows; consecutive parts are grouped into shards. Without
@@ -93,6 +96,8 @@ import pyarrow.fs as pafs
 
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.search import (
+    HNSW_EF_ADD,
+    HNSW_M,
     SHARDED_IVF,
     SearchIndex,
     check_use_gpu,
@@ -336,6 +341,7 @@ def plan_build(
     }
     if quantizer != "flat":  # a flat build keeps the folder name it always had
         identity["quantizer"] = quantizer
+        identity["hnsw"] = {"m": HNSW_M, "ef_add": HNSW_EF_ADD}  # earlier builds had others
     build = build or f"{SHARDED_IVF}-{_digest([identity, [asdict(s) for s in shards]])[:16]}"
     ctx = ShardContext(
         store.root, store.storage_options, gallery, info, build, dist.name, batch_size, threads

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from raycompat.index.distances import get_distance
-from raycompat.index.search import HNSW_MIN_NLIST, ivf_quantizer
+from raycompat.index.search import HNSW_EF_ADD, HNSW_M, HNSW_MIN_NLIST, ivf_quantizer
 from raycompat.index.sharded import (
     BuildPlan,
     LocalTasks,
@@ -89,7 +89,9 @@ def test_hnsw_quantizer_merges_on_disk_and_recalls_like_exact_search(tmp_path, d
     assert json.loads((folder / "_template.json").read_text())["quantizer"] == "hnsw"
     index = load_version_index(store, "g", "v1", use_gpu=False)
     ivf = faiss.extract_index_ivf(index.index.index)
-    assert isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSWFlat)
+    graph = faiss.downcast_index(ivf.quantizer)
+    assert isinstance(graph, faiss.IndexHNSWFlat) and graph.hnsw.nb_neighbors(1) == HNSW_M
+    assert graph.hnsw.efSearch == HNSW_EF_ADD  # as the rows were added; a search raises it
     assert isinstance(faiss.downcast_InvertedLists(ivf.invlists), faiss.OnDiskInvertedLists)
     queries = clustered(100, 1, scale)
     scores = queries @ x.T  # unit rows for cosine
@@ -117,6 +119,8 @@ def test_a_flat_build_keeps_its_identity_and_folder_name(cosine_store):
     hnsw = plan_build(cosine_store, "g", info, dist, quantizer="hnsw")
     assert "quantizer" not in flat.identity and flat.ctx.build == auto.ctx.build
     assert hnsw.identity["quantizer"] == "hnsw" and hnsw.ctx.build != flat.ctx.build
+    # a build whose graph adds otherwise (M = 32, efSearch 16 before issue 24) is another folder
+    assert hnsw.identity["hnsw"] == {"m": HNSW_M, "ef_add": HNSW_EF_ADD}
 
 
 def test_default_shards_are_at_least_one_per_worker():
