@@ -12,10 +12,10 @@ there (``"auto"``), an HNSW graph (M = 32) over the same k-means centroids: fais
 ``IVF{nlist}_HNSW32`` of the wiki's "Indexing 1G vectors", whose cost per row grows as
 ``log nlist``. Rows are added with the graph's efSearch at ``HNSW_EF_ADD`` = 8 (faiss' default
 is 16; 8 adds in about 0.56x the time, search.py says at what recall). ``HNSW_MIN_NLIST`` is
-where that assignment got faster than flat per added row on this machine (1 thread, d = 32:
-benchmarks/ivf_quantizer.py) at the same recall@10; a search raises the graph's efSearch to
-``nprobe`` (it must find ``nprobe`` lists; with fewer, recall drops). ``"flat"`` or ``"hnsw"``
-forces one. The template's record, the pointer and ``index.faiss.json`` name an HNSW
+where adding a row through the graph got clearly cheaper than flat on this machine (1 thread,
+d = 32: benchmarks/ivf_quantizer.py; at 8192 lists it is a wash); a search raises the graph's
+efSearch to ``nprobe`` (it must find ``nprobe`` lists; with fewer, recall drops). ``"flat"`` or
+``"hnsw"`` forces one. The template's record, the pointer and ``index.faiss.json`` name an HNSW
 quantizer, and the build's identity its M and efSearch when adding (a build made with others
 is another folder); a flat build's files, identity and folder name are as before, and both load
 and merge (``merge_ondisk``) alike.
