@@ -11,7 +11,9 @@ each in a fresh Python process:
   runner=RayTasks(workers))`` (default shards unless ``--rows-per-shard``); reported: seconds
   (and per row) after ``ray.init``, the phases from the build's log lines (plan + sample +
   train, add, merge + publish), the add phase's wall time per row and per row and task, the
-  coarse quantizer (``flat`` or ``hnsw``, from the pointer), the shards, and the driver's peak
+  coarse quantizer (``flat`` or ``hnsw``, from the pointer), the shards, what the add tasks
+  spent per row reading, adding and writing (``add_task_us_per_row``, from the shard records'
+  seconds: one task's cost, whatever ran beside it), and the driver's peak
   RSS (VmHWM: what the driver process ever held; ``ru_maxrss`` would carry the parent's peak
   across fork + exec), with the RSS after ``ray.init`` as the baseline. Ray's worker processes
   are not the driver and are not counted.
@@ -53,7 +55,7 @@ from raycompat.store import GalleryStore, VersionInfo, embedding_table  # noqa: 
 CENTRES, NOISE, K = 1000, 1.0, 10
 
 BUILD = """
-import json, logging, sys, time
+import glob, json, logging, sys, time
 root, version, quantizer = sys.argv[1], sys.argv[4], sys.argv[5]
 workers, rows_per_shard = int(sys.argv[2]), int(sys.argv[3]) or None
 def hwm_mb():
@@ -82,7 +84,12 @@ def at(text, last=False):
     return (hits[-1] if last else hits[0]) - start
 trained, add_start = at("trained"), at("to build")
 add_end = at("add:", last=True)
+shards = [json.load(open(p)) for p in
+          glob.glob(f"{root}/bench/_index/{version}/{pointer['build']}/_shards/*.json")]
+task_us = {p: 1e6 * sum(r["seconds"][p] for r in shards) / sum(r["rows"] for r in shards)
+           for p in ("read", "add", "write")}
 print(json.dumps({"build_seconds": seconds, "driver_peak_rss_mb": hwm_mb(),
+                  "add_task_us_per_row": task_us,
                   "quantizer": pointer["quantizer"], "shards": pointer["shards"],
                   "nlist_built": pointer["nlist"],
                   "driver_baseline_rss_mb": baseline,

@@ -11,7 +11,8 @@ Files of one build, under ``<gallery>/_index/<version>/<build>/``::
     _template.faiss     the trained, empty IVF (coarse quantizer) every shard is added to
     _sample/shard-NNNNN.npy     a shard's rows of the training sample (removed once trained)
     _shards/shard-NNNNN.faiss   one IVF index per group of part files, labels = global rows
-    _shards/shard-NNNNN.json    its record: rows, first row, template sha256, bytes, sha256
+    _shards/shard-NNNNN.json    its record: rows, first row, template sha256, bytes, sha256,
+                                and the task's seconds per phase (``SHARD_PHASES``)
     index.faiss, index.ivfdata  the merged index: header + on-disk inverted lists
     ids.parquet, ids.arrow      gallery ids in row order (Parquet; Arrow IPC to memory-map)
 
@@ -27,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,10 @@ from raycompat.store.parquet import iter_file_batches
 from raycompat.store.schema import validate_schema, validate_values
 
 TEMPLATE, SHARDS_DIR, SAMPLE_DIR = "_template.faiss", "_shards", "_sample"
+# Where an add task's time went, in its shard's record ("seconds"): reading, validating and
+# preparing the rows; faiss' add (assigning each row to a list, appending it); writing the shard
+# file, hashing it and moving it into the store.
+SHARD_PHASES = ("read", "add", "write")
 MERGED_FILES = ("index.faiss", "index.faiss.json", "index.ivfdata", "ids.parquet", "ids.arrow")
 IDS_BATCH_ROWS = 1 << 20
 
@@ -316,15 +322,21 @@ def verify_shard(ctx: ShardContext, shard: Shard, template_sha256: str) -> str |
 
 def build_shard(ctx: ShardContext, shard: Shard, template_sha256: str) -> dict:
     """Add the shard's rows (labels: global row numbers) to a copy of the template; write the
-    shard file, then its record. Returns the record."""
+    shard file, then its record (with the seconds each of ``SHARD_PHASES`` took). Returns the
+    record."""
     store = ctx.open()
     path, record_path = _shard_paths(store, ctx, shard)
+    seconds = dict.fromkeys(SHARD_PHASES, 0.0)
     with workdir(store, ctx) as work:
         index = read_template(store, ctx, template_sha256, work)
-        row = shard.first_row
+        row, clock = shard.first_row, time.perf_counter()
         for x in iter_shard_vectors(store, ctx, shard):
+            read = time.perf_counter()
             index.add_with_ids(x, np.arange(row, row + len(x), dtype=np.int64))
-            row += len(x)
+            row, added = row + len(x), time.perf_counter()
+            seconds["read"] += read - clock
+            seconds["add"] += added - read
+            clock = added
         local = os.path.join(work, f"{shard.name}.faiss")
         faiss.write_index(index, local)
         del index
@@ -337,6 +349,8 @@ def build_shard(ctx: ShardContext, shard: Shard, template_sha256: str) -> dict:
             **file_record(local),
         }
         put(store, local, path)
+        seconds["write"] = time.perf_counter() - clock
+    record["seconds"] = {name: round(value, 6) for name, value in seconds.items()}
     store.backend.replace(record_path, json.dumps(record).encode())
     return record
 

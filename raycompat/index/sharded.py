@@ -38,7 +38,7 @@ and merge (``merge_ondisk``) alike.
    trained, empty index is saved as the template.
 3. **Add** (tasks, one per shard, progress logged): each task adds its rows to a copy of the
    template and writes one shard file plus its record (rows, first row, template sha256, bytes,
-   sha256).
+   sha256, and the seconds it spent reading, adding and writing: the driver logs their sums).
 4. **Merge** (one task): ``faiss.contrib.ondisk.merge_ondisk`` streams the shards' lists
    (memory-mapped) into one ``OnDiskInvertedLists`` file, ``index.ivfdata``; ``index.faiss`` is
    the quantizer plus the lists' offsets. The task also writes the gallery ids in row order
@@ -109,6 +109,7 @@ from raycompat.index.search import (
 from raycompat.index.shard_tasks import (
     MERGED_FILES,
     SAMPLE_DIR,
+    SHARD_PHASES,
     SHARDS_DIR,
     TEMPLATE,
     Shard,
@@ -417,6 +418,22 @@ def _shards_to_build(
     return todo
 
 
+def _log_add_phases(ctx: ShardContext, records: list[dict]) -> None:
+    """Log where the add tasks' time went (their records' seconds per phase, summed): what an
+    operator compares when a build is slower than expected."""
+    rows = sum(r["rows"] for r in records)
+    if not rows:
+        return
+    spent = {p: sum(r["seconds"][p] for r in records) for p in SHARD_PHASES}
+    logger.info(
+        "%s/%s: the add tasks (%d shards) spent %s (us per row)",
+        ctx.gallery,
+        ctx.info.version,
+        len(records),
+        ", ".join(f"{p} {s:.1f} s ({1e6 * s / rows:.2f})" for p, s in spent.items()),
+    )
+
+
 def build_sharded_index(
     store: GalleryStore,
     gallery: str,
@@ -472,13 +489,14 @@ def build_sharded_index(
     template = _template(store, plan, runner, use_gpu)
     todo = _shards_to_build(store, plan, runner, template)
     skipped = info.rows - sum(s.rows for s in todo)
-    runner.map(
+    records = runner.map(
         build_shard,
         [(ctx, s, template) for s in todo],
         name=f"index {gallery}/{info.version} add",
         rows=[s.rows for s in todo],
         skipped=skipped,
     )
+    _log_add_phases(ctx, records)
     [files] = runner.map(merge_shards, [(ctx, plan.shards, template)], name="index merge")
     if not keep_shards:
         store.filesystem.delete_dir(ctx.path(store, SHARDS_DIR))

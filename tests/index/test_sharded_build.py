@@ -143,13 +143,26 @@ def test_rerun_redoes_only_a_deleted_shard_with_an_identical_result(gallery, ray
 
 def test_corrupt_shard_is_detected_and_redone(gallery, caplog):
     store, _, _ = gallery
-    build_version_index(store, "g", "v1", **OPTIONS)  # in-process tasks: the core alone
+    with caplog.at_level(logging.INFO, logger="raycompat.index.sharded"):
+        build_version_index(store, "g", "v1", **OPTIONS)  # in-process tasks: the core alone
+    shards = (build_folder(store) / "_shards").glob("*.json")
+    records = [json.loads(p.read_text()) for p in shards]
+    assert len(records) == 4
+    assert all(r["seconds"].keys() == {"read", "add", "write"} for r in records)
+    assert all(v >= 0 for r in records for v in r["seconds"].values())
+    spent = {p: sum(r["seconds"][p] for r in records) for p in ("read", "add", "write")}
+    assert spent["add"] > 0
+    [logged] = [r.getMessage() for r in caplog.records if "spent read" in r.getMessage()]
+    assert logged.startswith("g/v1: the add tasks (4 shards) spent read ")
+    assert f"add {spent['add']:.1f} s ({1e6 * spent['add'] / ROWS:.2f})" in logged
     pointer = Path(store.path("g", "_index", "v1.json")).read_text()
     first = shard_files(store)
     flip_bit(build_folder(store) / "_shards" / "shard-00001.faiss")  # same size, other bytes
-    with caplog.at_level(logging.WARNING, logger="raycompat.index.sharded"):
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="raycompat.index.sharded"):
         build_version_index(store, "g", "v1", **OPTIONS)
     assert "index shard shard-00001 is redone" in caplog.text and "sha256" in caplog.text
+    assert "g/v1: the add tasks (1 shards) spent" in caplog.text  # the redone shard's only
     again = shard_files(store)
     assert [n for n in first if again[n].st_ino != first[n].st_ino] == ["shard-00001.faiss"]
     assert Path(store.path("g", "_index", "v1.json")).read_text() == pointer
