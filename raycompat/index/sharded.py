@@ -426,10 +426,11 @@ def _log_add_phases(ctx: ShardContext, records: list[dict]) -> None:
         return
     spent = {p: sum(r["seconds"][p] for r in records) for p in SHARD_PHASES}
     logger.info(
-        "%s/%s: the add tasks (%d shards) spent %s (us per row)",
+        "%s/%s: the add tasks (%d shard%s) spent %s (us per row)",
         ctx.gallery,
         ctx.info.version,
         len(records),
+        "" if len(records) == 1 else "s",
         ", ".join(f"{p} {s:.1f} s ({1e6 * s / rows:.2f})" for p, s in spent.items()),
     )
 

@@ -162,7 +162,7 @@ def test_corrupt_shard_is_detected_and_redone(gallery, caplog):
     with caplog.at_level(logging.INFO, logger="raycompat.index.sharded"):
         build_version_index(store, "g", "v1", **OPTIONS)
     assert "index shard shard-00001 is redone" in caplog.text and "sha256" in caplog.text
-    assert "g/v1: the add tasks (1 shards) spent" in caplog.text  # the redone shard's only
+    assert "g/v1: the add tasks (1 shard) spent" in caplog.text  # the redone shard's only
     again = shard_files(store)
     assert [n for n in first if again[n].st_ino != first[n].st_ino] == ["shard-00001.faiss"]
     assert Path(store.path("g", "_index", "v1.json")).read_text() == pointer
