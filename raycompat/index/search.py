@@ -130,6 +130,12 @@ HNSW_M = 32
 HNSW_EF_ADD = 8  # efSearch when adding (k = 1); a search uses max(HNSW_EF_ADD, nprobe)
 
 
+def hnsw_params() -> dict:
+    """How ``_sharded_ivf`` builds its HNSW quantizer (M, efSearch when adding), read when
+    called: part of a sharded build's identity, so a build made with others is another folder."""
+    return {"m": HNSW_M, "ef_add": HNSW_EF_ADD}
+
+
 def ivf_quantizer(nlist: int, quantizer: str = "auto") -> str:
     """``"flat"`` or ``"hnsw"``: ``quantizer`` itself, or for ``"auto"`` HNSW from
     ``HNSW_MIN_NLIST`` lists on."""

@@ -96,11 +96,10 @@ import pyarrow.fs as pafs
 
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.search import (
-    HNSW_EF_ADD,
-    HNSW_M,
     SHARDED_IVF,
     SearchIndex,
     check_use_gpu,
+    hnsw_params,
     ivf_nlist,
     ivf_nprobe,
     ivf_quantizer,
@@ -342,7 +341,7 @@ def plan_build(
     }
     if quantizer != "flat":  # a flat build keeps the folder name it always had
         identity["quantizer"] = quantizer
-        identity["hnsw"] = {"m": HNSW_M, "ef_add": HNSW_EF_ADD}  # earlier builds had others
+        identity["hnsw"] = hnsw_params()  # earlier builds had others
     build = build or f"{SHARDED_IVF}-{_digest([identity, [asdict(s) for s in shards]])[:16]}"
     ctx = ShardContext(
         store.root, store.storage_options, gallery, info, build, dist.name, batch_size, threads
