@@ -376,7 +376,7 @@ def publish_version(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) 
     otherwise a PublishConflictError names what differs."""
     record = record_path(store.path(plan.gallery), plan.version)
     uri = store.backend.uri(record)
-    store.mark()  # gc manages only marked stores (marker.py)
+    store.register(plan.gallery)  # gc manages only marked stores' own galleries (marker.py)
 
     def same_adoption_or_conflict() -> VersionInfo:
         winner = store.version(plan.gallery, plan.version)

@@ -5,7 +5,8 @@
   version. O(rows) time, and the ids of the whole version on the driver: right for versions
   built by hand (``write_table``) and for extraction, whose ids nothing else vouches for.
 Both check only the writer's own list of parts (``Staging.parts``) and first that each of them
-is present with its recorded byte size (:func:`check_present`).
+is present with its recorded byte size (:func:`check_present`) and younger than the commit
+horizon (:func:`check_young`, ``retention.py``).
 
 - ``check="records"`` (:func:`sum_records`): read only the listing (byte sizes) and the part
   records. Each part must be the file its record describes (same byte size), hold exactly the
@@ -18,6 +19,9 @@ is present with its recorded byte size (:func:`check_present`).
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -28,6 +32,10 @@ from raycompat.store.paths import join
 from raycompat.store.validate import check_unique_ids, validate_schema, validate_values
 
 RECORD_READERS = 16  # concurrent part-record reads (one small GET each on S3)
+
+
+class StaleCommitError(VerificationError):
+    """A listed part file is older than the commit horizon (``retention.py``)."""
 
 
 def _foreign(source: str, detail: str) -> VerificationError:
@@ -52,6 +60,35 @@ def check_present(staging, parts: list[PartRecord], present: dict[str, int]) -> 
         if size != record.bytes:
             raise _foreign(
                 staging.uri_of(path), f"{size} bytes but its part record says {record.bytes}"
+            )
+
+
+def written_at(record: PartRecord, mtime: float | None) -> float:
+    """When a part file was written: its modification time (gc's clock), else, where the
+    filesystem gives none (pyarrow over fsspec), its record's ``written``."""
+    if mtime is not None:
+        return mtime
+    try:
+        return datetime.fromisoformat(record.written).timestamp()
+    except (TypeError, ValueError):
+        return 0.0  # no date at all: too old to trust
+
+
+def check_young(
+    staging, parts: list[PartRecord], present: dict[str, tuple], horizon_s: float
+) -> None:
+    """Every listed part file is younger than ``horizon_s`` (half the store's retention) by
+    :func:`written_at`: an older one may be gc's to delete before the record names it, so
+    nothing is published and a rerun rewrites it."""
+    now = time.time()
+    for record in parts:
+        path = join(staging.path, record.file)
+        age = now - written_at(record, present[path][1])
+        if age > horizon_s:
+            raise StaleCommitError(
+                f"{staging.uri_of(path)}: part {record.part} was written {age / 3600:.3g} h ago, "
+                f"more than half the store's retention ({horizon_s / 1800:.3g} h), so gc may "
+                f"delete it; nothing published, rerun the job to rewrite it"
             )
 
 

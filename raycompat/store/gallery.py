@@ -32,9 +32,10 @@ from raycompat.store.external import open_adopted
 from raycompat.store.external import root_path as external_root
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
-from raycompat.store.marker import ensure_marker
+from raycompat.store.marker import ensure_marker, read_marker, register_gallery
 from raycompat.store.parquet import iter_file_batches, open_parquet, read_file
 from raycompat.store.paths import SAFE_NAME, check_name, check_relative_path, join
+from raycompat.store.retention import DEFAULT_RETENTION_S, check_retention, commit_horizon
 from raycompat.store.schema import check_unique_ids, validate_schema, validate_values
 from raycompat.store.staging import Staging
 
@@ -49,6 +50,10 @@ class GalleryStore:
             ``"auto"`` (native when the options translate, see ``filesystems.py``).
         lease_timeout_s: a staging area whose writer has not heartbeat for this long may be
             taken over by ``begin`` (see ``lease.py``).
+        retention_s: the retention of a store this object creates (written into its marker
+            by the first write; default 7 days, at least 4 lease timeouts): gc deletes nothing
+            younger and writers commit nothing older than half of it (``retention.py``). An
+            existing store keeps the retention its marker records (:attr:`retention_s`).
     """
 
     def __init__(
@@ -58,10 +63,13 @@ class GalleryStore:
         *,
         bulk_io: str = "auto",
         lease_timeout_s: float = DEFAULT_TIMEOUT_S,
+        retention_s: float = DEFAULT_RETENTION_S,
     ):
         if not (isinstance(lease_timeout_s, int | float) and lease_timeout_s > 0):
             raise StoreError(f"lease_timeout_s must be a number > 0, got {lease_timeout_s!r}")
         self.lease_timeout_s = float(lease_timeout_s)
+        self._new_retention_s = check_retention(retention_s, self.lease_timeout_s)
+        self._retention_s: float | None = None  # the marker's, once read
         # A config written by a job carries its credentials as "<redacted>": those entries
         # are dropped, so a rerun takes credentials from the environment or instance role.
         storage_options = drop_redacted(storage_options)
@@ -90,7 +98,24 @@ class GalleryStore:
     def mark(self) -> bool:
         """Mark the root as a raycompat store (``marker.py``) unless it is marked; True when
         this call wrote the marker. Every writer calls it before its first write."""
-        return ensure_marker(self._backend)
+        return ensure_marker(self._backend, self._new_retention_s, self.lease_timeout_s)
+
+    def register(self, gallery: str) -> None:
+        """Mark the store and record ``gallery`` as one it created (gc manages only those);
+        every writer of a gallery's files calls it first."""
+        self.mark()
+        register_gallery(self._backend, gallery)
+
+    @property
+    def retention_s(self) -> float:
+        """The store's retention (its marker's; ``retention.py``), or the retention a new
+        store will get when it is not marked yet."""
+        if self._retention_s is None:
+            marker = read_marker(self._backend)
+            if marker is None:
+                return self._new_retention_s
+            self._retention_s = marker.retention_s
+        return self._retention_s
 
     def galleries(self) -> list[str]:
         """Names of the galleries with at least one published version, sorted."""
@@ -216,8 +241,9 @@ class GalleryStore:
         """Start publishing ``info.version`` and take the staging area's lease.
 
         The same ``staging_name`` resumes the same prefix: the complete parts earlier writers
-        left there are adopted onto this writer's list by their records (never rewritten), and
-        their temporary files are removed.
+        left there are adopted onto this writer's list by their records (never rewritten), unless
+        an abort withdrew them or they are older than the commit horizon (``retention.py``).
+        Nothing of theirs is deleted (temporary files are gc's).
 
         Args:
             lease_timeout_s: a lease whose heartbeat is older than this may be taken over
@@ -233,13 +259,13 @@ class GalleryStore:
         staging = Staging(self._backend, gallery_path, info, staging_name or uuid.uuid4().hex)
         if staging._published():
             raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
-        self.mark()
+        self.register(gallery)
+        staging.horizon_s = commit_horizon(self.retention_s)
         timeout = self.lease_timeout_s if lease_timeout_s is None else lease_timeout_s
         staging.lease = Lease.acquire(self._backend, staging.lease_dir, timeout, owner)
         if staging._published():  # published between the check and the lease: write nothing
             staging.lease.stop()
             raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
-        staging.remove_tmp()
         staging.resume()  # earlier writers' complete parts, adopted by their records
         return staging
 

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -50,7 +52,13 @@ from raycompat.store.errors import StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LEASE_DIR, LeaseRecord, read_newest
 from raycompat.store.manifest import DATA_DIR, INDEX_DIR, VERSIONS_DIR, VersionInfo
-from raycompat.store.marker import require_marker
+from raycompat.store.marker import (
+    GALLERIES_DIR,
+    MARKER_NAME,
+    registered_galleries,
+    require_marker,
+)
+from raycompat.store.part_record import INTENT_DIR, PARTS_DIR
 from raycompat.store.paths import SAFE_NAME, join
 from raycompat.store.serving import serving_map
 
@@ -73,6 +81,7 @@ class GcItem:
     uri: str
     reason: str
     bytes: int
+    files: tuple[str, ...] = ()  # staging and tmp: the files to delete (never the folder)
 
 
 @dataclass(frozen=True)
@@ -113,14 +122,13 @@ def _tree(fs: pafs.FileSystem, path: str) -> tuple[float, int, int] | None:
     if top.type == pafs.FileType.NotFound:
         return None
     if top.type == pafs.FileType.File:
-        return top.mtime.timestamp() if top.mtime else 0.0, top.size or 0, 1
-    newest = top.mtime.timestamp() if top.mtime else 0.0
+        return _mtime(top), top.size or 0, 1
+    newest = top.mtime.timestamp() if top.mtime else 0.0  # S3 folders have no date
     size = files = 0
     for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
         if entry.type == pafs.FileType.File:
             size, files = size + (entry.size or 0), files + 1
-            if entry.mtime is not None:
-                newest = max(newest, entry.mtime.timestamp())
+            newest = max(newest, _mtime(entry))
     return newest, size, files
 
 
@@ -145,16 +153,75 @@ def _lease_live(store: GalleryStore, staging_path: str) -> bool:
     return record is not None and expired_at(store.backend, lease_dir, record) is None
 
 
-def _named_staging(versions: list[VersionInfo]) -> dict[str, set[str]]:
-    """``{"_data/<version>/<name>": versions whose record names a file under it}``. An adopted
+def _named_files(versions: list[VersionInfo]) -> dict[str, str]:
+    """``{"_data/<version>/<name>/<file>": the version whose record lists it}``. An adopted
     version's files are outside the store (``external.py``): never gc's."""
-    named: dict[str, set[str]] = {}
-    for info in versions:
-        for rel in info.files if info.external is None else []:
-            parts = rel.split("/")
-            if len(parts) > 3 and parts[0] == DATA_DIR:
-                named.setdefault("/".join(parts[:3]), set()).add(info.version)
+    return {
+        rel: info.version
+        for info in versions
+        if info.external is None
+        for rel in info.files
+        if rel.startswith(DATA_DIR + "/")
+    }
+
+
+def _intent_files(store: GalleryStore, area: str, now: float, retention_s: float) -> set[str]:
+    """The files (gallery-relative) that the area's commit intents younger than the retention
+    name: a commit may be about to list them. An unreadable intent protects the whole area."""
+    named: set[str] = set()
+    selector = pafs.FileSelector(join(area, INTENT_DIR), allow_not_found=True)
+    for entry in store.filesystem.get_file_info(selector):
+        if entry.type != pafs.FileType.File or _mtime(entry) < now - retention_s:
+            continue
+        try:
+            named.update(json.loads(store.backend.read(entry.path)).get("files", []))
+        except FileNotFoundError:
+            continue
+        except (ValueError, AttributeError, TypeError):
+            named.add("*")
     return named
+
+
+def _mtime(entry: pafs.FileInfo) -> float:
+    """A file's modification time; where the filesystem gives none (pyarrow over fsspec), the
+    file counts as new: gc never deletes what it cannot date."""
+    return entry.mtime.timestamp() if entry.mtime else math.inf
+
+
+def _protected(rel_area: str, rel: str, named: set[str]) -> bool:
+    """Whether the file ``rel`` (relative to its staging area ``rel_area``) is named in
+    ``named`` (gallery-relative paths), or is the part record of a file that is."""
+    if "*" in named:
+        return True
+    if rel.startswith(PARTS_DIR + "/"):
+        rel = rel.removeprefix(PARTS_DIR + "/").removesuffix(".json")
+    return f"{rel_area}/{rel}" in named
+
+
+def _leftover(rel: str) -> bool:
+    """In a published version's area, what may go: a temporary file, a part file or a part
+    record (those the record lists are protected by name); never its lease or metadata."""
+    top = rel.split("/", 1)[0]
+    part_file = "/" not in rel and not rel.startswith(("_", "."))
+    return top == "_tmp" or part_file or (top == PARTS_DIR and rel.endswith(".json"))
+
+
+def _area_files(
+    fs: pafs.FileSystem, area: str, published: bool, oldest: float
+) -> tuple[list[tuple[str, int]], int]:
+    """``([(path, bytes)] of the files written before oldest, how many are younger)`` in a
+    staging area: every file, or only the leftovers of a published version's area."""
+    found, young = [], 0
+    selector = pafs.FileSelector(area, recursive=True, allow_not_found=True)
+    for entry in fs.get_file_info(selector):
+        rel = entry.path[len(area) + 1 :]
+        if entry.type != pafs.FileType.File or (published and not _leftover(rel)):
+            continue
+        if _mtime(entry) >= oldest:
+            young += 1
+        else:
+            found.append((entry.path, entry.size or 0))
+    return found, young
 
 
 class _Planner:
@@ -170,7 +237,7 @@ class _Planner:
     def add(self, kind: str, gallery: str, path: str, reason: str) -> bool:
         """Plan to delete ``path`` if everything under it is older than ``older_than_s``."""
         found = _tree(self.fs, path)
-        if found is None or (kind == "tmp" and not found[2]):
+        if found is None:
             return False
         newest, size, _ = found
         what = f"{gallery}/{path[len(self.store.path(gallery)) + 1 :]}"
@@ -194,29 +261,58 @@ class _Planner:
             record = self.store.path(gallery, VERSIONS_DIR, version + ".json")
             if self.add("version", gallery, record, f"superseded (keep {self.keep_versions})"):
                 removed.add(version)
-        named = _named_staging(versions)
+        named = _named_files([v for v in versions if v.version not in removed])
+        gone = _named_files([v for v in versions if v.version in removed])
         for vdir in _children(self.fs, self.store.path(gallery, DATA_DIR)):
+            if vdir.type != pafs.FileType.Directory:
+                continue  # a stray file, not a version's folder
             for sdir in _children(self.fs, vdir.path):
                 if sdir.type == pafs.FileType.Directory:
                     rel = f"{DATA_DIR}/{vdir.base_name}/{sdir.base_name}"
                     race = vdir.base_name in published
-                    self._staging(gallery, rel, sdir.path, named.get(rel, set()), removed, race)
+                    self._staging(gallery, rel, sdir.path, (named, gone), race)
         self._indexes(gallery, published - removed)
 
-    def _staging(
-        self, gallery: str, rel: str, path: str, named_by: set, removed: set, race: bool
+    def _staging(self, gallery: str, rel: str, path: str, names: tuple, race: bool) -> None:
+        what, (named, gone) = f"{gallery}/{rel}", names
+        if self.fs.get_file_info(join(path, LEASE_DIR)).type != pafs.FileType.Directory:
+            self.keep("staging", gallery, what, "no _lease/: not a staging area of this store")
+            return
+        by = sorted({v for f, v in named.items() if f.startswith(rel + "/")})
+        if by:  # a version record names files under it: only its leftovers may go
+            self.keep("staging", gallery, what, f"named by version {', '.join(by)}")
+            self._files("tmp", gallery, rel, path, "killed writers' files", set(named))
+            return
+        why = self._lease_verdict(gallery, what, join(path, LEASE_DIR))
+        if why is None:
+            return
+        of = sorted({v for f, v in gone.items() if f.startswith(rel + "/")})
+        lost = "lost the publish race" if race else "abandoned"
+        reason = f"files of removed {', '.join(of)}" if of else f"{lost}, {why}"
+        self._files("staging", gallery, rel, path, reason, None)
+
+    def _files(
+        self, kind: str, gallery: str, rel: str, path: str, why: str, named: set[str] | None
     ) -> None:
-        what = f"{gallery}/{rel}"
-        if named_by - removed:  # a version record names files under it: never collected
-            self.keep("staging", gallery, what, f"named by version {', '.join(sorted(named_by))}")
-            self.add("tmp", gallery, join(path, "_tmp"), "killed writers' files")
-        elif named_by:
-            self.add("staging", gallery, path, f"files of removed {', '.join(sorted(named_by))}")
-        else:
-            why = self._lease_verdict(gallery, what, join(path, LEASE_DIR))
-            if why is not None:
-                lost = "lost the publish race" if race else "abandoned"
-                self.add("staging", gallery, path, f"{lost}, {why}")
+        """Plan the area's files older than ``older_than_s`` that no version record (``named``,
+        None for an area no record names) and no commit intent names."""
+        published = named is not None
+        found, young = _area_files(self.fs, path, published, self.now - self.older_than_s)
+        named = (named or set()) | _intent_files(self.store, path, self.now, self.older_than_s)
+        files = [(f, n) for f, n in found if not _protected(rel, f[len(path) + 1 :], named)]
+        if young or len(files) < len(found):
+            kept = young + len(found) - len(files)
+            self.keep(
+                kind,
+                gallery,
+                f"{gallery}/{rel}",
+                f"{kept} file(s) younger than --older-than {self.span} or named by a commit "
+                "in flight",
+            )
+        if files:
+            paths, size = tuple(f for f, _ in files), sum(n for _, n in files)
+            uri = self.store.backend.uri(path)
+            self.plan.items.append(GcItem(kind, gallery, path, uri, why, size, paths))
 
     def _lease_verdict(self, gallery: str, what: str, lease_dir: str) -> str | None:
         """Why an unnamed staging area's lease no longer protects it, or None (kept)."""
@@ -289,51 +385,65 @@ class _Planner:
                     self.add("index", gallery, build.path, "not the build its pointer names")
 
 
-def check_arguments(store: GalleryStore, older_than_s: float, keep_versions: int | None) -> None:
-    """Raise :class:`GcArgumentError` unless ``older_than_s`` >= the store's lease timeout (a
-    writer stalled for less than that may still be at work) and ``keep_versions`` >= 1."""
+def check_arguments(
+    store: GalleryStore, older_than_s: float | None, keep_versions: int | None
+) -> float:
+    """``older_than_s``, or the store's retention when None; :class:`GcArgumentError` unless
+    it is at least the store's retention (``retention.py``: a file younger than that may be
+    what a stalled writer is about to publish) and ``keep_versions`` >= 1."""
     if keep_versions is not None and keep_versions < 1:
         raise GcArgumentError(
             f"--keep-versions: keep_versions >= 1 is required, got {keep_versions}"
         )
-    lease = store.lease_timeout_s
-    if not older_than_s >= lease:
+    retention = store.retention_s
+    if older_than_s is None:
+        return retention
+    if not older_than_s >= retention:
         raise GcArgumentError(
-            f"--older-than {older_than_s:g} s is shorter than the store's lease timeout "
-            f"{lease:g} s (GalleryStore.lease_timeout_s): a writer stalled that long may still "
-            f"be at work; use --older-than {lease:g} or more"
+            f"--older-than {span(older_than_s)} is shorter than the store's retention "
+            f"{span(retention)} (set in its {MARKER_NAME} when it was created): a file younger "
+            f"than that may be what a stalled writer is about to publish; use --older-than "
+            f"{retention:g}s or more, or leave it out"
         )
+    return older_than_s
 
 
 def make_plan(
-    store: GalleryStore, older_than_s: float = 24 * 3600, keep_versions: int | None = None
+    store: GalleryStore, older_than_s: float | None = None, keep_versions: int | None = None
 ) -> GcPlan:
     """What :func:`collect` would delete, and each candidate it keeps with its reason (see the
-    module docstring); deletes nothing.
+    module docstring); deletes nothing. ``older_than_s`` defaults to the store's retention.
 
     Raises:
         GcArgumentError: see :func:`check_arguments`.
         UnmarkedStoreError: the root has no store marker.
     """
-    check_arguments(store, older_than_s, keep_versions)
     require_marker(store.backend, "gc")
+    older_than_s = check_arguments(store, older_than_s, keep_versions)
     planner = _Planner(store, older_than_s, keep_versions)
+    galleries = registered_galleries(store.backend)
     for entry in _children(store.filesystem, store.path()):
-        if entry.type == pafs.FileType.Directory and SAFE_NAME.fullmatch(entry.base_name):
-            planner.gallery(entry.base_name)
+        name = entry.base_name
+        if entry.type == pafs.FileType.Directory and name in galleries:
+            planner.gallery(name)
+        elif entry.type == pafs.FileType.Directory and not name.startswith("_"):
+            why = f"not a gallery this store created (no {GALLERIES_DIR}/{name}.json)"
+            planner.keep("folder", name, name, why)
     return planner.plan
 
 
 def plan_gc(
-    store: GalleryStore, older_than_s: float = 24 * 3600, keep_versions: int | None = None
+    store: GalleryStore, older_than_s: float | None = None, keep_versions: int | None = None
 ) -> list[GcItem]:
     """The items of :func:`make_plan` (what :func:`collect` would delete)."""
     return make_plan(store, older_than_s, keep_versions).items
 
 
 def collect(store: GalleryStore, items: list[GcItem]) -> int:
-    """Delete ``items`` (versions first: record, then files); returns the bytes freed. The
-    store marker is checked again, and a staging area a job has taken since is kept."""
+    """Delete ``items`` (versions first: their records); returns the bytes freed. The store
+    marker is checked again; before each staging area's files are deleted, the gallery's
+    version records and the area's commit intents are read again and a file they name now is
+    kept, and an area whose lease a job has taken since is kept whole."""
     require_marker(store.backend, "gc")
     fs, freed = store.filesystem, 0
     order = {"version": 0, "staging": 1, "tmp": 2, "index": 3}
@@ -342,15 +452,51 @@ def collect(store: GalleryStore, items: list[GcItem]) -> int:
             fs.delete_file(item.path)  # unpublished from here on; its files follow
             freed += item.bytes
             logger.info("gc: unpublished %s (%s)", item.uri, item.reason)
-            continue
-        if item.kind == "staging" and _lease_live(store, item.path):
-            logger.info("gc: %s was taken by a job since it was planned; kept", item.uri)
-            continue
-        info = fs.get_file_info(item.path)
-        if info.type == pafs.FileType.Directory:
-            fs.delete_dir(item.path)
-        elif info.type == pafs.FileType.File:
-            fs.delete_file(item.path)
-        freed += item.bytes
-        logger.info("gc: removed %s %s (%s)", item.kind, item.uri, item.reason)
+        elif item.kind in ("staging", "tmp"):
+            freed += _collect_area(store, item)
+        else:
+            info = fs.get_file_info(item.path)
+            if info.type == pafs.FileType.Directory:
+                fs.delete_dir(item.path)
+            elif info.type == pafs.FileType.File:
+                fs.delete_file(item.path)
+            freed += item.bytes
+            logger.info("gc: removed %s %s (%s)", item.kind, item.uri, item.reason)
     return freed
+
+
+def _collect_area(store: GalleryStore, item: GcItem) -> int:
+    """Delete the planned files of one staging area that nothing names now; the bytes freed."""
+    if item.kind == "staging" and _lease_live(store, item.path):
+        logger.info("gc: %s was taken by a job since it was planned; kept", item.uri)
+        return 0
+    gallery_path = store.path(item.gallery)
+    rel_area = item.path[len(gallery_path) + 1 :]
+    named = set(_named_files(store.versions(item.gallery)))  # re-read just before deleting
+    named |= _intent_files(store, item.path, time.time(), store.retention_s)
+    freed, kept = 0, 0
+    for path in item.files:
+        if _protected(rel_area, path[len(item.path) + 1 :], named):
+            kept += 1
+            continue
+        try:
+            size = store.filesystem.get_file_info(path).size or 0
+            store.filesystem.delete_file(path)
+            freed += size
+        except FileNotFoundError:
+            continue
+    if store.backend.scheme == "file":
+        _prune_empty(item.path)
+    note = f", kept {kept} file(s) a record or commit names now" if kept else ""
+    logger.info("gc: removed %s %s (%s)%s", item.kind, item.uri, item.reason, note)
+    return freed
+
+
+def _prune_empty(folder: str) -> None:
+    """Remove the empty folders under ``folder`` and it, bottom up (local disk; ``rmdir``
+    refuses a folder a writer has just put a file in, so nothing is lost)."""
+    for parent, _, _ in sorted(os.walk(folder), key=lambda e: -len(e[0])):
+        try:
+            os.rmdir(parent)
+        except OSError:
+            pass

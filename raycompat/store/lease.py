@@ -113,6 +113,7 @@ class LeaseRecord:
     heartbeat: float
     timeout_s: float
     released: bool = False
+    aborted: bool = False  # released by abort(): no later writer adopts this or older parts
 
     def to_json(self) -> bytes:
         raw = {"format": LEASE_FORMAT, **asdict(self), "heartbeat_utc": _iso(self.heartbeat)}
@@ -164,10 +165,39 @@ def newest(backend: Backend, lease_dir: str) -> tuple[int, str] | None:
 
 
 def read_newest(backend: Backend, lease_dir: str) -> LeaseRecord | None:
-    found = newest(backend, lease_dir)
-    if found is None:
-        return None
-    return LeaseRecord.from_json(backend.read(found[1]), backend.uri(found[1]))
+    """The newest generation's record, or None when there is none. A file removed between the
+    listing and the read (gc reclaiming the area) is listed again, so the answer is what is
+    there now."""
+    for _ in range(3):
+        found = newest(backend, lease_dir)
+        if found is None:
+            return None
+        try:
+            return LeaseRecord.from_json(backend.read(found[1]), backend.uri(found[1]))
+        except FileNotFoundError:
+            continue
+    raise StoreError(
+        f"{backend.uri(lease_dir)}: the lease records kept vanishing while being read (is gc "
+        f"or someone removing this staging area?); rerun once it is quiet"
+    )
+
+
+def aborted_through(backend: Backend, lease_dir: str) -> int:
+    """The newest generation that ended in ``abort()`` (0 if none): parts written by it or an
+    older generation are withdrawn, and no later writer adopts them. O(generations) reads."""
+    selector = pafs.FileSelector(lease_dir, allow_not_found=True)
+    newest_aborted = 0
+    for entry in backend.filesystem.get_file_info(selector):
+        stem = entry.base_name.removesuffix(".json")
+        if entry.type != pafs.FileType.File or not stem.isdigit() or int(stem) <= newest_aborted:
+            continue
+        try:
+            record = LeaseRecord.from_json(backend.read(entry.path), backend.uri(entry.path))
+        except FileNotFoundError:
+            continue
+        if record.aborted:
+            newest_aborted = record.generation
+    return newest_aborted
 
 
 @dataclass(frozen=True)
@@ -339,17 +369,35 @@ class Lease:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
-    def release(self) -> None:
-        """Stop heartbeating and mark the lease released, so a rerun can take it at once.
-        A lost lease is left alone (its file is no longer this writer's to write)."""
+    def withdraw(self, what: str) -> bool:
+        """Release the lease marked *aborted* (no later writer adopts a part of this generation
+        or an older one), then say whether this generation is still the newest: only then may
+        the writer delete its own files, since a writer that takes over from here on reads the
+        mark first. Raises :class:`LeaseLostError` if the lease was lost before."""
+        self.check(what)
+        self.release(aborted=True)
+        if self._lost is not None:
+            return False
+        record = read_newest(self._backend, self.lease_dir)
+        return record is not None and (record.generation, record.token) == (
+            self.ref.generation,
+            self.ref.token,
+        )
+
+    def release(self, aborted: bool = False) -> None:
+        """Stop heartbeating and mark the lease released (and ``aborted``), so a rerun can take
+        it at once. A lost lease is left alone (its file is no longer this writer's to write)."""
         self.stop()
         if self._lost is not None:
             return
-        released = replace(self.record, released=True)
+        released = replace(self.record, released=True, aborted=aborted)
         try:
             path = _gen_path(self.lease_dir, released.generation)
             self._stamp = self._backend.replace_if(path, released.to_json(), self._stamp)
+            self.record = released
         except ChangedError:
+            self._lose("its lease file changed hands before it was released")
             logger.warning("%s: lease not released: its file changed hands", self.lease_dir)
         except Exception as error:  # the lease then simply expires after timeout_s
+            self._lose(f"its release failed ({error})")
             logger.warning("%s: could not release the lease: %s", self.lease_dir, error)

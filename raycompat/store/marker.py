@@ -1,9 +1,14 @@
 """The store marker: ``<root>/_raycompat_store.json`` says that a folder is a raycompat store.
 
-    {"format": "raycompat.store/1", "created": "2026-01-02T03:04:05+00:00"}
+    {"format": "raycompat.store/1", "created": "2026-01-02T03:04:05+00:00",
+     "retention_s": 604800}
 
 Anything that deletes (``gc.py``) first proves the folder is a store, so that ``raycompat gc``
-pointed at the wrong folder deletes nothing. Every writer marks the store on its first write,
+pointed at the wrong folder deletes nothing. The marker also fixes the store's **retention**
+(``retention.py``): gc deletes nothing younger, and writers commit nothing older than half of
+it. And it proves which galleries are the store's: each gallery a writer creates is registered
+as ``<root>/_galleries/<gallery>.json`` (create-if-absent), and gc manages only those, never
+another folder that happens to sit under the root. Every writer marks the store on its first write,
 create-if-absent (``Backend.create_exclusive``; of two racing writers one creates it, the other
 finds it): ``GalleryStore.begin``, ``adopt.publish_adopted`` and the catalog's records. A store
 written before markers existed gets one on its next write, or from ``raycompat mark-store``
@@ -20,12 +25,14 @@ import pyarrow.fs as pafs
 from raycompat.io.filesystems import Backend
 from raycompat.store.errors import CorruptFileError, MissingStoreError
 from raycompat.store.manifest import VERSIONS_DIR, now_utc
-from raycompat.store.paths import SAFE_NAME, join
+from raycompat.store.paths import SAFE_NAME, check_name, join
 from raycompat.store.records import load_object
+from raycompat.store.retention import DEFAULT_RETENTION_S, check_retention
 
 MARKER_NAME = "_raycompat_store.json"
 MARKER_FORMAT = "raycompat.store/1"
 MODELS_DIR = "_models"  # the catalog's records (``catalog.py``, which imports this module)
+GALLERIES_DIR = "_galleries"  # one record per gallery a writer of this store created
 
 
 class UnmarkedStoreError(MissingStoreError):
@@ -36,6 +43,7 @@ class UnmarkedStoreError(MissingStoreError):
 class StoreMarker:
     format: str
     created: str
+    retention_s: float = DEFAULT_RETENTION_S  # markers written before retention: the default
 
 
 def marker_path(backend: Backend) -> str:
@@ -61,15 +69,24 @@ def read_marker(backend: Backend) -> StoreMarker | None:
             f"{source}: store marker format {raw.get('format')!r} is not {MARKER_FORMAT!r} "
             f"(written by another raycompat version?); refusing to manage this store"
         )
-    return StoreMarker(MARKER_FORMAT, str(raw.get("created", "")))
+    retention = raw.get("retention_s", DEFAULT_RETENTION_S)
+    if isinstance(retention, bool) or not isinstance(retention, int | float) or retention <= 0:
+        raise CorruptFileError(f"{source}: retention_s must be a number > 0, got {retention!r}")
+    return StoreMarker(MARKER_FORMAT, str(raw.get("created", "")), float(retention))
 
 
-def ensure_marker(backend: Backend) -> bool:
-    """Mark the root if it is not marked yet; True when this call wrote the marker."""
+def ensure_marker(
+    backend: Backend, retention_s: float = DEFAULT_RETENTION_S, lease_timeout_s: float = 0.0
+) -> bool:
+    """Mark the root if it is not marked yet, with ``retention_s`` (checked against the lease
+    timeout, ``retention.check_retention``); True when this call wrote the marker. An existing
+    marker is kept as it is: its retention is the store's."""
     path = marker_path(backend)
     if backend.filesystem.get_file_info(path).type == pafs.FileType.File:
         return False
-    data = json.dumps({"format": MARKER_FORMAT, "created": now_utc()}, indent=1).encode()
+    check_retention(retention_s, lease_timeout_s)
+    raw = {"format": MARKER_FORMAT, "created": now_utc(), "retention_s": retention_s}
+    data = json.dumps(raw, indent=1).encode()
     try:
         backend.create_exclusive(path, data)
     except FileExistsError:
@@ -109,3 +126,44 @@ def _json_files(fs: pafs.FileSystem, path: str) -> int:
     selector = pafs.FileSelector(path, allow_not_found=True)
     infos = fs.get_file_info(selector)
     return sum(i.type == pafs.FileType.File and i.base_name.endswith(".json") for i in infos)
+
+
+def gallery_record(backend: Backend, gallery: str) -> str:
+    return join(backend.root, GALLERIES_DIR, check_name("gallery", gallery) + ".json")
+
+
+def register_gallery(backend: Backend, gallery: str) -> bool:
+    """Record that this store created ``gallery`` (create-if-absent; the record is never
+    rewritten); True when this call wrote it. Writers call it before a gallery's first file."""
+    path = gallery_record(backend, gallery)
+    if backend.filesystem.get_file_info(path).type == pafs.FileType.File:
+        return False
+    try:
+        backend.create_exclusive(
+            path, json.dumps({"gallery": gallery, "created": now_utc()}).encode()
+        )
+    except FileExistsError:
+        return False
+    return True
+
+
+def registered_galleries(backend: Backend) -> list[str]:
+    """The galleries this store created (``_galleries/*.json``), sorted."""
+    selector = pafs.FileSelector(join(backend.root, GALLERIES_DIR), allow_not_found=True)
+    names = [
+        e.base_name.removesuffix(".json")
+        for e in backend.filesystem.get_file_info(selector)
+        if e.type == pafs.FileType.File and e.base_name.endswith(".json")
+    ]
+    return sorted(n for n in names if SAFE_NAME.fullmatch(n))
+
+
+def galleries_with_records(backend: Backend) -> list[str]:
+    """Top-level folders holding version records (``<gallery>/_versions/*.json``): what
+    ``raycompat mark-store`` registers in a store written before gallery records existed."""
+    fs, found = backend.filesystem, []
+    for entry in fs.get_file_info(pafs.FileSelector(backend.root, allow_not_found=True)):
+        if entry.type == pafs.FileType.Directory and SAFE_NAME.fullmatch(entry.base_name):
+            if _json_files(fs, join(entry.path, VERSIONS_DIR)):
+                found.append(entry.base_name)
+    return found

@@ -47,6 +47,7 @@ from raycompat.store.errors import CorruptFileError
 from raycompat.store.paths import join
 
 PARTS_DIR = "_parts"
+INTENT_DIR = "_intent"  # a commit's intent records: the files it is about to list (gc keeps them)
 PART_FORMAT = "raycompat.part/1"
 _MASK = (1 << 64) - 1
 

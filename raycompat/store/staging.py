@@ -25,9 +25,11 @@ list (a stalled writer's, a replaced attempt's) are never read.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import posixpath
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
@@ -41,14 +43,17 @@ from raycompat.store.commit_checks import (
     RECORD_READERS,
     check_expected,
     check_present,
+    check_young,
     scan_rows,
     sum_records,
+    written_at,
 )
 from raycompat.store.errors import PublishConflictError, StoreError
-from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef
+from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef, aborted_through
 from raycompat.store.manifest import VersionInfo, now_utc, record_path, staging_path
 from raycompat.store.parquet import dictionary_columns, group_rows
 from raycompat.store.part_record import (
+    INTENT_DIR,
     PARTS_DIR,
     HashingSink,
     IdFingerprint,
@@ -59,6 +64,7 @@ from raycompat.store.part_record import (
 )
 from raycompat.store.paths import check_name, join
 from raycompat.store.publish import publish_record
+from raycompat.store.retention import DEFAULT_RETENTION_S, commit_horizon
 from raycompat.store.schema import (
     cast_embeddings,
     validate_table,
@@ -96,7 +102,11 @@ class Staging:
         self.lease = lease
         self._record = record_path(gallery_path, info.version)
         self._parts: dict[str, PartRecord] = {}  # part name -> its file's record (this writer's)
-        self._aborted = False  # abort() deleted the area, its lease file with it
+        self._aborted = False  # abort() released the lease as aborted
+        self._withdrawn = 0  # parts of lease generations up to this one were aborted
+        # the oldest a part file may be to be adopted or committed (``retention.py``);
+        # ``GalleryStore.begin`` sets it from the store's retention
+        self.horizon_s = commit_horizon(DEFAULT_RETENTION_S)
 
     @property
     def lease_ref(self) -> LeaseRef:
@@ -173,8 +183,11 @@ class Staging:
             self._backend.create_exclusive(record_file, record.to_json())
             self.filesystem.move(tmp, path)
             self._durable(posixpath.dirname(path))  # the rename itself
+        except OSError as error:
+            self._quietly_drop_tmp(tmp)
+            raise self._changed_under_us(f"publish part {name}", error) from None
         except BaseException:
-            self.drop_tmp(tmp)
+            self._quietly_drop_tmp(tmp)
             raise
         self._parts[name] = record
         return record
@@ -224,7 +237,7 @@ class Staging:
         if not name.startswith("_"):
             raise StoreError(f"metadata file name {name!r} must start with '_'")
         self.check_writable(f"write {name}")
-        path = join(self.path, name)
+        path = self.meta_path(name)
         try:
             self._backend.create_exclusive(path, data)
         except FileExistsError:
@@ -235,9 +248,35 @@ class Staging:
                         f"this staging area to start over"
                     ) from None
 
+    def meta_path(self, name: str) -> str:
+        """Where metadata file ``name`` of this writer's run lives: ``<staging>/<name>``, or,
+        once a writer aborted the area, ``<staging>/_meta-g<n>/<name>`` (``n``: the newest
+        aborted generation), so a rerun after an abort plans afresh while the aborted run's
+        files stay untouched until gc."""
+        if not self._withdrawn:
+            return join(self.path, name)
+        return join(self.path, f"_meta-g{self._withdrawn}", name)
+
     def drop_tmp(self, tmp: str) -> None:
         if self.filesystem.get_file_info(tmp).type != pafs.FileType.NotFound:
             self.filesystem.delete_file(tmp)
+
+    def _quietly_drop_tmp(self, tmp: str) -> None:
+        """Drop this writer's temporary file on the way out of a failure; one that cannot be
+        dropped is left for gc rather than hiding the failure."""
+        try:
+            self.drop_tmp(tmp)
+        except OSError as error:
+            logger.warning("%s: temporary file left for gc: %s", self.uri_of(tmp), error)
+
+    def _changed_under_us(self, what: str, error: OSError) -> StoreError:
+        """The one-line error for a storage call that failed because the staging area changed
+        under this writer (a file gone, a rename or copy that found no source)."""
+        return StoreError(
+            f"{self.uri}: version {self.info.version}: could not {what} ({type(error).__name__}: "
+            f"{' '.join(str(error).split())}); the staging area changed under this writer (gc "
+            f"or another writer); nothing was published, rerun the job to resume"
+        )
 
     def write_table(self, table: pa.Table, name: str, row_group_size: int | None = None) -> str:
         """Validate ``table`` and write it as part ``name`` (``*.parquet``); return the path
@@ -277,23 +316,27 @@ class Staging:
         """Filesystem paths of this writer's part files, by part name (what commit publishes)."""
         return [join(self.path, record.file) for record in self.parts()]
 
-    def present(self) -> dict[str, int]:
-        """``path -> byte size`` of every complete part file in the prefix, whoever wrote it
-        (one listing; ``_*``/``.*`` entries skipped)."""
+    def present(self) -> dict[str, tuple[int, float | None]]:
+        """``path -> (byte size, modification time or None where the filesystem gives none)``
+        of every complete part file in the prefix, whoever wrote it (one listing; ``_*``/``.*``
+        entries skipped)."""
         selector = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
         out = {}
         for entry in self.filesystem.get_file_info(selector):
             rel = entry.path[len(self.path) + 1 :]
             hidden = any(s.startswith(("_", ".")) for s in rel.split("/"))
             if entry.type == pafs.FileType.File and rel.endswith(".parquet") and not hidden:
-                out[entry.path] = entry.size
+                out[entry.path] = (entry.size, entry.mtime.timestamp() if entry.mtime else None)
         return dict(sorted(out.items()))
 
     def complete_parts(self) -> dict[str, PartRecord]:
         """Part name -> the record of one complete file of it in the prefix, any writer's: its
-        file present with the recorded size. Of several, the newest generation's (then the
-        first by name). O(parts) small reads; for resuming (``add_part`` what to keep)."""
-        present = self.present()
+        file present with the recorded size, younger than the commit horizon (an older one may
+        be gc's to delete, ``retention.py``), and written by a generation newer than the last
+        aborted one. Of several, the newest generation's (then the first by name). O(parts)
+        small reads; for resuming (``add_part`` what to keep)."""
+        self._withdrawn = aborted_through(self._backend, self.lease_dir)
+        oldest, present = time.time() - self.horizon_s, self.present()
         selector = pafs.FileSelector(join(self.path, PARTS_DIR), allow_not_found=True)
         paths = [
             e.path for e in self.filesystem.get_file_info(selector) if e.path.endswith(".json")
@@ -302,9 +345,10 @@ class Staging:
             records = list(pool.map(self._read_record, paths))
         best: dict[str, PartRecord] = {}
         for record in sorted(records, key=lambda r: (r.part, -r.generation, r.file)):
-            if record.part not in best and present.get(join(self.path, record.file)) == (
-                record.bytes
-            ):
+            size, mtime = present.get(join(self.path, record.file), (None, None))
+            if record.generation <= self._withdrawn or written_at(record, mtime) < oldest:
+                continue
+            if record.part not in best and size == record.bytes:
                 best[record.part] = record
         return best
 
@@ -315,12 +359,6 @@ class Staging:
     def uri_of(self, path: str) -> str:
         """The URI of a filesystem path under this staging area (named in errors)."""
         return self._backend.uri(path)
-
-    def remove_tmp(self) -> None:
-        """Delete temporary files that killed writers left (call only while holding the lease)."""
-        tmp_dir = join(self.path, "_tmp")
-        if self.filesystem.get_file_info(tmp_dir).type == pafs.FileType.Directory:
-            self.filesystem.delete_dir_contents(tmp_dir, missing_dir_ok=True)
 
     def _published(self) -> bool:
         return self.filesystem.get_file_info(self._record).type != pafs.FileType.NotFound
@@ -364,7 +402,10 @@ class Staging:
         parts = self.parts()
         if not parts:
             raise StoreError(f"{self.uri}: no part files to publish for version {version}")
-        check_present(self, parts, self.present())
+        present = self.present()
+        check_present(self, parts, {path: size for path, (size, _) in present.items()})
+        self._write_intent(parts)  # gc keeps what it names while this commit runs
+        check_young(self, parts, present, self.horizon_s)
         if check == "rows":
             rows, fingerprint, ids = scan_rows(self, parts)
         else:
@@ -387,6 +428,23 @@ class Staging:
             self.lease.stop()  # nothing inside a published version is written again
         return publish_record(self._backend, self._record, info, self._lost_publish_race)
 
+    def _write_intent(self, parts: list[PartRecord]) -> None:
+        """Create ``_intent/<file>.json`` naming the files this commit is about to list, so
+        that gc, which re-reads intents just before deleting, never removes them meanwhile."""
+        self.check_writable(f"publish version {self.info.version}")
+        ref = self.lease_ref
+        intent = {
+            "version": self.info.version,
+            "generation": ref.generation,
+            "written": now_utc(),
+            "files": [self._relative(r) for r in parts],
+        }
+        path = join(self.path, INTENT_DIR, f"g{ref.generation}-{uuid.uuid4().hex[:8]}.json")
+        try:
+            self._backend.create_exclusive(path, json.dumps(intent, indent=1).encode())
+        except OSError as error:
+            raise self._changed_under_us("write its commit intent", error) from None
+
     def _lost_publish_race(self) -> VersionInfo:
         raise PublishConflictError(
             f"{self._backend.uri(self._record)} was published by another writer first"
@@ -398,24 +456,45 @@ class Staging:
 
     def release(self) -> None:
         """Give the lease up (keeping the parts), so that a rerun can resume at once. Nothing to
-        give up after :meth:`abort`: the lease file went with the area."""
+        give up after :meth:`abort`, which released it."""
         if isinstance(self.lease, Lease) and not self._aborted:
             self.lease.release()
 
     def abort(self) -> None:
-        """Delete the staging prefix (e.g. after a failure or a lost race).
+        """Withdraw this writer's run: release the lease marked *aborted*, so that no later
+        writer adopts a part of this generation or an older one (a rerun starts afresh), then
+        delete the files this writer wrote itself (its generation's part files, part records
+        and intents) if it still holds the newest generation. Nothing another writer wrote is
+        deleted, nor this writer's files once another writer may have taken them: gc reclaims
+        those after the store's retention (``retention.py``).
 
-        Refused when the published version's files live under this prefix, or when another
-        writer has taken the staging area over.
+        Raises:
+            StoreError: the version's record lists files of this prefix, or this staging area
+                was not opened with ``GalleryStore.begin`` (no held lease).
+            LeaseLostError: another writer has taken the staging area over.
         """
         if self._published_from_here():
             raise StoreError(f"{self.uri}: version {self.info.version} is published; not deleting")
-        if self.lease is not None:
-            self._check_lease("abort the staging area")
-        if isinstance(self.lease, Lease):
-            self.lease.stop()
-        if self.filesystem.get_file_info(self.path).type != pafs.FileType.NotFound:
-            self.filesystem.delete_dir(self.path)
+        if not isinstance(self.lease, Lease):
+            raise StoreError(f"{self.uri}: abort needs the held lease (GalleryStore.begin)")
+        mine = self.lease.withdraw("abort the staging area")
         self._parts.clear()
         self._aborted = True
-        logger.info("aborted staging %s", self.uri)
+        if not mine:
+            logger.warning(
+                "%s: aborted; another writer took it meanwhile, nothing deleted", self.uri
+            )
+            return
+        own = f"g{self.lease.ref.generation}-"
+        for folder in (self.path, join(self.path, PARTS_DIR), join(self.path, INTENT_DIR)):
+            selector = pafs.FileSelector(folder, allow_not_found=True)
+            for entry in self.filesystem.get_file_info(selector):
+                if entry.type == pafs.FileType.File and entry.base_name.startswith(own):
+                    self._delete_own(entry.path)
+        logger.info("aborted staging %s (its own files deleted; the rest is gc's)", self.uri)
+
+    def _delete_own(self, path: str) -> None:
+        try:
+            self.filesystem.delete_file(path)
+        except FileNotFoundError:
+            pass

@@ -260,8 +260,9 @@ def test_truncated_published_file(store):
     size = os.path.getsize(path)
     os.truncate(path, size // 2)
     with pytest.raises(
-        ChangedFileError, match=rf"part-00000\.parquet: {size // 2} bytes, but the version record "
-        rf"says {size}"
+        ChangedFileError,
+        match=rf"part-00000\.parquet: {size // 2} bytes, but the version record "
+        rf"says {size}",
     ):
         store.read("g", "v1")
     record = store.path("g", "_versions", "v1.json")  # a record from before file_info existed
@@ -397,20 +398,23 @@ def test_failed_publish_leaves_manifest_unchanged_and_can_resume_or_abort(store)
     assert store.read("g", "v2").column("id").to_pylist() == ids
 
     other = store.begin("g", info("v3"), "crashed")
-    other.write_table(embedding_table(["z"], unit_rows(1)), "part-0.parquet")
-    other.abort()
-    assert other.files() == [] and not os.path.exists(other.path)
+    written = other.write_table(embedding_table(["z"], unit_rows(1)), "part-0.parquet")
+    other.abort()  # its own part goes; the lease stays, marked aborted, for gc
+    assert other.files() == [] and not os.path.exists(written)
+    assert os.listdir(os.path.join(other.path, "_parts")) == []
 
 
 def test_release_after_abort_is_quiet_and_recreates_nothing(store, caplog):
     """A failing pipeline releases its staging area in its cleanup, after a quality gate may
-    have aborted it: the lease file went with the area, so there is nothing to release and
+    have aborted it: abort released the lease already, so there is nothing to release and
     nothing to warn about (it used to log "lease not released: its file changed hands")."""
     staging = store.begin("g", info("v2"), "gated")
-    staging.write_table(embedding_table(["a"], unit_rows(1)), "part-0.parquet")
+    written = staging.write_table(embedding_table(["a"], unit_rows(1)), "part-0.parquet")
     staging.abort()
+    lease = sorted(os.listdir(os.path.join(staging.path, "_lease")))
     staging.release()
-    assert not os.path.exists(staging.path)
+    assert not os.path.exists(written)
+    assert sorted(os.listdir(os.path.join(staging.path, "_lease"))) == lease
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
 
 
@@ -588,5 +592,7 @@ def test_a_part_is_fsynced_before_its_record_is_written_and_after_its_rename(tmp
     data = [i for i, (kind, name) in enumerate(kinds) if kind == "fsync" and ".parquet" in name]
     assert data and data[0] < record  # the data file, before its record
     folder = str(tmp_path / "s" / "g")
-    assert any(kind == "fsync" and path.startswith(folder) and not path.endswith(".parquet")
-               for kind, path in events[record:])  # the folder, after the rename
+    assert any(
+        kind == "fsync" and path.startswith(folder) and not path.endswith(".parquet")
+        for kind, path in events[record:]
+    )  # the folder, after the rename

@@ -29,6 +29,7 @@ from raycompat.store.gc import collect, plan_gc
 from raycompat.store.lease import LeaseLostError, LeaseOwner, read_newest
 
 TIMEOUT = 2.0  # lease timeout of every writer here (slack for a busy CI); stalls outlive it
+RETENTION = 8.0  # the shortest retention allowed (4 lease timeouts): for the gc scenario
 ROWS = 100  # per part; two parts per writer
 
 STALLER = textwrap.dedent(
@@ -39,7 +40,7 @@ STALLER = textwrap.dedent(
     from raycompat.store.lease import LeaseOwner
 
     root, options, mode, rows = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    store = GalleryStore(root, options, lease_timeout_s=2.0)
+    store = GalleryStore(root, options, lease_timeout_s=2.0, retention_s=float(sys.argv[5]))
     info = VersionInfo("v1", "m", 4, False, "v1 = test")
     staging = store.begin("g", info, "same-name", owner=LeaseOwner("writer-A", "host-a", 1))
     x = np.random.default_rng(1).random((2 * rows, 4))
@@ -68,11 +69,20 @@ STALLER = textwrap.dedent(
 )
 
 
-def start(where, mode: str) -> subprocess.Popen:
+def start(where, mode: str, retention_s: float = 3600.0) -> subprocess.Popen:
     """Writer A: two parts (ids 0..199, values of seed 1), then it stops itself at ``mode``."""
     root, options = where
     proc = subprocess.Popen(
-        [sys.executable, "-c", STALLER, root, json.dumps(options), mode, str(ROWS)],
+        [
+            sys.executable,
+            "-c",
+            STALLER,
+            root,
+            json.dumps(options),
+            mode,
+            str(ROWS),
+            str(retention_s),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -116,7 +126,8 @@ def test_a_stalled_committer_publishes_only_its_own_files(where):
     b = store.begin("g", info(), "same-name", owner=LeaseOwner("writer-B", "host-b", 2))
     assert read_newest(store.backend, b.lease_dir).generation == 2
     assert [(r.part, r.generation) for r in b.parts()] == [
-        ("part-0.parquet", 1), ("part-1.parquet", 1)  # A's parts adopted, not rewritten
+        ("part-0.parquet", 1),
+        ("part-1.parquet", 1),  # A's parts adopted, not rewritten
     ]
     b_rows = np.random.default_rng(2).random((ROWS, 4))
     b.write_table(embedding_table(np.arange(ROWS), b_rows), "part-0.parquet")
@@ -137,10 +148,10 @@ def test_gc_of_a_stalled_writers_area_fails_the_writer_and_spares_the_next(where
     """Finding 2: A stalls past its lease; gc removes its staging area; C starts afresh with
     the same staging name. A wakes: its heartbeat never re-creates or overwrites the lease,
     its commit fails naming C, and C publishes its own rows, all of them."""
-    writer_a = start(where, "written")
-    time.sleep(2.5 * TIMEOUT)  # expired for longer than --older-than (= the lease timeout)
+    writer_a = start(where, "written", RETENTION)  # A creates the store: its retention
+    time.sleep(TIMEOUT + RETENTION + 1.5)  # expired, and its files old, beyond the retention
     store = store_of(where)
-    items = plan_gc(store, older_than_s=TIMEOUT)
+    items = plan_gc(store)
     assert [i.kind for i in items] == ["staging"], items
     collect(store, items)
     c = store.begin("g", info(), "same-name", owner=LeaseOwner("writer-C", "host-c", 3))

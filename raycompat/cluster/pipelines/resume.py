@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
 from dataclasses import asdict
 
 import pyarrow.fs as pafs
@@ -35,7 +34,7 @@ class PlanMismatchError(StoreError):
 
 def record_plan(staging: Staging, identity: dict, chunks: list[Chunk]) -> None:
     """Write the plan on the first run; on a rerun check it equals the stored one."""
-    fs, path = staging.filesystem, posixpath.join(staging.path, PLAN_FILE)
+    fs, path = staging.filesystem, staging.meta_path(PLAN_FILE)
     plan = {"identity": identity, "chunks": [asdict(c) for c in chunks]}
     data = json.dumps(plan, sort_keys=True).encode()
     if fs.get_file_info(path).type == pafs.FileType.File:
@@ -46,7 +45,7 @@ def record_plan(staging: Staging, identity: dict, chunks: list[Chunk]) -> None:
             stored["identity"], stored["chunks"]  # noqa: B018 - the keys a plan must have
         except (ValueError, KeyError, TypeError) as error:
             raise PlanMismatchError(
-                f"{staging.uri}/{PLAN_FILE}: unreadable plan ({error}); abort this staging "
+                f"{staging.uri_of(path)}: unreadable plan ({error}); abort this staging "
                 f"area (or delete the file) to plan the job again"
             ) from None
         if stored != json.loads(data):

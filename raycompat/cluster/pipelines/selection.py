@@ -246,7 +246,7 @@ def extracted_in_source(staging: Staging, chunks: list[Chunk]) -> int:
 
 def stored_selection(staging: Staging) -> Selection | None:
     """The selection an earlier run of this staging area decided, or None."""
-    path = posixpath.join(staging.path, SELECTION_FILE)
+    path = staging.meta_path(SELECTION_FILE)
     try:
         with staging.filesystem.open_input_stream(path) as handle:
             return Selection.from_json(handle.read(), staging.uri_of(path))
