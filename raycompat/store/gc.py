@@ -206,22 +206,22 @@ def _leftover(rel: str) -> bool:
     return top == "_tmp" or part_file or (top == PARTS_DIR and rel.endswith(".json"))
 
 
-def _area_files(
-    fs: pafs.FileSystem, area: str, published: bool, oldest: float
-) -> tuple[list[tuple[str, int]], int]:
-    """``([(path, bytes)] of the files written before oldest, how many are younger)`` in a
-    staging area: every file, or only the leftovers of a published version's area."""
-    found, young = [], 0
+def _area_files(fs: pafs.FileSystem, area: str, published: bool) -> list[tuple[str, int, float]]:
+    """``[(path, bytes, mtime)]`` of a staging area's files: every file, or only the
+    leftovers of a published version's area."""
+    found = []
     selector = pafs.FileSelector(area, recursive=True, allow_not_found=True)
     for entry in fs.get_file_info(selector):
         rel = entry.path[len(area) + 1 :]
-        if entry.type != pafs.FileType.File or (published and not _leftover(rel)):
-            continue
-        if _mtime(entry) >= oldest:
-            young += 1
-        else:
-            found.append((entry.path, entry.size or 0))
-    return found, young
+        if entry.type == pafs.FileType.File and not (published and not _leftover(rel)):
+            found.append((entry.path, entry.size or 0, _mtime(entry)))
+    return found
+
+
+def _loose(rel: str) -> bool:
+    """What may go from an area that keeps other files: temporary and part files. Its lease,
+    part records and metadata stay with what is kept, so a later gc still knows the area."""
+    return rel.startswith("_tmp/") or ("/" not in rel and not rel.startswith(("_", ".")))
 
 
 class _Planner:
@@ -296,19 +296,21 @@ class _Planner:
     ) -> None:
         """Plan the area's files older than ``older_than_s`` that no version record (``named``,
         None for an area no record names) and no commit intent names."""
-        published = named is not None
-        found, young = _area_files(self.fs, path, published, self.now - self.older_than_s)
-        named = (named or set()) | _intent_files(self.store, path, self.now, self.older_than_s)
-        files = [(f, n) for f, n in found if not _protected(rel, f[len(path) + 1 :], named)]
-        if young or len(files) < len(found):
-            kept = young + len(found) - len(files)
-            self.keep(
-                kind,
-                gallery,
-                f"{gallery}/{rel}",
-                f"{kept} file(s) younger than --older-than {self.span} or named by a commit "
-                "in flight",
-            )
+        found = _area_files(self.fs, path, named is not None)
+        unnamed = [e for e in found if not _protected(rel, e[0][len(path) + 1 :], named or set())]
+        intents = _intent_files(self.store, path, self.now, self.older_than_s)
+        oldest = self.now - self.older_than_s
+        files = [
+            (f, n)
+            for f, n, mtime in unnamed
+            if mtime < oldest and not _protected(rel, f[len(path) + 1 :], intents)
+        ]
+        if len(files) < len(unnamed):
+            kept = len(unnamed) - len(files)
+            why_kept = f"younger than --older-than {self.span} or named by a commit in flight"
+            self.keep(kind, gallery, f"{gallery}/{rel}", f"{kept} file(s) {why_kept}")
+            if named is None:  # the area stays: keep what lets a later gc know it
+                files = [(f, n) for f, n in files if _loose(f[len(path) + 1 :])]
         if files:
             paths, size = tuple(f for f, _ in files), sum(n for _, n in files)
             uri = self.store.backend.uri(path)

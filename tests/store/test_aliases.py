@@ -50,7 +50,7 @@ def served_store(store: GalleryStore) -> GalleryStore:
 def served_template(tmp_path_factory) -> str:
     """:func:`served_store` written once; each test works on a copy (``served_copy``)."""
     root = str(tmp_path_factory.mktemp("served") / "store")
-    served_store(GalleryStore(root))
+    served_store(GalleryStore(root, retention_s=DAY))  # gc's --older-than may be a day
     return root
 
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
+import pyarrow.fs as pafs
 import pytest
 
 from raycompat.cli.app import main
@@ -30,6 +31,13 @@ def listing(root) -> dict[str, int]:
     }
 
 
+def _files_under(store, path: str) -> list:
+    """The files (objects) under ``path``, by a fresh listing."""
+    selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+    found = store.filesystem.get_file_info(selector)
+    return [e for e in found if e.type == pafs.FileType.File]
+
+
 def stage(store, version, name, **lease):
     """A staging area holding one part, its writer gone quiet (heartbeat stopped)."""
     info = VersionInfo(version, "m1", 4, False, f"{version} = x")
@@ -41,7 +49,8 @@ def stage(store, version, name, **lease):
 
 @pytest.fixture
 def store(tmp_path):
-    return GalleryStore(str(tmp_path / "store"))
+    """A store whose retention is one day: gc's ``--older-than`` may not be shorter."""
+    return GalleryStore(str(tmp_path / "store"), retention_s=DAY)
 
 
 def test_an_unmarked_folder_is_refused_and_nothing_is_deleted(tmp_path, capsys):
@@ -103,7 +112,8 @@ def test_mark_store_marks_an_old_store_and_refuses_a_folder_that_is_not_one(tmp_
     )
     assert main(["mark-store", "--store", store.root]) == 0
     assert "is already marked (raycompat.store/1, created " in capsys.readouterr().out
-    assert main(["gc", "--store", store.root, "--json"]) == 0
+    assert json.loads(open(store.path(MARKER_NAME)).read())["retention_s"] == 7 * DAY  # default
+    assert main(["gc", "--store", store.root, "--older-than", "7d", "--json"]) == 0
 
     other = tmp_path / "photos"
     (other / "_data").mkdir(parents=True)
@@ -116,15 +126,19 @@ def test_mark_store_marks_an_old_store_and_refuses_a_folder_that_is_not_one(tmp_
     assert (other / MARKER_NAME).is_file()
 
 
-def test_older_than_shorter_than_the_lease_timeout_is_a_usage_error(store, capsys):
+def test_older_than_shorter_than_the_stores_retention_is_a_usage_error(store, capsys):
     publish(store, "v1")
-    assert main(["gc", "--store", store.root, "--older-than", "60", "--dry-run"]) == 2
+    assert main(["gc", "--store", store.root, "--older-than", "12h", "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--older-than 60 s" in err[0] and "lease timeout 120 s" in err[0]
-    patient = GalleryStore(store.root, lease_timeout_s=600)
-    with pytest.raises(GcArgumentError, match="--older-than 300 s .* lease timeout 600 s"):
-        plan_gc(patient, older_than_s=300)
-    assert main(["gc", "--store", store.root, "--older-than", "2m", "--dry-run"]) == 0
+    assert len(err) == 1
+    assert "--older-than 12 h is shorter than the store's retention 1 d" in err[0]
+    # the retention is the store's marker's, whatever the process that opens it asks for
+    other = GalleryStore(store.root, lease_timeout_s=600, retention_s=7 * DAY)
+    assert other.retention_s == DAY
+    with pytest.raises(GcArgumentError, match="--older-than 24 h is shorter than .* 1 d"):
+        plan_gc(other, older_than_s=DAY - 1)
+    assert plan_gc(other, older_than_s=DAY) == []
+    assert main(["gc", "--store", store.root, "--older-than", "1d", "--dry-run"]) == 0
 
 
 def test_a_stalled_writers_staging_is_kept_until_its_lease_expired_long_enough(store, capsys):
@@ -133,14 +147,14 @@ def test_a_stalled_writers_staging_is_kept_until_its_lease_expired_long_enough(s
     time.sleep(0.3)  # both leases have just expired
     age(store.path("g"), leases=True)  # every file looks two days old
     expire(gone.path)  # only this one's heartbeat is two days old
-    assert main(["gc", "--store", store.root, "--older-than", "2m"]) == 0
+    assert main(["gc", "--store", store.root, "--older-than", "1d"]) == 0
     printed = capsys.readouterr().out
     assert "removed 1 item(s)" in printed and "abandoned, lease not live" in printed
     assert os.path.isfile(f"{stalled.path}/_lease/00000001.json")
     assert not os.path.exists(gone.path)
-    kept = make_plan(store, older_than_s=120).kept
+    kept = make_plan(store).kept  # at the store's retention, the shortest gc may use
     assert [(k.what, k.reason.split(" ago")[1]) for k in kept] == [
-        ("g/_data/v1/stalled", ", younger than --older-than 2 min")
+        ("g/_data/v1/stalled", ", younger than --older-than 1 d")
     ]
     assert kept[0].reason.startswith("lease expired ")
 
@@ -154,7 +168,7 @@ def test_a_staging_area_a_version_record_names_is_kept(store):
     expire(store.path("g", "_data", "v1", "job-v1"))
     plan = make_plan(store, older_than_s=DAY, keep_versions=1)
     assert [(i.kind, i.reason) for i in plan.items] == [("version", "superseded (keep 1)")]
-    assert ("g/_data/v1/job-v1", "named by version v1, v2") in {
+    assert ("g/_data/v1/job-v1", "named by version v2") in {  # v1's record goes
         (k.what, k.reason) for k in plan.kept
     }
     collect(store, plan.items)
@@ -199,18 +213,27 @@ def test_gc_on_s3_refuses_an_unmarked_prefix_and_waits_for_the_lease(s3_bucket):
         plan_gc(GalleryStore(f"s3://{bucket}/photos", options))
     assert fs.cat(f"{bucket}/photos/x/_data/v1/j/p.parquet") == b"not ours"
 
-    writer = GalleryStore(f"s3://{bucket}/store", options)
+    # a short lease and retention: S3 dates files by the server's clock (to the second), so
+    # they cannot be aged; 4 s leaves a commit 2 s (half of it) between a part and its record
+    writer = GalleryStore(f"s3://{bucket}/store", options, lease_timeout_s=0.5, retention_s=4)
     publish(writer, "v1")
-    dead = stage(writer, "v2", "dead", lease_timeout_s=0.3)
-    store = GalleryStore(writer.root, options, lease_timeout_s=0.5)  # gc may use 0.5 s
-    plan = make_plan(store, older_than_s=0.5)
+    dead = stage(writer, "v2", "dead")
+    store = GalleryStore(writer.root, options)  # gc in another process: the marker's retention
+    assert store.retention_s == 4
+    with pytest.raises(GcArgumentError, match="shorter than the store's retention 4 s"):
+        make_plan(store, older_than_s=3)
+    plan = make_plan(store)
     assert plan.items == [] and {k.what for k in plan.kept} == {
         "g/_data/v1/job-v1",
         "g/_data/v2/dead",
     }
-    time.sleep(1.2)  # expired 0.9 s ago, longer than --older-than 0.5 s
-    items = plan_gc(store, older_than_s=0.5)
+    time.sleep(4.8)  # its lease expired 4.3 s ago, longer than the retention, and its files too
+    items = plan_gc(store)
     assert [(i.kind, i.uri) for i in items] == [("staging", f"s3://{dead.path}")]
+    [item] = items
+    every = {e.path for e in _files_under(store, dead.path)}
+    assert set(item.files) == every and len(every) == 3  # its part, part record and lease
     collect(store, items)
-    assert not fs.exists(dead.path) and store.read("g", "v1").num_rows == 20
+    assert _files_under(store, dead.path) == []  # (S3 folder markers, "dir/" objects, stay)
+    assert store.read("g", "v1").num_rows == 20
     assert fs.exists(f"{bucket}/store/{MARKER_NAME}")

@@ -173,3 +173,18 @@ def test_in_a_published_area_gc_takes_only_leftovers_never_a_listed_file_or_its_
     assert store.read("g", "v1").num_rows == 10
     part_records = os.listdir(os.path.join(staging.path, "_parts"))
     assert part_records == [published.files[0].split("/")[-1] + ".json"]
+
+
+def test_mark_store_registers_the_galleries_of_a_store_written_before_gallery_records(store):
+    from raycompat.cli.app import main
+
+    staging = store.begin("g", info("v2"), "job2")
+    write(staging)
+    staging.commit()
+    os.remove(store.path("_galleries", "g.json"))  # as an older raycompat left it
+    lines = [k.line() for k in make_plan(store).kept]
+    assert "keep g: not a gallery this store created (no _galleries/g.json)" in lines
+    assert main(["mark-store", "--store", store.root]) == 0
+    assert os.path.isfile(store.path("_galleries", "g.json"))
+    lines = [k.line() for k in make_plan(store).kept]
+    assert not any(line.startswith("keep g:") for line in lines)
