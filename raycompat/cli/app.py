@@ -11,7 +11,7 @@
     raycompat search ... --vectors Q.npy|Q.parquet   query vectors of model M
     raycompat search ... --ids ID [ID ...]        query with rows stored in M's gallery version
     raycompat search ... --nprobe N               inverted lists an IVF index visits per query
-    raycompat gc --store ROOT [--older-than 24h] [--keep-versions K] [--dry-run]
+    raycompat gc --store ROOT [--older-than 8d] [--keep-versions K] [--dry-run]
                                                   only in a marked store; --dry-run also
                                                   says what it keeps and why
     raycompat mark-store --store ROOT [--force]   mark a store written before markers
@@ -45,6 +45,12 @@
                                                   write a version as a Delta table (TARGET a
                                                   folder or s3:// URI) or an Iceberg table
                                                   (TARGET namespace.table); float16 -> float32
+
+Every command that reads or writes a store takes the jobs' S3 options (``cli/arguments.py``,
+``add_store_arguments``): ``--endpoint-url URL`` (default ``AWS_ENDPOINT_URL_S3``, else
+``AWS_ENDPOINT_URL``), ``--profile NAME`` and ``--storage-options JSON`` (more s3fs
+``storage_options``; credentials in it are scrubbed from every line printed); a local
+``--store`` ignores them.
 
 Every subcommand's ``--help`` describes each option and ends with an example command. A
 gallery, model or version that does not exist is a usage error (exit 2) listing those that do
@@ -80,17 +86,24 @@ import json
 import logging
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 
 from raycompat.cli import index_commands, serving
-from raycompat.cli.arguments import build_parser, duration_s, positive_int  # noqa: F401
+from raycompat.cli.arguments import (  # noqa: F401 (duration_s, positive_int: as before)
+    build_parser,
+    duration_s,
+    positive_int,
+    storage_options,
+)
 from raycompat.cli.errors import debug_requested, error_line
 from raycompat.cli.tables import RENDERERS
 from raycompat.errors import RaycompatError, UsageError, exit_status
 from raycompat.index.distances import ZeroNormError
 from raycompat.io.credentials import configure_logging
+from raycompat.io.uri import split_uri
 from raycompat.store import GalleryStore
 from raycompat.store.errors import StoreError
 from raycompat.store.listing import gallery_versions, version_rows  # noqa: F401 (as before)
@@ -106,11 +119,14 @@ class QueryError(UsageError, ValueError):
     unreadable, empty or malformed (the message names the file). Exit status 2."""
 
 
-def open_store(root: str) -> GalleryStore:
-    """The store at ``root`` for reading: a mistyped root is a MissingStoreError (exit 2),
-    not an empty listing."""
-    store = GalleryStore(root)
-    store.check_exists()
+def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> GalleryStore:
+    """The store at ``--store``, reached with the command line's S3 options
+    (:func:`~raycompat.cli.arguments.storage_options`; every store command opens its store
+    here). A mistyped root is a MissingStoreError (exit 2), not an empty listing, unless
+    ``must_exist`` is False (a writer creates the store with its first record)."""
+    store = GalleryStore(args.store, storage_options(args, args.store))
+    if must_exist:
+        store.check_exists()
     return store
 
 
@@ -126,13 +142,13 @@ def galleries(args) -> dict:
     version each query model searches (``store/listing.py``)."""
     from raycompat.store.listing import gallery_summaries
 
-    store = open_store(args.store)
+    store = open_store(args)
     rows, corrupt = gallery_summaries(store)
     return _listing({"store": store.uri(), "galleries": rows}, corrupt)
 
 
 def versions(args) -> dict:
-    store = open_store(args.store)
+    store = open_store(args)
     check_gallery(store, args.gallery)  # an unknown name lists the galleries (exit 1)
     infos, corrupt = store.versions_report(args.gallery)
     grants, bad_grants = Catalog(store).grants_report(args.gallery)
@@ -143,7 +159,7 @@ def versions(args) -> dict:
 
 
 def models(args) -> dict:
-    records, corrupt = Catalog(open_store(args.store)).models_report()
+    records, corrupt = Catalog(open_store(args)).models_report()
     return _listing({"models": [vars(m) for m in records]}, corrupt)
 
 
@@ -288,7 +304,7 @@ def _search(args) -> dict:
     from raycompat.index.version_index import open_search_index
     from raycompat.store.aliases import current
 
-    store = open_store(args.store)
+    store = open_store(args)
     catalog = Catalog(store)
     check_gallery(store, args.gallery)  # unknown names list those that exist (exit 1)
     model_record(catalog, args.model)
@@ -387,7 +403,7 @@ def gc(args) -> dict:
     why; refuses an unmarked folder (exit 2); see docs/store.md."""
     from raycompat.store.gc import collect, make_plan
 
-    store = open_store(args.store)
+    store = open_store(args)
     plan = make_plan(store, older_than_s=args.older_than, keep_versions=args.keep_versions)
     items = plan.items
     freed = 0 if args.dry_run else collect(store, items)
@@ -407,33 +423,47 @@ def mark_store(args) -> str:
     """Mark ``--store`` as a raycompat store, so gc may manage it (``store/marker.py``).
     Refuses a folder holding no version record and no model catalog unless ``--force``."""
     from raycompat.store.errors import MissingStoreError
-    from raycompat.store.marker import MARKER_NAME, read_marker, store_contents
+    from raycompat.store.marker import (
+        MARKER_NAME,
+        galleries_with_records,
+        read_marker,
+        register_gallery,
+        store_contents,
+    )
 
-    store = GalleryStore(args.store)
+    store = open_store(args, must_exist=False)
     uri = store.uri()
     marker = read_marker(store.backend)
+    if marker is None:
+        found = store_contents(store.backend)
+        if not found and not args.force:
+            raise MissingStoreError(
+                f"{uri} holds no gallery record (*/_versions/*.json) and no model catalog "
+                f"(_models/*.json), so it does not look like a store; not marked (--force "
+                f"marks it)"
+            )
+        store.mark()
+    # galleries written before gallery records existed: gc manages only registered ones
+    added = [g for g in galleries_with_records(store.backend) if register_gallery(store.backend, g)]
+    registered = f"; registered galleries: {', '.join(added)}" if added else ""
     if marker is not None:
-        return f"{uri} is already marked ({marker.format}, created {marker.created})"
-    found = store_contents(store.backend)
-    if not found and not args.force:
-        raise MissingStoreError(
-            f"{uri} holds no gallery record (*/_versions/*.json) and no model catalog "
-            f"(_models/*.json), so it does not look like a store; not marked (--force marks it)"
-        )
-    store.mark()
-    return f"marked {uri} as a raycompat store ({MARKER_NAME}): {', '.join(found) or 'empty'}"
+        return f"{uri} is already marked ({marker.format}, created {marker.created}){registered}"
+    return (
+        f"marked {uri} as a raycompat store ({MARKER_NAME}): {', '.join(found) or 'empty'}"
+        f"{registered}"
+    )
 
 
 def adopt(args) -> dict:
     """Publish the table at ``args.uri`` (a Delta or Iceberg snapshot, or a Parquet folder) as
-    a version, in place; the files are validated by Ray tasks (the only command that starts
-    Ray, after the cheap checks)."""
-    import ray
-
+    a version, in place; the files are validated by Ray tasks, after the cheap checks, on
+    ``--address`` or a local Ray that ends with the command, even a SIGKILLed one
+    (``cluster/local_ray.py``)."""
+    from raycompat.cluster.local_ray import ray_for_command
     from raycompat.cluster.pipelines.adopt import run_adoption
     from raycompat.store.adopt import AdoptOptionError, plan_adoption
 
-    store = GalleryStore(args.store)  # a writer: a new store is created by its first record
+    store = open_store(args, must_exist=False)  # a writer: its first record creates a store
     try:
         plan = plan_adoption(
             store,
@@ -450,10 +480,11 @@ def adopt(args) -> dict:
     except AdoptOptionError as error:  # --catalog-uri without iceberg:<ns>.<table>, or the reverse
         print(error_line(PROG, error), file=sys.stderr)
         raise SystemExit(2) from None
-    if plan.published is None and not ray.is_initialized():  # a rerun completes without Ray
-        ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
     normalized = {"auto": None, "yes": True, "no": False}[args.normalized]
-    info = run_adoption(store, plan, normalized=normalized)
+    ray_options = {"include_dashboard": False, "log_to_driver": False}
+    needs_ray = plan.published is None  # a rerun completes without Ray
+    with ray_for_command(args.address, **ray_options) if needs_ray else nullcontext():
+        info = run_adoption(store, plan, normalized=normalized)
     return {
         "gallery": args.gallery,
         "version": info.version,
@@ -478,7 +509,7 @@ def history(args) -> dict:
     from raycompat.store.history import gallery_history
     from raycompat.store.serving import with_serving
 
-    store = open_store(args.store)
+    store = open_store(args)
     return with_serving(store, args.gallery, gallery_history(store, args.gallery))
 
 
@@ -488,8 +519,12 @@ def export(args) -> dict | str:
     from raycompat.store.export import ExportOptionError, export_version
 
     options = {"mode": args.mode, "catalog_uri": args.catalog_uri, "warehouse": args.warehouse}
-    store = open_store(args.store)
+    store = open_store(args)
     version_record(store, args.gallery, args.version)  # unknown names: those that exist, exit 1
+    written = args.target if args.format == "delta" else args.warehouse  # where files go
+    if written is not None:  # the S3 options reach an s3:// one, from a local store too
+        s3 = split_uri(written)[0] == "s3"
+        options["storage_options"] = storage_options(args, written) if s3 else {}
     try:
         summary = export_version(
             store, args.gallery, args.version, args.format, args.target, **options

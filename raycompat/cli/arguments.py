@@ -8,21 +8,35 @@ option has a help text (``tests/cli/test_arguments.py`` walks the parser to chec
 handlers are in :mod:`raycompat.cli.app` (``COMMANDS``). Argument types (:func:`duration_s`,
 :func:`positive_int`, ``--as-of``) fail as usage errors, exit 2. Imports stay light: ``--help``
 loads neither torch nor Ray.
+
+Every command that opens a store adds ``--store`` with :func:`add_store_arguments`, which adds
+the S3 options the jobs' configs spell as s3fs ``storage_options`` (``--endpoint-url``,
+``--profile``, ``--storage-options``); :func:`storage_options` turns them into that dict, and
+``app.open_store`` builds the store from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from raycompat.cli import index_commands, serving
 from raycompat.cli.errors import DEBUG_ENV, DEBUG_FLAG
-from raycompat.store.lease import DEFAULT_TIMEOUT_S
+from raycompat.errors import UsageError
+from raycompat.store.retention import DEFAULT_RETENTION_S
+
+logger = logging.getLogger(__name__)
 
 STORE_HELP = "store root: a folder or s3://bucket/prefix"
 GALLERY_HELP = "a gallery of the store (an unknown name lists those that exist)"
+RAY_ADDRESS_HELP = (
+    "Ray address (default: RAY_ADDRESS, else a local Ray that ends with the command, "
+    "even a killed one)"
+)
 _DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -63,27 +77,129 @@ def as_of(text: str) -> str:
     return text
 
 
+# ---- --store and its S3 options --------------------------------------------------------------
+
+S3_FLAGS = {"endpoint_url": "--endpoint-url", "profile": "--profile"}
+
+
+class StorageOptionsError(UsageError, ValueError):
+    """``--storage-options`` is no JSON object, or it and ``--endpoint-url`` / ``--profile``
+    name different values (exit 2). The message never repeats the flag's text: it may hold
+    credentials."""
+
+
+def add_store_arguments(p: argparse.ArgumentParser, help: str = STORE_HELP) -> None:
+    """``--store`` (required) and its S3 options, read by :func:`storage_options`."""
+    p.add_argument("--store", required=True, help=help)
+    s3 = p.add_argument_group(
+        "S3 options", "the jobs' s3fs storage_options; ignored for a local --store"
+    )
+    s3.add_argument(
+        "--endpoint-url",
+        metavar="URL",
+        help="an S3-compatible endpoint, e.g. http://127.0.0.1:9000 (storage_options "
+        "client_kwargs.endpoint_url; default: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, "
+        "else AWS)",
+    )
+    s3.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the AWS profile whose credentials are used (s3fs profile; default: the "
+        "environment's credentials or AWS_PROFILE)",
+    )
+    s3.add_argument(
+        "--storage-options",
+        metavar="JSON",
+        help='more s3fs storage_options, a JSON object, e.g. \'{"client_kwargs": '
+        '{"region_name": "eu-west-1"}}\' (credentials are scrubbed from the output)',
+    )
+
+
+def storage_options(args: argparse.Namespace, uri: str) -> dict:
+    """The s3fs ``storage_options`` the S3 flags give ``uri``: ``--storage-options`` with
+    ``--endpoint-url`` (as ``client_kwargs.endpoint_url``) and ``--profile`` set in it, else
+    the environment's endpoint (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``); ``{}`` for a
+    local ``uri``. Credential values are registered for scrubbing first, before anything can
+    print them.
+
+    Raises:
+        StorageOptionsError: see the class (a usage error, exit 2).
+    """
+    from raycompat.io.credentials import register_secrets
+    from raycompat.io.s3_options import endpoint_of, with_environment_endpoint
+    from raycompat.io.uri import split_uri
+
+    options = _json_object(getattr(args, "storage_options", None))
+    register_secrets(options)
+    given = {key: getattr(args, key, None) for key in S3_FLAGS}
+    found = {"endpoint_url": endpoint_of(options), "profile": options.get("profile")}
+    for key, flag in S3_FLAGS.items():
+        if given[key] and found[key] and given[key] != found[key]:
+            raise StorageOptionsError(
+                f"{flag} and --storage-options name different {key.replace('_', ' ')}s; "
+                "give it once"
+            )
+    if split_uri(uri)[0] != "s3":
+        named = [flag for key, flag in S3_FLAGS.items() if given[key]]
+        if options:
+            named.append("--storage-options")
+        if named:
+            logger.info("%s not used for the local folder %s", ", ".join(named), uri)
+        return {}
+    if given["profile"]:
+        options["profile"] = given["profile"]
+    if given["endpoint_url"]:
+        client = {**(options.get("client_kwargs") or {}), "endpoint_url": given["endpoint_url"]}
+        options["client_kwargs"] = client
+    return with_environment_endpoint(options)
+
+
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
+
+
+def _json_object(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except ValueError as error:  # its message gives the position, not the text
+        raise StorageOptionsError(f"--storage-options is not valid JSON ({error})") from None
+    if not isinstance(options, dict):
+        kind = _JSON_KINDS.get(type(options), "a value")  # never the value: it may be a secret
+        raise StorageOptionsError(
+            f"--storage-options must be a JSON object of s3fs options, got {kind}"
+        )
+    return options
+
+
 # ---- one function per subcommand -------------------------------------------------------------
 
 
 def _galleries_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
 
 
 def _versions_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("gallery", help=GALLERY_HELP)
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
 
 
 def _models_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
 
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", nargs="*", type=str, help="query images, embedded with --model")
     p.add_argument("--vectors", help="query vectors of --model: a .npy (Q, d) or a Parquet file")
     p.add_argument("--ids", nargs="+", help="query with rows stored in the version --model queries")
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
     p.add_argument("--gallery", required=True, help=GALLERY_HELP)
     p.add_argument(
         "--model",
@@ -106,14 +222,14 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _gc_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True, help=STORE_HELP + " (a marked one)")
+    add_store_arguments(p, STORE_HELP + " (a marked one)")
     p.add_argument(
         "--older-than",
         type=duration_s,
-        default=duration_s("24h"),
-        help="only what is older than this (24h, 90m, 2d or seconds; default 24h; at least "
-        f"the lease timeout, {DEFAULT_TIMEOUT_S:g} s): a staging area counts from when its "
-        "lease expired",
+        default=None,
+        help="only what is older than this (8d, 36h or seconds; default and minimum: the "
+        "store's retention, set in its marker when it was created, "
+        f"{DEFAULT_RETENTION_S / 86400:g}d unless chosen then)",
     )
     p.add_argument(
         "--keep-versions",
@@ -130,7 +246,7 @@ def _gc_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _mark_store_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -144,7 +260,7 @@ def _adopt_arguments(p: argparse.ArgumentParser) -> None:
         help="a Delta or Iceberg table, or a folder of *.parquet files (local or s3://); or "
         "iceberg:<namespace>.<table> in --catalog-uri",
     )
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
     p.add_argument("--gallery", required=True, help="the gallery to publish into (new or not)")
     p.add_argument("--version", required=True, help="the new version's name")
     p.add_argument(
@@ -174,14 +290,14 @@ def _adopt_arguments(p: argparse.ArgumentParser) -> None:
         help="for URI iceberg:<namespace>.<table>: the SQL catalog (sqlite:///path/catalog.db)",
     )
     p.add_argument("--warehouse", default=None, help="the catalog's warehouse (optional)")
-    p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
+    p.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
 
 
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "target", help="Delta: a folder or s3:// URI; Iceberg: namespace.table in --catalog-uri"
     )
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
     p.add_argument("--gallery", required=True, help=GALLERY_HELP)
     p.add_argument("--version", required=True, help="the published version to export")
     p.add_argument(
@@ -199,7 +315,7 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 def _history_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("gallery", help="the gallery's name (an unknown one lists those that exist)")
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
 
 
 # ---- the table -------------------------------------------------------------------------------

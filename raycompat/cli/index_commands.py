@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from contextlib import ExitStack
 
 from raycompat.errors import RaycompatError, UsageError
 
@@ -27,16 +28,16 @@ STORE = "outputs/upgrade/store"  # the examples' store, as raycompat.cli.argumen
 
 def _common(p: argparse.ArgumentParser) -> None:
     # imported here: arguments.py imports this module for its SUBCOMMANDS entry
-    from raycompat.cli.arguments import GALLERY_HELP, STORE_HELP
+    from raycompat.cli.arguments import GALLERY_HELP, add_store_arguments
 
     p.add_argument("gallery", help=GALLERY_HELP)
     p.add_argument("--version", required=True, help="the published version of the gallery")
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
     p.add_argument("--json", action="store_true", help="JSON instead of one line")
 
 
 def _build_arguments(p: argparse.ArgumentParser) -> None:
-    from raycompat.cli.arguments import positive_int
+    from raycompat.cli.arguments import RAY_ADDRESS_HELP, positive_int
 
     _common(p)
     p.add_argument(
@@ -61,7 +62,7 @@ def _build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers", type=positive_int, default=2, help="sharded_ivf on Ray: tasks at once"
     )
-    p.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or local)")
+    p.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
 
 
 def _verify_arguments(p: argparse.ArgumentParser) -> None:
@@ -119,34 +120,34 @@ def build(args) -> dict | str:
     from raycompat.index.version_index import build_version_index, resolve_kind
     from raycompat.store.lookup import version_record
 
-    store = open_store(args.store)
+    store = open_store(args)
     info = version_record(store, args.gallery, args.version)  # unknown names list the known
     kind = resolve_kind(info, args.kind)
     options = {k: getattr(args, k) for k in ("nlist", "nprobe") if getattr(args, k) is not None}
-    if kind == SHARDED_IVF:
-        options["runner"] = _runner(args)
-    try:
-        uri = build_version_index(store, args.gallery, args.version, kind=kind, **options)
-    except ValueError as error:
-        if isinstance(error, RaycompatError):  # a store or data error keeps its own status
-            raise
-        raise IndexOptionsError(f"{args.gallery}/{args.version}: {error}") from None
+    with ExitStack() as ray_session:  # a local Ray ends with the command (cluster/local_ray.py)
+        if kind == SHARDED_IVF:
+            options["runner"] = _runner(args, ray_session)
+        try:
+            uri = build_version_index(store, args.gallery, args.version, kind=kind, **options)
+        except ValueError as error:
+            if isinstance(error, RaycompatError):  # a store or data error keeps its own status
+                raise
+            raise IndexOptionsError(f"{args.gallery}/{args.version}: {error}") from None
     if args.json:
         return {"gallery": args.gallery, "version": args.version, "kind": kind, "uri": uri}
     return f"indexed {args.gallery}/{args.version}: {kind} over {info.rows} rows at {uri}"
 
 
-def _runner(args):
+def _runner(args, ray_session: ExitStack):
     if args.runner == "local":
         from raycompat.index.tasks import LocalTasks
 
         return LocalTasks()
-    import ray
-
+    from raycompat.cluster.local_ray import ray_for_command
     from raycompat.cluster.pipelines.index import RayTasks
 
-    if not ray.is_initialized():
-        ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
+    ray_options = {"include_dashboard": False, "log_to_driver": False}
+    ray_session.enter_context(ray_for_command(args.address, **ray_options))
     return RayTasks(workers=args.workers)
 
 
@@ -159,7 +160,7 @@ def verify(args) -> dict | str:
     from raycompat.index.version_index import load_version_index
     from raycompat.store.lookup import version_record
 
-    store = open_store(args.store)
+    store = open_store(args)
     version_record(store, args.gallery, args.version)  # unknown names list the known (exit 2)
     with stdout_to_stderr():
         index = load_version_index(store, args.gallery, args.version, use_gpu=False, verify="full")

@@ -18,10 +18,10 @@ STORE = "outputs/upgrade/store"  # the examples' store: what `python jobs/upgrad
 
 
 def _store_and_model(p: argparse.ArgumentParser) -> None:
-    from raycompat.cli.arguments import STORE_HELP  # arguments.py imports this module
+    from raycompat.cli.arguments import add_store_arguments  # arguments.py imports this module
 
     p.add_argument("--model", required=True, help="a registered model version, e.g. m2")
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
 
 
 def promote_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,10 +41,10 @@ def gallery_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def retire_arguments(p: argparse.ArgumentParser) -> None:
-    from raycompat.cli.arguments import STORE_HELP
+    from raycompat.cli.arguments import add_store_arguments
 
     p.add_argument("model", help="the registered model version to retire, e.g. m1")
-    p.add_argument("--store", required=True, help=STORE_HELP)
+    add_store_arguments(p)
     p.add_argument("--reason", default="", help="why, kept in the tombstone record")
 
 
@@ -73,14 +73,13 @@ SPECS = {
 }
 
 
-def _open(root: str, gallery: str | None = None):
-    """The store at ``root`` (MissingStoreError, exit 2, when there is none), with ``gallery``
-    checked to exist (NotInStoreError listing the galleries, exit 1)."""
-    from raycompat.store import GalleryStore
+def _open(args, gallery: str | None = None):
+    """The store at ``--store`` (MissingStoreError, exit 2, when there is none), with
+    ``gallery`` checked to exist (NotInStoreError listing the galleries, exit 1)."""
+    from raycompat.cli.app import open_store  # app.py imports this module
     from raycompat.store.lookup import check_gallery
 
-    store = GalleryStore(root)
-    store.check_exists()
+    store = open_store(args)
     if gallery is not None:
         check_gallery(store, gallery)
     return store
@@ -95,7 +94,7 @@ def _answer(args, record, line: str) -> dict | str:
 def promote(args) -> dict | str:
     from raycompat.store.aliases import promote as promote_alias
 
-    store = _open(args.store, args.gallery)
+    store = _open(args, args.gallery)
     record = promote_alias(store, args.gallery, args.model, args.version)
     if record is None:
         return _answer(args, None, f"{args.model} already serves {args.gallery} {args.version}")
@@ -110,7 +109,7 @@ def promote(args) -> dict | str:
 def rollback(args) -> dict | str:
     from raycompat.store.aliases import rollback as rollback_alias
 
-    store = _open(args.store, args.gallery)
+    store = _open(args, args.gallery)
     record = rollback_alias(store, args.gallery, args.model)
     now = record.gallery_version or "nothing (revoked)"
     was = record.previous or "nothing"
@@ -121,7 +120,7 @@ def rollback(args) -> dict | str:
 def revoke(args) -> dict | str:
     from raycompat.store.aliases import revoke as revoke_alias
 
-    store = _open(args.store, args.gallery)
+    store = _open(args, args.gallery)
     record = revoke_alias(store, args.gallery, args.model)
     if record is None:
         return _answer(args, None, f"{args.model} is already revoked on {args.gallery}")
@@ -137,7 +136,7 @@ def retire(args) -> dict | str:
     from raycompat.store.model_catalog import Catalog
     from raycompat.store.retired import retire as retire_model
 
-    store = _open(args.store)
+    store = _open(args)
     model_record(Catalog(store), args.model)  # an unknown name lists the models (exit 2)
     record = retire_model(store, args.model, args.reason)
     line = f"{record.line()}: it serves no gallery and takes no new grant or promote"

@@ -7,11 +7,15 @@ the environment (``AWS_ACCESS_KEY_ID`` ..., ``AWS_DEFAULT_REGION``) or the insta
 
 This module only reads and rewrites those dicts (no pyarrow, no s3fs), so config loading can
 use it: :func:`with_endpoint` folds the deprecated ``endpoint_url`` of the run and sweep configs
-into ``client_kwargs.endpoint_url``.
+into ``client_kwargs.endpoint_url``, and :func:`with_environment_endpoint` the endpoint of
+``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` when the options name none (s3fs, through
+botocore, reads those variables itself; pyarrow's native S3 client does not, so without it an
+endpoint set only in the environment would reach the records and not the Parquet files).
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
 
@@ -22,6 +26,29 @@ def endpoint_of(options: Mapping | None) -> str | None:
     options = options or {}
     client = options.get("client_kwargs") or {}
     return client.get("endpoint_url") or options.get("endpoint_url")
+
+
+# botocore's order: the S3 one first (AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true turns both off)
+ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def environment_endpoint() -> str | None:
+    """The S3 endpoint this process's environment names (:data:`ENDPOINT_ENV`), or None."""
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+        return None
+    return next((os.environ[name] for name in ENDPOINT_ENV if os.environ.get(name)), None)
+
+
+def with_environment_endpoint(options: Mapping | None) -> dict:
+    """``options`` (s3fs ``storage_options`` of an ``s3://`` path) with
+    ``client_kwargs.endpoint_url`` set to :func:`environment_endpoint` when they name no
+    endpoint themselves; ``options`` itself is not changed."""
+    options = dict(options or {})
+    endpoint = None if endpoint_of(options) else environment_endpoint()
+    if endpoint:
+        client = {**(options.get("client_kwargs") or {}), "endpoint_url": endpoint}
+        options["client_kwargs"] = client
+    return options
 
 
 def with_endpoint(where: str, storage_options: dict, endpoint_url: str | None) -> dict:

@@ -13,8 +13,10 @@ cluster time (:func:`raycompat.config.checks.check_weight_files`): no torch on t
 Bulk I/O on S3 uses pyarrow's native ``S3FileSystem`` by default (``bulk_io="native"``;
 ``benchmarks/store_io.py`` measured it faster than s3fs behind ``FSSpecHandler``; see
 ``docs/store.md``), built from the same options (:func:`native_s3_options`; the region from
-``AWS_DEFAULT_REGION`` / ``AWS_REGION`` when the options name none). Options the native client
-cannot express make ``bulk_io="auto"`` fall back to s3fs behind ``FSSpecHandler``.
+``AWS_DEFAULT_REGION`` / ``AWS_REGION`` when the options name none, and the endpoint from
+``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` when they name none, as s3fs takes them:
+:func:`~raycompat.io.s3_options.with_environment_endpoint`). Options the native client cannot
+express make ``bulk_io="auto"`` fall back to s3fs behind ``FSSpecHandler``.
 
 The store's errors are imported where they are raised: ``raycompat.store`` imports this layer,
 and this layer loads without it.
@@ -30,6 +32,7 @@ from typing import IO, Any
 import pyarrow.fs as pafs
 
 from raycompat.io.credentials import accept_storage_options
+from raycompat.io.s3_options import with_environment_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +66,8 @@ def filesystem(
         return pafs.LocalFileSystem(), os.path.abspath(path)
     if scheme != "s3":
         raise ValueError(f"unsupported scheme {scheme!r} in {uri!r} (a local path or s3://)")
-    return _s3_bulk(accept_storage_options(storage_options), bulk_io), path.rstrip("/")
+    options = with_environment_endpoint(accept_storage_options(storage_options))
+    return _s3_bulk(options, bulk_io), path.rstrip("/")
 
 
 def fsspec_filesystem(uri: str, storage_options: Mapping | None = None) -> tuple[Any, str]:

@@ -10,7 +10,12 @@ import pytest
 from raycompat.config import ConfigError, dump_config, load_config
 from raycompat.config.train import RunSpec, TrainConfig
 from raycompat.config.tune import SweepConfig
-from raycompat.io.s3_options import endpoint_of, with_endpoint
+from raycompat.io.s3_options import (
+    ENDPOINT_ENV,
+    endpoint_of,
+    with_endpoint,
+    with_environment_endpoint,
+)
 
 ENDPOINT = "http://127.0.0.1:9000"
 
@@ -70,3 +75,27 @@ def test_the_same_options_are_accepted_by_store_run_and_sweep_configs():
     assert StoreSpec(storage_options=options).storage_options == options
     assert RunSpec(storage_options=options).storage_options == options
     assert SweepConfig(storage_options=options).storage_options == options
+
+
+@pytest.fixture
+def no_endpoint_env(monkeypatch):
+    for name in (*ENDPOINT_ENV, "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_the_environment_endpoint_is_used_when_the_options_name_none(no_endpoint_env):
+    """botocore's variables, in botocore's order; options that name an endpoint keep it."""
+    mp = no_endpoint_env
+    assert with_environment_endpoint(None) == {}
+    mp.setenv("AWS_ENDPOINT_URL", "http://generic:1")
+    options = {"key": "k", "client_kwargs": {"region_name": "eu-west-1"}}
+    client = {"region_name": "eu-west-1", "endpoint_url": "http://generic:1"}
+    assert with_environment_endpoint(options) == {"key": "k", "client_kwargs": client}
+    assert options == {"key": "k", "client_kwargs": {"region_name": "eu-west-1"}}  # unchanged
+    mp.setenv("AWS_ENDPOINT_URL_S3", "http://s3-only:2")
+    assert endpoint_of(with_environment_endpoint({})) == "http://s3-only:2"
+    for named in ({"client_kwargs": {"endpoint_url": ENDPOINT}}, {"endpoint_url": ENDPOINT}):
+        assert with_environment_endpoint(named) == named
+    mp.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    assert with_environment_endpoint({}) == {}

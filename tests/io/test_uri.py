@@ -100,3 +100,15 @@ def test_runs_without_options_read_credentials_from_the_environment(s3_bucket):
     write_json(fs, f"{base}/x.json", [1])
     assert read_json(fs, f"{base}/x.json") == [1]
     assert scrub(os.environ["AWS_SECRET_ACCESS_KEY"]) == REDACTED  # registered on the way
+
+
+def test_the_native_client_takes_the_endpoint_from_the_environment_as_s3fs_does(
+    s3_bucket, monkeypatch
+):
+    """pyarrow's S3 client does not read AWS_ENDPOINT_URL itself (it would ask AWS)."""
+    bucket, options = s3_bucket
+    monkeypatch.setenv("AWS_ENDPOINT_URL", options["client_kwargs"]["endpoint_url"])
+    fs, base = filesystem(f"s3://{bucket}")  # no options
+    assert isinstance(fs, pafs.S3FileSystem)
+    write_json(fs, f"{base}/env.json", [2])
+    assert read_json(GalleryStore(f"s3://{bucket}").filesystem, f"{base}/env.json") == [2]
