@@ -213,10 +213,10 @@ def publish(store: GalleryStore, spec: dict, at, errors: list) -> list[str] | No
 
 
 def run_gc(store: GalleryStore, rng: random.Random) -> int:
-    """gc in a loop (plan, then collect; ``older_than_s`` = the retention), printing what each
-    pass collected. It stops itself at random between planning and collecting, and inside
-    collect just before its first delete. An error: one JSON line, then exit 1 (the harness
-    restarts it), as ``raycompat gc`` run from cron would."""
+    """gc in a loop (plan, then collect; ``older_than_s`` = the retention), printing the items
+    each pass handed to collect. It stops itself at random between planning and collecting,
+    and inside collect just before its first delete. An error: one JSON line, then exit 1 (the
+    harness restarts it), as ``raycompat gc`` run from cron would."""
     fs = store.backend.filesystem
     while True:
         try:
@@ -521,7 +521,8 @@ def run_soak(
     root: str, options: dict, trials: int, seed: int, logs: Path | None = None, stray: bool = True
 ) -> dict:
     """Soak one store (``root`` must not exist yet) for ``trials`` trials; the counts. The
-    trials are drawn from ``seed`` alone; gc's pauses from ``seed + 1`` and the clock.
+    trials are drawn from ``seed`` (and which earlier versions were published, for reruns);
+    gc's pauses from ``seed + 1`` and the clock.
     ``stray=False`` plants no file under ``g/_data/`` (the store before issue 37 stops every gc
     pass at it, which hides what else gc deletes)."""
     rng, tally, start = random.Random(seed), Tally(), time.time()
