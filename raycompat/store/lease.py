@@ -232,6 +232,8 @@ class LeaseRef:
         """Who holds the staging area instead of this generation, in words."""
         if record is None:
             return "the staging area's lease records are gone (removed by gc or by hand)"
+        if (record.generation, record.token) == (self.generation, self.token):
+            return f"no other writer has taken it yet ({record.describe()})"
         if record.generation == self.generation:
             return f"its lease record was replaced by another writer's ({record.describe()})"
         return f"taken over by {record.describe()}"

@@ -188,8 +188,9 @@ def test_a_stalled_heartbeat_does_not_revive_its_expired_lease(tmp_path):
     lease = staging.lease
     lease.record = replace(lease.record, heartbeat=time.time() - 61)  # as after a 61 s stall
     on_disk = read_newest(store.backend, lease.lease_dir).heartbeat
-    with pytest.raises(LeaseLostError, match="past the 60 s timeout"):
+    with pytest.raises(LeaseLostError, match="past the 60 s timeout") as lost:
         lease.heartbeat()
+    assert "now: no other writer has taken it yet" in str(lost.value)  # not "replaced"
     assert read_newest(store.backend, lease.lease_dir).heartbeat == on_disk  # not rewritten
     with pytest.raises(LeaseLostError, match="is lost"):
         staging.commit()
