@@ -589,6 +589,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(error_line(PROG, err), file=sys.stderr)
         return exit_status(err)
+    except OSError as err:  # storage unreachable, refused or denied: the user's to fix
+        if debug:
+            raise
+        hint = "check --store, --endpoint-url and the credentials; --debug shows the traceback"
+        print(
+            error_line(PROG, f"storage error: {' '.join(str(err).split())} ({hint})"),
+            file=sys.stderr,
+        )
+        return 1
     if isinstance(out, str):
         print(out)
     elif getattr(args, "json", False) or args.command not in RENDERERS:

@@ -182,3 +182,10 @@ def test_export_reaches_an_s3_target_with_the_same_options(s3_store, s3_bucket, 
         code, out, err = run(capsys, *argv)
         assert code == 0, err
         assert out.startswith("exported mnist v1: 4 rows") and target in out
+
+
+def test_an_unreachable_endpoint_is_one_line_exit_1(capsys):
+    code = main(["versions", "g", "--store", "s3://bucket/store", "--endpoint-url", DEAD_ENDPOINT])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("raycompat: error: storage error: ") and "--endpoint-url" in err[0]
