@@ -259,9 +259,10 @@ class GalleryStore:
         staging = Staging(self._backend, gallery_path, info, staging_name or uuid.uuid4().hex)
         if staging._published():
             raise PublishConflictError(f"gallery {gallery!r} already has version {info.version!r}")
+        timeout = self.lease_timeout_s if lease_timeout_s is None else lease_timeout_s
+        check_retention(self.retention_s, timeout)  # the store's, against this writer's lease
         self.register(gallery)
         staging.horizon_s = commit_horizon(self.retention_s)
-        timeout = self.lease_timeout_s if lease_timeout_s is None else lease_timeout_s
         staging.lease = Lease.acquire(self._backend, staging.lease_dir, timeout, owner)
         if staging._published():  # published between the check and the lease: write nothing
             staging.lease.stop()

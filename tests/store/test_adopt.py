@@ -331,16 +331,14 @@ def test_cli_adopts_a_table_and_fails_with_one_line(tmp_path, ray_data, capsys):
 
 def test_gc_never_deletes_adopted_files(tmp_path, ray_data):
     write(f"{tmp_path}/t/0.parquet", [0, 1, 2], rows(3))
-    # the shortest retention a store may have (4 lease timeouts), so that gc may run at once
-    store = GalleryStore(str(tmp_path / "store"), lease_timeout_s=1e-3, retention_s=4e-3)
+    store = GalleryStore(str(tmp_path / "store"), lease_timeout_s=1, retention_s=4)
     adopt(store, tmp_path / "t")
-    v2 = VersionInfo("v2", "m2", 4, False, "v2 = extract(m2)")
-    staging = store.begin("faces", v2, "j", lease_timeout_s=60)
-    staging.horizon_s = 3600.0  # commit well after this store's 2 ms horizon
+    staging = store.begin("faces", VersionInfo("v2", "m2", 4, False, "v2 = extract(m2)"), "j")
     staging.write_table(embedding_table([5, 6], rows(2)), "p.parquet")
     staging.commit()
     before = snapshot(tmp_path / "t")
-    time.sleep(0.01)
+    then = time.time() - 60  # v1's record is older than the retention
+    os.utime(store.path("faces", "_versions", "v1.json"), (then, then))
 
     assert plan_gc(store, keep_versions=1) == []  # v1 is the model's grant
     os.remove(store.path("faces", "_queries", "ext.json"))  # the model no longer queries v1

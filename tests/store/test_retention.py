@@ -188,3 +188,9 @@ def test_mark_store_registers_the_galleries_of_a_store_written_before_gallery_re
     assert os.path.isfile(store.path("_galleries", "g.json"))
     lines = [k.line() for k in make_plan(store).kept]
     assert not any(line.startswith("keep g:") for line in lines)
+
+
+def test_a_writer_whose_lease_outlasts_a_quarter_of_the_retention_is_refused(store):
+    with pytest.raises(RetentionError, match="shorter than 4 lease timeouts"):
+        store.begin("g", info(), "job", lease_timeout_s=RETENTION)
+    assert not os.path.exists(store.path("g"))  # nothing written
