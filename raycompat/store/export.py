@@ -111,7 +111,8 @@ def export_version(
     s3:// URI; Iceberg: ``namespace.table`` in the catalog ``catalog_uri``).
 
     Args:
-        storage_options: s3fs options for an s3:// target (default: the store's).
+        storage_options: s3fs options for an s3:// target or warehouse (default: the
+            store's when the target is on S3, none for a local one).
         options: the format's own (Delta ``mode="error"|"overwrite"``; Iceberg ``catalog_uri``,
             ``warehouse``); None values count as not given.
     Raises:
@@ -132,13 +133,22 @@ def export_version(
         pa.RecordBatchReader.from_batches(schema, batches),
         target,
         properties,
-        store.storage_options if storage_options is None else storage_options,
+        _target_options(store, target, storage_options, options),
         store,
         **options,
     )
     return ExportSummary(
         format, target, gallery, version, info.rows, files, info.dtype, properties=properties()
     )
+
+
+def _target_options(store: GalleryStore, target: str, given: dict | None, options: dict) -> dict:
+    """The S3 options for the target: those given, else the store's when the target (or the
+    Iceberg warehouse) is on S3, else none (a local folder takes none)."""
+    if given is not None:
+        return given
+    where = (target, str(options.get("warehouse") or ""))
+    return store.storage_options if any(w.startswith("s3://") for w in where) else {}
 
 
 def _check_options(exporter: ExportFormat, format: str, options: dict) -> dict:

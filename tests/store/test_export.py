@@ -233,3 +233,13 @@ def test_a_missing_package_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match=r"^exporting Delta tables needs the deltalake package: "
                        r"pip install 'raycompat\[delta\]'$"):
         export_version(store, "faces", "v1", "delta", str(tmp_path / "t"))
+
+
+def test_a_version_of_an_s3_store_exports_to_a_local_folder(s3_bucket, tmp_path):
+    bucket, options = s3_bucket
+    store = GalleryStore(f"s3://{bucket}/stores/local-target", options)
+    x = publish(store, "v1", 12)
+    summary = export_version(store, "faces", "v1", "delta", str(tmp_path / "faces_v1"))
+    ids, vectors = by_id(deltalake.DeltaTable(str(tmp_path / "faces_v1")).to_pyarrow_table())
+    assert ids == list(range(12)) and summary.rows == 12
+    np.testing.assert_array_equal(vectors, x)
