@@ -4,23 +4,15 @@ tests/backfill/test_backfill.py)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import benchmark_modules
 
 
 @pytest.fixture(scope="module")
 def analysis():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        yield importlib.import_module("fastfill_analysis")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    yield from benchmark_modules("fastfill_analysis")
 
 
 def _unit(x):

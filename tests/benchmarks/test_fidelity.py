@@ -22,8 +22,7 @@ def bench():
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     return {
-        name: importlib.import_module(f"_fidelity_{name}")
-        for name in ("eval", "report", "train")
+        name: importlib.import_module(f"_fidelity_{name}") for name in ("eval", "report", "train")
     } | {"main": importlib.import_module("fidelity")}
 
 
@@ -55,11 +54,19 @@ def test_matrix_ecc_ac_aa_gain_and_flips_by_hand(bench):
     upgrade = out["upgrades"][0]
     assert upgrade["update_gain"] == pytest.approx((0.75 - 0.75) / (0.875 - 0.75))
     # old hits [T, T, F, T]; served hits [T, T, F, T]; backfilled hits [T, T, T, T]
-    assert upgrade["served"] == {"nfr": 0.0, "pfr": 0.0, "nfr_of_old_correct": 0.0,
-                                 "relative_nfr": 0.0}
+    assert upgrade["served"] == {
+        "nfr": 0.0,
+        "pfr": 0.0,
+        "nfr_of_old_correct": 0.0,
+        "relative_nfr": 0.0,
+    }
     # the new system is always right: no flip is possible, Yan's ratio is 0/0
-    assert upgrade["backfilled"] == {"nfr": 0.0, "pfr": 25.0, "nfr_of_old_correct": 0.0,
-                                     "relative_nfr": None}
+    assert upgrade["backfilled"] == {
+        "nfr": 0.0,
+        "pfr": 25.0,
+        "nfr_of_old_correct": 0.0,
+        "relative_nfr": None,
+    }
     assert out["upgrade_mean"] == upgrade
 
 
@@ -137,8 +144,13 @@ def test_summary_over_seeds_by_hand(bench):
     assert out["a"] == {"mean": 2.0, "sd": 1.0, "min": 1.0, "max": 3.0, "n": 3}
     assert out["ok"] == {"pass_rate": pytest.approx(2 / 3), "n": 3}
     assert out["cell"][0] is None
-    assert out["cell"][1] == {"mean": 3.0, "sd": pytest.approx(math.sqrt(2)), "min": 2.0,
-                              "max": 4.0, "n": 2}
+    assert out["cell"][1] == {
+        "mean": 3.0,
+        "sd": pytest.approx(math.sqrt(2)),
+        "min": 2.0,
+        "max": 4.0,
+        "n": 2,
+    }
     assert ev.summary_leaf([5.0])["sd"] is None
     assert ev.combine([{"x": 1.0}, {"x": None}, {"x": 3.0}], ev.mean_leaf) == {"x": 2.0}
     assert bench["report"].fmt(out["a"]) == "2.0 ± 1.0 [1.0, 3.0]"
@@ -155,8 +167,13 @@ def test_identical_computations_train_once(bench, request):
     torch.set_num_threads(1)  # tiny models: a second thread only spins on a busy machine
     request.addfinalizer(lambda: torch.set_num_threads(threads))
     data = train.TrainData(
-        images=torch.rand(8, 1, 8, 8), labels=torch.arange(8) % 4, steps=(2, 4),
-        num_outputs=4, backbone="lenetpp", backbone_kwargs={"image_size": 8}, embed_dim=3,
+        images=torch.rand(8, 1, 8, 8),
+        labels=torch.arange(8) % 4,
+        steps=(2, 4),
+        num_outputs=4,
+        backbone="lenetpp",
+        backbone_kwargs={"image_size": 8},
+        embed_dim=3,
     )
     trainer = train.SequenceTrainer(data, train.Optim(1, 4, 1e-3), seed=0)
     independent = trainer.sequence("independent")
@@ -180,8 +197,12 @@ def test_a_model_trained_in_one_group_is_loaded_bit_for_bit_by_another(bench, re
     request.addfinalizer(lambda: torch.set_num_threads(threads))
     data = train.TrainData(
         images=torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(3)),
-        labels=torch.arange(8) % 4, steps=(2, 3, 4), num_outputs=4, backbone="lenetpp",
-        backbone_kwargs={"image_size": 8}, embed_dim=3,
+        labels=torch.arange(8) % 4,
+        steps=(2, 3, 4),
+        num_outputs=4,
+        backbone="lenetpp",
+        backbone_kwargs={"image_size": 8},
+        embed_dim=3,
     )
     optim = train.Optim(1, 4, 1e-3)
     first = train.SequenceTrainer(data, optim, seed=0, cache=tmp_path)
@@ -201,8 +222,10 @@ def test_method_groups_split_the_methods_and_refuse_unknown_names(bench):
     from raycompat.config import ConfigError
 
     main = bench["main"]
-    cfg = main.FidelityConfig(methods=["independent", "bct", "fct", "lwf", "cores"],
-                              method_groups=[["bct", "fct"], ["independent"]])
+    cfg = main.FidelityConfig(
+        methods=["independent", "bct", "fct", "lwf", "cores"],
+        method_groups=[["bct", "fct"], ["independent"]],
+    )
     parts = main.groups(cfg, main.entries(cfg))
     assert [list(p) for p in parts] == [["bct", "fct"], ["independent", "lwf", "cores"]]
     assert parts[0]["fct"] == ("fct", "fct")
@@ -232,8 +255,9 @@ def test_synthetic_models_see_standardised_input(bench):
         expected = model.backbone.inner.forward_features((x - data.input_mean) / data.input_std)
         assert torch.allclose(model.forward_features(x), expected)
     plain = dataclasses.replace(data, input_mean=0.0, input_std=1.0)
-    assert not isinstance(train.new_model("independent", 0, plain).backbone,
-                          train.StandardizedInput)
+    assert not isinstance(
+        train.new_model("independent", 0, plain).backbone, train.StandardizedInput
+    )
 
 
 def test_a_protocol_sets_its_own_batch_and_lr(bench):
@@ -257,8 +281,17 @@ def test_unknown_method_is_refused(bench):
 @pytest.fixture(scope="module")
 def quick(bench, tmp_path_factory):
     out = tmp_path_factory.mktemp("fidelity")
-    result = bench["main"].main(["--quick", "--out", str(out / "r.json"), "--markdown",
-                                 str(out / "r.md"), "--save-features", str(out / "features")])
+    result = bench["main"].main(
+        [
+            "--quick",
+            "--out",
+            str(out / "r.json"),
+            "--markdown",
+            str(out / "r.md"),
+            "--save-features",
+            str(out / "features"),
+        ]
+    )
     return out, result
 
 
@@ -273,7 +306,8 @@ def test_quick_run_structure(quick):
     assert result["timing"]["measured_s"] > 0
     tasks = [t for ts in result["timing"]["protocols"].values() for t in ts]
     assert sorted(sorted(t["methods"]) for t in tasks) == sorted(
-        [["bct", "cores"]] * 4 + [["fastfill", "fct", "fct_side", "independent"]] * 4)
+        [["bct", "cores"]] * 4 + [["fastfill", "fct", "fct_side", "independent"]] * 4
+    )
     assert sum(t["models_loaded"] for t in tasks) >= 1  # a group reused the first group's models
     names = [f"{p}/{s}" for p in ("mnist5k", "synthetic") for s in SPLITS]
     assert sorted(result["protocols"]) == sorted(names)
@@ -317,8 +351,10 @@ def test_quick_run_cell_recomputed_from_saved_features(quick):
         run = result["protocols"]["synthetic/open_set"]["methods"][method]["runs"][1]
         assert run["matrix"][1][0] == pytest.approx(100 * hits.mean())
     assert "fastfill" in result["protocols"]["mnist5k/open_set"]["methods"]
-    assert len(result["protocols"]["mnist5k/open_set"]["methods"]["fastfill"]["runs"][0]
-               ["backfill"]) == 1
+    assert (
+        len(result["protocols"]["mnist5k/open_set"]["methods"]["fastfill"]["runs"][0]["backfill"])
+        == 1
+    )
 
 
 def test_the_readme_table_is_the_committed_run(bench):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import numpy as np
 import pytest
@@ -96,8 +97,9 @@ def test_a_profile_gives_the_credentials(s3_store, s3_strict_auth, capsys, tmp_p
     )
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(path))
     argv = ["versions", "mnist", "--store", root, "--json", "--endpoint-url", endpoint]
-    with pytest.raises(OSError, match="ACCESS_DENIED|Forbidden|denied"):  # not the profile's
-        main(argv)
+    code, _, err = run(capsys, *argv)  # not the profile's credentials: one line, exit 1
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert re.search("ACCESS_DENIED|Forbidden|denied", err) and "storage error" in err
     code, out, err = run(capsys, *argv, "--profile", "reader")
     assert code == 0, err
     assert [v["version"] for v in json.loads(out)["versions"]] == ["v1"]
