@@ -85,7 +85,9 @@ def _serve_head() -> None:
     """The helper: start a local head, write its GCS address, and end the head once stdin
     closes (or ``ray.init`` fails)."""
     try:
-        ray.init(include_dashboard=False, log_to_driver=False)
+        # "local": a new head, never a cluster another command or `ray start` left running
+        # (ray.init() without an address joins the latest one it finds on this machine)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
         print(ray.get_runtime_context().gcs_address, flush=True)
         sys.stdin.buffer.read()  # until the command's end of the pipe closes
     finally:
