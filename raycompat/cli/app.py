@@ -522,9 +522,8 @@ def export(args) -> dict | str:
     store = open_store(args)
     version_record(store, args.gallery, args.version)  # unknown names: those that exist, exit 1
     written = args.target if args.format == "delta" else args.warehouse  # where files go
-    if written is not None:  # the S3 options reach an s3:// one, from a local store too
-        s3 = split_uri(written)[0] == "s3"
-        options["storage_options"] = storage_options(args, written) if s3 else {}
+    if written is not None and split_uri(written)[0] == "s3":  # from a local store too
+        options["storage_options"] = storage_options(args, written)  # else export_version's
     try:
         summary = export_version(
             store, args.gallery, args.version, args.format, args.target, **options

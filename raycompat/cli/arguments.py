@@ -126,7 +126,11 @@ def storage_options(args: argparse.Namespace, uri: str) -> dict:
         StorageOptionsError: see the class (a usage error, exit 2).
     """
     from raycompat.io.credentials import register_secrets
-    from raycompat.io.s3_options import endpoint_of, with_environment_endpoint
+    from raycompat.io.s3_options import (
+        endpoint_of,
+        with_client_endpoint,
+        with_environment_endpoint,
+    )
     from raycompat.io.uri import split_uri
 
     options = _json_object(getattr(args, "storage_options", None))
@@ -149,8 +153,7 @@ def storage_options(args: argparse.Namespace, uri: str) -> dict:
     if given["profile"]:
         options["profile"] = given["profile"]
     if given["endpoint_url"]:
-        client = {**(options.get("client_kwargs") or {}), "endpoint_url": given["endpoint_url"]}
-        options["client_kwargs"] = client
+        options = with_client_endpoint(options, given["endpoint_url"])
     return with_environment_endpoint(options)
 
 

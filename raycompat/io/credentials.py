@@ -32,13 +32,28 @@ from typing import Any
 
 REDACTED = "<redacted>"
 # botocore / s3fs / pyarrow spellings of credentials; other keys match by a part of their name.
-SECRET_KEYS = frozenset({
-    "key", "secret", "token", "session_token", "password", "aws_access_key_id",
-    "aws_secret_access_key", "aws_session_token", "access_key", "secret_key", "security_token",
-})
+SECRET_KEYS = frozenset(
+    {
+        "key",
+        "secret",
+        "token",
+        "session_token",
+        "password",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "access_key",
+        "secret_key",
+        "security_token",
+    }
+)
 SECRET_PARTS = ("secret", "token", "password", "credential")
-SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-              "AWS_SECURITY_TOKEN")
+SECRET_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+)
 # Shorter values would scrub ordinary words and numbers out of every log line.
 MIN_SECRET_LENGTH = 4
 

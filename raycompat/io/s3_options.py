@@ -45,10 +45,13 @@ def with_environment_endpoint(options: Mapping | None) -> dict:
     endpoint themselves; ``options`` itself is not changed."""
     options = dict(options or {})
     endpoint = None if endpoint_of(options) else environment_endpoint()
-    if endpoint:
-        client = {**(options.get("client_kwargs") or {}), "endpoint_url": endpoint}
-        options["client_kwargs"] = client
-    return options
+    return with_client_endpoint(options, endpoint) if endpoint else options
+
+
+def with_client_endpoint(options: Mapping, endpoint: str) -> dict:
+    """A copy of ``options`` whose ``client_kwargs.endpoint_url`` is ``endpoint``."""
+    client = {**(options.get("client_kwargs") or {}), "endpoint_url": endpoint}
+    return {**options, "client_kwargs": client}
 
 
 def with_endpoint(where: str, storage_options: dict, endpoint_url: str | None) -> dict:
@@ -76,5 +79,4 @@ def with_endpoint(where: str, storage_options: dict, endpoint_url: str | None) -
             f"{where}endpoint_url={endpoint_url!r} and {new_key}={given!r} disagree; "
             f"set only {new_key}"
         )
-    client = {**(storage_options.get("client_kwargs") or {}), "endpoint_url": endpoint_url}
-    return {**storage_options, "client_kwargs": client}
+    return with_client_endpoint(storage_options, endpoint_url)

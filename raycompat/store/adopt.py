@@ -199,8 +199,10 @@ def _published(store: GalleryStore, plan: AdoptionPlan) -> VersionInfo | None:
         store,
         plan,
         info,
-        lambda differ: f"gallery {plan.gallery!r} already has version {plan.version!r}, which "
-        f"is not this adoption ({differ}); adopt under a new version name",
+        lambda differ: (
+            f"gallery {plan.gallery!r} already has version {plan.version!r}, which "
+            f"is not this adoption ({differ}); adopt under a new version name"
+        ),
     )
 
 
@@ -381,9 +383,12 @@ def publish_version(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) 
     def same_adoption_or_conflict() -> VersionInfo:
         winner = store.version(plan.gallery, plan.version)
         return _same_adoption(
-            store, plan, winner,
-            lambda differ: f"{uri} was published by another writer first, with other content "
-            f"({differ})",
+            store,
+            plan,
+            winner,
+            lambda differ: (
+                f"{uri} was published by another writer first, with other content ({differ})"
+            ),
         )
 
     return publish_record(store.backend, record, info, same_adoption_or_conflict)

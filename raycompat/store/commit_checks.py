@@ -45,12 +45,13 @@ def _foreign(source: str, detail: str) -> VerificationError:
     )
 
 
-def check_present(staging, parts: list[PartRecord], present: dict[str, int]) -> None:
-    """Every part on the writer's list is in the prefix with its recorded byte size; else
-    nothing is published (a missing part would make a smaller version)."""
+def check_present(staging, parts: list[PartRecord], present: dict[str, tuple]) -> None:
+    """Every part on the writer's list is in the prefix (``Staging.present``: path -> (size,
+    mtime)) with its recorded byte size; else nothing is published (a missing part would make
+    a smaller version)."""
     for record in parts:
         path = join(staging.path, record.file)
-        size = present.get(path)
+        size = present[path][0] if path in present else None
         if size is None:
             raise VerificationError(
                 f"{staging.uri_of(path)}: part {record.part} (written by lease generation "

@@ -98,7 +98,7 @@ class GalleryStore:
     def mark(self) -> bool:
         """Mark the root as a raycompat store (``marker.py``) unless it is marked; True when
         this call wrote the marker. Every writer calls it before its first write."""
-        return ensure_marker(self._backend, self._new_retention_s, self.lease_timeout_s)
+        return ensure_marker(self._backend, self._new_retention_s)
 
     def register(self, gallery: str) -> None:
         """Mark the store and record ``gallery`` as one it created (gc manages only those);

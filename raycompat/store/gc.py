@@ -42,6 +42,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
@@ -153,6 +154,17 @@ def _lease_live(store: GalleryStore, staging_path: str) -> bool:
     return record is not None and expired_at(store.backend, lease_dir, record) is None
 
 
+def _by_area(named: dict[str, str]) -> dict[str, set[str]]:
+    """``{"_data/<version>/<name>": the versions whose records list a file under it}``, from
+    :func:`_named_files`: one pass, so each staging area is looked up, not searched for."""
+    areas: dict[str, set[str]] = {}
+    for rel, version in named.items():
+        parts = rel.split("/")
+        if len(parts) > 3:  # _data/<version>/<name>/<file...>
+            areas.setdefault("/".join(parts[:3]), set()).add(version)
+    return areas
+
+
 def _named_files(versions: list[VersionInfo]) -> dict[str, str]:
     """``{"_data/<version>/<name>/<file>": the version whose record lists it}``. An adopted
     version's files are outside the store (``external.py``): never gc's."""
@@ -188,7 +200,7 @@ def _mtime(entry: pafs.FileInfo) -> float:
     return entry.mtime.timestamp() if entry.mtime else math.inf
 
 
-def _protected(rel_area: str, rel: str, named: set[str]) -> bool:
+def _protected(rel_area: str, rel: str, named: Collection[str]) -> bool:
     """Whether the file ``rel`` (relative to its staging area ``rel_area``) is named in
     ``named`` (gallery-relative paths), or is the part record of a file that is."""
     if "*" in named:
@@ -201,9 +213,7 @@ def _protected(rel_area: str, rel: str, named: set[str]) -> bool:
 def _leftover(rel: str) -> bool:
     """In a published version's area, what may go: a temporary file, a part file or a part
     record (those the record lists are protected by name); never its lease or metadata."""
-    top = rel.split("/", 1)[0]
-    part_file = "/" not in rel and not rel.startswith(("_", "."))
-    return top == "_tmp" or part_file or (top == PARTS_DIR and rel.endswith(".json"))
+    return _loose(rel) or (rel.startswith(PARTS_DIR + "/") and rel.endswith(".json"))
 
 
 def _area_files(fs: pafs.FileSystem, area: str, published: bool) -> list[tuple[str, int, float]]:
@@ -262,7 +272,8 @@ class _Planner:
             if self.add("version", gallery, record, f"superseded (keep {self.keep_versions})"):
                 removed.add(version)
         named = _named_files([v for v in versions if v.version not in removed])
-        gone = _named_files([v for v in versions if v.version in removed])
+        areas = _by_area(named)
+        gone = _by_area(_named_files([v for v in versions if v.version in removed]))
         for vdir in _children(self.fs, self.store.path(gallery, DATA_DIR)):
             if vdir.type != pafs.FileType.Directory:
                 continue  # a stray file, not a version's folder
@@ -270,29 +281,29 @@ class _Planner:
                 if sdir.type == pafs.FileType.Directory:
                     rel = f"{DATA_DIR}/{vdir.base_name}/{sdir.base_name}"
                     race = vdir.base_name in published
-                    self._staging(gallery, rel, sdir.path, (named, gone), race)
+                    self._staging(gallery, rel, sdir.path, (named, areas, gone), race)
         self._indexes(gallery, published - removed)
 
     def _staging(self, gallery: str, rel: str, path: str, names: tuple, race: bool) -> None:
-        what, (named, gone) = f"{gallery}/{rel}", names
+        what, (named, areas, gone) = f"{gallery}/{rel}", names
         if self.fs.get_file_info(join(path, LEASE_DIR)).type != pafs.FileType.Directory:
             self.keep("staging", gallery, what, "no _lease/: not a staging area of this store")
             return
-        by = sorted({v for f, v in named.items() if f.startswith(rel + "/")})
-        if by:  # a version record names files under it: only its leftovers may go
-            self.keep("staging", gallery, what, f"named by version {', '.join(by)}")
-            self._files("tmp", gallery, rel, path, "killed writers' files", set(named))
+        if rel in areas:  # a version record names files under it: only its leftovers may go
+            by = ", ".join(sorted(areas[rel]))
+            self.keep("staging", gallery, what, f"named by version {by}")
+            self._files("tmp", gallery, rel, path, "killed writers' files", named.keys())
             return
         why = self._lease_verdict(gallery, what, join(path, LEASE_DIR))
         if why is None:
             return
-        of = sorted({v for f, v in gone.items() if f.startswith(rel + "/")})
+        of = sorted(gone.get(rel, ()))
         lost = "lost the publish race" if race else "abandoned"
         reason = f"files of removed {', '.join(of)}" if of else f"{lost}, {why}"
         self._files("staging", gallery, rel, path, reason, None)
 
     def _files(
-        self, kind: str, gallery: str, rel: str, path: str, why: str, named: set[str] | None
+        self, kind: str, gallery: str, rel: str, path: str, why: str, named: Collection[str] | None
     ) -> None:
         """Plan the area's files older than ``older_than_s`` that no version record (``named``,
         None for an area no record names) and no commit intent names."""

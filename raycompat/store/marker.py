@@ -27,7 +27,7 @@ from raycompat.store.errors import CorruptFileError, MissingStoreError
 from raycompat.store.manifest import VERSIONS_DIR, now_utc
 from raycompat.store.paths import SAFE_NAME, check_name, join
 from raycompat.store.records import load_object
-from raycompat.store.retention import DEFAULT_RETENTION_S, check_retention
+from raycompat.store.retention import DEFAULT_RETENTION_S
 
 MARKER_NAME = "_raycompat_store.json"
 MARKER_FORMAT = "raycompat.store/1"
@@ -75,22 +75,23 @@ def read_marker(backend: Backend) -> StoreMarker | None:
     return StoreMarker(MARKER_FORMAT, str(raw.get("created", "")), float(retention))
 
 
-def ensure_marker(
-    backend: Backend, retention_s: float = DEFAULT_RETENTION_S, lease_timeout_s: float = 0.0
-) -> bool:
-    """Mark the root if it is not marked yet, with ``retention_s`` (checked against the lease
-    timeout, ``retention.check_retention``); True when this call wrote the marker. An existing
-    marker is kept as it is: its retention is the store's."""
-    path = marker_path(backend)
+def ensure_marker(backend: Backend, retention_s: float = DEFAULT_RETENTION_S) -> bool:
+    """Mark the root if it is not marked yet, with ``retention_s`` (``GalleryStore`` checked
+    it against its lease timeout); True when this call wrote the marker. An existing marker is
+    kept as it is: its retention is the store's."""
+    raw = {"format": MARKER_FORMAT, "created": now_utc(), "retention_s": retention_s}
+    return _create_once(backend, marker_path(backend), raw)
+
+
+def _create_once(backend: Backend, path: str, raw: dict) -> bool:
+    """Create the small record ``path`` unless it exists (create-if-absent: of two racing
+    writers one creates it, the other finds it); True when this call created it."""
     if backend.filesystem.get_file_info(path).type == pafs.FileType.File:
         return False
-    check_retention(retention_s, lease_timeout_s)
-    raw = {"format": MARKER_FORMAT, "created": now_utc(), "retention_s": retention_s}
-    data = json.dumps(raw, indent=1).encode()
     try:
-        backend.create_exclusive(path, data)
+        backend.create_exclusive(path, json.dumps(raw, indent=1).encode())
     except FileExistsError:
-        return False  # another writer marked it first
+        return False
     return True
 
 
@@ -109,16 +110,9 @@ def require_marker(backend: Backend, action: str) -> StoreMarker:
 def store_contents(backend: Backend) -> list[str]:
     """What makes the root look like a store: galleries with version records
     (``<gallery>/_versions/*.json``) and the model catalog (``_models/*.json``)."""
-    fs, found = backend.filesystem, []
-    for entry in fs.get_file_info(pafs.FileSelector(backend.root, allow_not_found=True)):
-        if entry.type != pafs.FileType.Directory:
-            continue
-        if entry.base_name == MODELS_DIR:
-            records = _json_files(fs, entry.path)
-            found += [f"model catalog ({records} record(s))"] if records else []
-        elif SAFE_NAME.fullmatch(entry.base_name):
-            records = _json_files(fs, join(entry.path, VERSIONS_DIR))
-            found += [f"gallery {entry.base_name} ({records} version(s))"] if records else []
+    catalog = _json_files(backend.filesystem, join(backend.root, MODELS_DIR))
+    found = [f"model catalog ({catalog} record(s))"] if catalog else []
+    found += [f"gallery {g} ({n} version(s))" for g, n in galleries_with_records(backend).items()]
     return found
 
 
@@ -135,16 +129,8 @@ def gallery_record(backend: Backend, gallery: str) -> str:
 def register_gallery(backend: Backend, gallery: str) -> bool:
     """Record that this store created ``gallery`` (create-if-absent; the record is never
     rewritten); True when this call wrote it. Writers call it before a gallery's first file."""
-    path = gallery_record(backend, gallery)
-    if backend.filesystem.get_file_info(path).type == pafs.FileType.File:
-        return False
-    try:
-        backend.create_exclusive(
-            path, json.dumps({"gallery": gallery, "created": now_utc()}).encode()
-        )
-    except FileExistsError:
-        return False
-    return True
+    record = {"gallery": gallery, "created": now_utc()}
+    return _create_once(backend, gallery_record(backend, gallery), record)
 
 
 def registered_galleries(backend: Backend) -> list[str]:
@@ -158,12 +144,14 @@ def registered_galleries(backend: Backend) -> list[str]:
     return sorted(n for n in names if SAFE_NAME.fullmatch(n))
 
 
-def galleries_with_records(backend: Backend) -> list[str]:
-    """Top-level folders holding version records (``<gallery>/_versions/*.json``): what
-    ``raycompat mark-store`` registers in a store written before gallery records existed."""
-    fs, found = backend.filesystem, []
+def galleries_with_records(backend: Backend) -> dict[str, int]:
+    """``{gallery: how many version records}`` of the top-level folders holding any
+    (``<gallery>/_versions/*.json``): what ``raycompat mark-store`` registers in a store
+    written before gallery records existed."""
+    fs, found = backend.filesystem, {}
     for entry in fs.get_file_info(pafs.FileSelector(backend.root, allow_not_found=True)):
         if entry.type == pafs.FileType.Directory and SAFE_NAME.fullmatch(entry.base_name):
-            if _json_files(fs, join(entry.path, VERSIONS_DIR)):
-                found.append(entry.base_name)
+            records = _json_files(fs, join(entry.path, VERSIONS_DIR))
+            if records:
+                found[entry.base_name] = records
     return found

@@ -94,8 +94,7 @@ def check_choice(raw: dict, key: str, choices: tuple[str, ...], source: str, wha
     """Raise :class:`CorruptFileError` unless ``raw[key]`` is one of ``choices``."""
     if raw[key] not in choices:
         raise CorruptFileError(
-            f"{source}: {what} key {key!r} must be one of {', '.join(choices)}, "
-            f"got {raw[key]!r}"
+            f"{source}: {what} key {key!r} must be one of {', '.join(choices)}, got {raw[key]!r}"
         )
 
 

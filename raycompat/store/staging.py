@@ -403,7 +403,7 @@ class Staging:
         if not parts:
             raise StoreError(f"{self.uri}: no part files to publish for version {version}")
         present = self.present()
-        check_present(self, parts, {path: size for path, (size, _) in present.items()})
+        check_present(self, parts, present)
         self._write_intent(parts)  # gc keeps what it names while this commit runs
         check_young(self, parts, present, self.horizon_s)
         if check == "rows":

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from raycompat.store.commit_checks import StaleCommitError
 from raycompat.store.gc import GcArgumentError, collect, make_plan
 from raycompat.store.lease import LeaseOwner
 from raycompat.store.retention import RetentionError
+from tests.store.test_gc import age as age_days
 from tests.store.test_gc import expire
 
 RETENTION = 3600.0
@@ -31,12 +31,8 @@ def write(staging, part="p.parquet", start=0, rows=10):
 
 
 def age(path: str, seconds: float) -> None:
-    """Date ``path`` (a file, or every file and folder under it) ``seconds`` back."""
-    then = time.time() - seconds
-    for folder, dirs, files in os.walk(path):
-        for name in files + dirs:
-            os.utime(os.path.join(folder, name), (then, then))
-    os.utime(path, (then, then))
+    """Date ``path`` (a file, or every file and folder under it, leases too) ``seconds`` back."""
+    age_days(path, seconds / 86400, leases=True)
 
 
 @pytest.fixture
