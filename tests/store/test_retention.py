@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 
-from raycompat.store import GalleryStore, VersionInfo, embedding_table
+from raycompat.store import GalleryStore, StoreError, VersionInfo, embedding_table
 from raycompat.store.commit_checks import StaleCommitError
 from raycompat.store.gc import GcArgumentError, collect, make_plan
-from raycompat.store.lease import LeaseOwner
+from raycompat.store.lease import LeaseOwner, read_newest
 from raycompat.store.retention import RetentionError
 from tests.store.test_gc import age as age_days
 from tests.store.test_gc import expire
@@ -190,3 +190,36 @@ def test_a_writer_whose_lease_outlasts_a_quarter_of_the_retention_is_refused(sto
     with pytest.raises(RetentionError, match="shorter than 4 lease timeouts"):
         store.begin("g", info(), "job", lease_timeout_s=RETENTION)
     assert not os.path.exists(store.path("g"))  # nothing written
+
+
+def test_a_part_file_gone_under_its_writer_is_one_line_naming_the_version(store, monkeypatch):
+    staging = store.begin("g", info(), "job")
+
+    class TmpRemoved:  # gc or a person removed the temporary file before it was moved
+        def __getattr__(self, name):
+            return getattr(store.filesystem, name)
+
+        def move(self, src, dest):
+            raise FileNotFoundError(f"Failed renaming '{src}' to '{dest}'")
+
+    monkeypatch.setattr(staging, "filesystem", TmpRemoved())
+    with pytest.raises(StoreError, match="version v1: could not publish part p.parquet") as error:
+        write(staging)
+    assert "\n" not in str(error.value) and "rerun the job to resume" in str(error.value)
+    assert store.versions("g") == []
+
+
+def test_a_lease_file_removed_between_listing_and_reading_is_listed_again(store, monkeypatch):
+    staging = store.begin("g", info(), "job")
+    backend, real_read = store.backend, store.backend.read
+    calls = []
+
+    def read_after_gc(path):  # the first read finds the file gone, as if gc had removed it
+        calls.append(path)
+        if len(calls) == 1:
+            raise FileNotFoundError(path)
+        return real_read(path)
+
+    monkeypatch.setattr(backend, "read", read_after_gc)
+    assert read_newest(backend, staging.lease_dir).generation == 1
+    assert len(calls) == 2
