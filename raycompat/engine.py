@@ -23,6 +23,14 @@ log = logging.getLogger(__name__)
 
 # What a diverging run can change: the config keys (``training.`` prefixed in the upgrade job).
 HINT = "lower optim.lr or set optim.clip_grad_norm"
+# Steps between reads of a GPU run's NaN/inf checks (StepGuard.sync_every)
+GPU_SYNC_EVERY = 50
+
+
+def sync_every(device: torch.device) -> int:
+    """:class:`StepGuard`'s ``sync_every`` on ``device``: every step on CPU (reading costs
+    nothing there), every :data:`GPU_SYNC_EVERY` steps on an accelerator."""
+    return 1 if device.type == "cpu" else GPU_SYNC_EVERY
 
 
 class NonFiniteError(DataError, FloatingPointError):
@@ -34,11 +42,13 @@ class NonFiniteError(DataError, FloatingPointError):
     """
 
 
-def _kind(value: torch.Tensor) -> str:
-    """``nan``, ``inf`` or ``-inf``: the first non-finite kind found in ``value``."""
-    if bool(torch.isnan(value).any()):
-        return "nan"
-    return "inf" if bool((value == math.inf).any()) else "-inf"
+_KINDS = ("nan", "inf", "-inf")
+
+
+def _kinds(value: torch.Tensor) -> torch.Tensor:
+    """``(3,)`` bools on ``value``'s device: holds a NaN, an inf, a -inf (no host sync)."""
+    value = value.detach()
+    return torch.stack([value.isnan().any(), (value == math.inf).any(), (value == -math.inf).any()])
 
 
 class StepGuard:
@@ -47,10 +57,17 @@ class StepGuard:
     Within :meth:`watch`, every training forward of the model has its outputs (features, and
     logits when asked for both) checked by a forward hook, and every optimizer step is preceded
     by the total gradient 2-norm (clipped to ``clip_grad_norm`` when set) through a step
-    pre-hook, so a strategy's own ``backward_step`` is guarded too. :meth:`check_terms` checks
-    the loss terms. Each check is one host synchronisation. The first non-finite value raises
-    :class:`NonFiniteError`: ``non-finite loss term 'nce' (nan) at epoch 2, step 37 (global
-    183); lower optim.lr or set optim.clip_grad_norm``.
+    pre-hook, so a strategy's own ``backward_step`` is guarded too. :meth:`watch_terms` checks
+    the loss terms. The first non-finite value raises :class:`NonFiniteError`: ``non-finite
+    loss term 'nce' (nan) at epoch 2, step 37 (global 183); lower optim.lr or set
+    optim.clip_grad_norm``.
+
+    ``sync_every`` steps between reads: 1 reads every check as it is made (a host
+    synchronisation each; on CPU they cost nothing), so no step is ever taken on a non-finite
+    gradient. N > 1 (on a GPU) keeps the checks on the device and reads them all at once every
+    N steps, at the end of :meth:`steps` and at :meth:`flush`: the host never waits for the
+    device inside a step. The error still names the first bad step, but up to N - 1 steps may
+    have run after it; they are never reported (the epoch fails before its checkpoint).
 
     Args:
         clip_grad_norm: max total gradient 2-norm (``torch.nn.utils.clip_grad_norm_``); None:
@@ -58,6 +75,7 @@ class StepGuard:
         global_step: steps already taken (a resumed run).
         where: prefix of the messages (the scenario step's name).
         hint: what the messages suggest.
+        sync_every: steps between reads of the checks (see above).
     """
 
     def __init__(
@@ -66,25 +84,57 @@ class StepGuard:
         global_step: int = 0,
         where: str = "",
         hint: str = HINT,
+        sync_every: int = 1,
     ) -> None:
         self.clip_grad_norm = clip_grad_norm
-        self.where, self.hint = where, hint
+        self.where, self.hint, self.sync_every = where, hint, sync_every
         self.epoch, self.step, self.global_step = 0, 0, global_step
-        self.grad_norm: float | None = None  # the last step's, before clipping
+        self.grad_norm: torch.Tensor | None = None  # the last step's, before clipping
+        # unread checks: ((epoch, step, global step), names, (n, 3) kinds on the device)
+        self._pending: list[tuple[tuple[int, int, int], list[str], torch.Tensor]] = []
+        self._steps_unread = 0
 
     def steps(self, batches: Iterable, epoch: int) -> Iterator:
-        """Yield ``batches``, keeping the position the messages name up to date."""
+        """Yield ``batches``, keeping the position the messages name up to date; reads the
+        checks every ``sync_every`` steps and after the last batch."""
         self.epoch = epoch
         for self.step, batch in enumerate(batches):
             yield batch
             self.global_step += 1
+            self._steps_unread += 1
+            if self._steps_unread >= self.sync_every:
+                self.flush()
+        self.flush()
 
-    def error(self, what: str, value: str) -> NonFiniteError:
-        where = f"{self.where}: " if self.where else ""
+    def error(self, what: str, value: str, where: tuple[int, int, int] | None = None):
+        epoch, step, global_step = where or (self.epoch, self.step, self.global_step)
+        prefix = f"{self.where}: " if self.where else ""
         return NonFiniteError(
-            f"{where}non-finite {what} ({value}) at epoch {self.epoch}, step {self.step} "
-            f"(global {self.global_step}); {self.hint}"
+            f"{prefix}non-finite {what} ({value}) at epoch {epoch}, step {step} "
+            f"(global {global_step}); {self.hint}"
         )
+
+    def _record(self, names: list[str], tensors: Iterable[torch.Tensor]) -> None:
+        kinds = torch.stack([_kinds(t) for t in tensors])
+        self._pending.append(((self.epoch, self.step, self.global_step), names, kinds))
+        if self.sync_every <= 1:
+            self.flush()
+
+    def flush(self) -> None:
+        """Read every unread check (one host synchronisation); raise for the first bad one.
+
+        Within one check of loss terms, a bad term is named before ``loss`` (a NaN term makes
+        the sum NaN too)."""
+        pending, self._pending, self._steps_unread = self._pending, [], 0
+        if not pending:
+            return
+        flags = torch.cat([kinds for _, _, kinds in pending]).tolist()
+        for where, names, kinds in pending:
+            rows, flags = flags[: len(kinds)], flags[len(kinds) :]
+            bad = [(name, row) for name, row in zip(names, rows, strict=True) if any(row)]
+            if bad:
+                name, row = next(((n, r) for n, r in bad if n != "loss term 'loss'"), bad[0])
+                raise self.error(name, _KINDS[row.index(True)], where)
 
     @contextlib.contextmanager
     def watch(self, model: nn.Module, optimizer: torch.optim.Optimizer | None):
@@ -103,51 +153,57 @@ class StepGuard:
                 handle.remove()
 
     def check_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Raise, naming the first, if any of the named ``tensors`` holds a NaN or inf."""
-        if not tensors:
-            return
-        finite = torch.stack([torch.isfinite(t.detach()).all() for t in tensors.values()])
-        for (name, tensor), ok in zip(tensors.items(), finite.tolist(), strict=True):
-            if not ok:
-                raise self.error(name, _kind(tensor.detach()))
+        """Raise now, naming the first, if any of the named ``tensors`` holds a NaN or inf."""
+        if tensors:
+            self._record(list(tensors), tensors.values())
+            self.flush()
 
     def _check_outputs(self, module: nn.Module, args, output) -> None:
         if not (module.training and torch.is_grad_enabled()):
             return  # extraction
         if isinstance(output, tuple):  # CompatModel(x, output="both")
-            self.check_tensors(dict(zip(("features", "logits"), output, strict=False)))
+            named = dict(zip(("features", "logits"), output, strict=False))
         else:
-            self.check_tensors({"model output": output})
+            named = {"model output": output}
+        self._record(list(named), named.values())
+
+    def watch_terms(self, terms: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The scalar loss terms, detached as float32 on their device, their check recorded
+        (read as ``sync_every`` says)."""
+        values = {name: term.detach().float().reshape(()) for name, term in terms.items()}
+        self._record([f"loss term {name!r}" for name in values], values.values())
+        return values
 
     def check_terms(self, terms: dict[str, torch.Tensor]) -> dict[str, float]:
-        """``{name: value}`` of the scalar loss terms, after checking they are all finite.
+        """``{name: value}`` of the scalar loss terms, after checking now that they are all
+        finite (the message names a bad term rather than ``loss``)."""
+        values = self.watch_terms(terms)
+        self.flush()
+        return dict(zip(values, torch.stack(list(values.values())).tolist(), strict=True))
 
-        A NaN term makes ``loss`` NaN too; the message names the term, not the sum.
-        """
-        names = list(terms)
-        values = torch.stack([terms[n].detach().float().reshape(()) for n in names]).tolist()
-        bad = [n for n, v in zip(names, values, strict=True) if not math.isfinite(v)]
-        if bad:
-            name = next((n for n in bad if n != "loss"), bad[0])
-            raise self.error(f"loss term {name!r}", str(values[names.index(name)]))
-        return dict(zip(names, values, strict=True))
-
-    def check_gradients(self, parameters: Iterable[torch.Tensor]) -> float:
-        """Total 2-norm of the gradients (after backward, before the step), clipped in place
-        to ``clip_grad_norm`` when set; raises if it is not finite."""
+    def check_gradients(self, parameters: Iterable[torch.Tensor]) -> torch.Tensor:
+        """Total 2-norm of the gradients (after backward, before the step; a scalar tensor),
+        clipped in place to ``clip_grad_norm`` when set; its check recorded."""
         parameters = [p for p in parameters if p.grad is not None]
         if self.clip_grad_norm is None:
             norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
         else:
             norm = torch.nn.utils.clip_grad_norm_(parameters, self.clip_grad_norm)
         full = getattr(norm, "full_tensor", None)  # FSDP2: a DTensor, reduced over the ranks
-        self.grad_norm = float(full() if full is not None else norm)
-        if not math.isfinite(self.grad_norm):
-            raise self.error("gradient norm", str(self.grad_norm))
+        self.grad_norm = (full() if full is not None else norm).detach().float()
+        self._record(["gradient norm"], [self.grad_norm])
         return self.grad_norm
 
     def _before_step(self, optimizer: torch.optim.Optimizer, args, kwargs) -> None:
         self.check_gradients(p for group in optimizer.param_groups for p in group["params"])
+
+
+def mean_values(sums: dict[str, torch.Tensor | float], steps: int) -> dict[str, float]:
+    """``{name: sum / steps}`` as floats, read from the device in one synchronisation."""
+    if not sums:
+        return {}
+    totals = torch.stack([torch.as_tensor(v, dtype=torch.float32).cpu() for v in sums.values()])
+    return {name: total / max(steps, 1) for name, total in zip(sums, totals.tolist(), strict=True)}
 
 
 def train_epoch(
@@ -165,22 +221,22 @@ def train_epoch(
     """
     guard = guard or StepGuard()
     model.train()
-    sums: dict[str, float] = {}
+    sums: dict[str, torch.Tensor] = {}
     steps = 0
     with guard.watch(model, optimizer):
         for batch in guard.steps(batches, epoch):
             terms = method(model, batch)
-            values = guard.check_terms(terms)
+            values = guard.watch_terms(terms)
             optimizer.zero_grad(set_to_none=True)
             terms["loss"].backward()
             optimizer.step()  # after the guard's gradient check (and clip)
             values["grad_norm"] = guard.grad_norm
             for name, value in values.items():
-                sums[name] = sums.get(name, 0.0) + value
+                sums[name] = sums[name] + value if name in sums else value
             steps += 1
     if steps == 0:
         raise ValueError("train_epoch got no batches: the training split is empty")
-    return {name: total / steps for name, total in sums.items()}
+    return mean_values(sums, steps)
 
 
 def embed(

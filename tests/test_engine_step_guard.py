@@ -3,6 +3,7 @@ training with an error naming the epoch, the step and what was hit; the gradient
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -161,3 +162,38 @@ def test_clip_grad_norm_bounds_the_step_to_the_clipped_gradient():
 
 def test_check_gradients_with_no_gradient_is_zero():
     assert StepGuard().check_gradients([nn.Parameter(torch.zeros(3))]) == 0.0
+
+
+def test_deferred_checks_are_read_every_n_steps_and_name_the_first_bad_step():
+    model, optimizer = setup()
+    guard = StepGuard(sync_every=4)
+    method = TwoTerms(poison=1)
+    seen = []
+    with pytest.raises(NonFiniteError) as caught:
+        for batch in guard.steps(batches(6), epoch=3):
+            seen.append(guard.step)
+            with guard.watch(model, optimizer):
+                terms = method(model, batch)
+                guard.watch_terms(terms)
+                optimizer.zero_grad()
+                terms["loss"].backward()
+                optimizer.step()
+    assert seen == [0, 1, 2, 3]  # read after the fourth step, not at the second
+    assert str(caught.value).startswith("non-finite loss term 'nce' (nan) at epoch 3, step 1 ")
+
+
+def test_deferred_checks_are_read_at_the_end_of_the_batches():
+    guard = StepGuard(sync_every=100)
+    with pytest.raises(NonFiniteError, match=re.escape("'loss' (-inf) at epoch 0, step 2")):
+        for step in guard.steps(range(3), epoch=0):
+            guard.watch_terms({"loss": torch.tensor(-math.inf if step == 2 else 1.0)})
+
+
+def test_epoch_means_match_with_deferred_and_immediate_checks():
+    means = []
+    for every in (1, 50):
+        model, optimizer = setup()
+        means.append(
+            train_epoch(model, TwoTerms(), batches(5), optimizer, StepGuard(sync_every=every))
+        )
+    assert means[0] == means[1]

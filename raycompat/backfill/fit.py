@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from raycompat.config import ConfigError
-from raycompat.engine import StepGuard
+from raycompat.engine import StepGuard, mean_values, sync_every
 from raycompat.fct.transformation import (
     UNCERTAINTY_ERRORS,
     FCTTransformation,
@@ -213,7 +213,7 @@ def _train_epoch(
     if epoch >= max(1, recipe.epochs // 2):
         freeze_batchnorm_statistics(model)
     batches = torch.randperm(n, generator=order)[: steps * batch_size].view(steps, -1)
-    sums: dict[str, float] = {}
+    sums: dict[str, torch.Tensor] = {}
     for step, batch in enumerate(guard.steps(batches, epoch)):
         scale = warmup_cosine(epoch + step / steps, recipe.epochs, recipe.warmup_epochs)
         for group in optimizer.param_groups:
@@ -230,13 +230,13 @@ def _train_epoch(
             discriminative_weight=recipe.discriminative_weight,
             error=recipe.error,
         )
-        values = guard.check_terms(terms)
+        values = guard.watch_terms(terms)
         optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
         optimizer.step()  # after the guard's gradient check
         for name, value in values.items():
-            sums[name] = sums.get(name, 0.0) + value
-    return {name: total / steps for name, total in sums.items()}
+            sums[name] = sums[name] + value if name in sums else value
+    return mean_values(sums, steps)
 
 
 def fit_uncertain_transformation(
@@ -291,7 +291,11 @@ def fit_uncertain_transformation(
     model = _seeded_transformation(rows, recipe, seed, normalize_output, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     order = torch.Generator().manual_seed(seed)
-    guard = StepGuard(where="FastFill transformation", hint="lower lr")
+    guard = StepGuard(
+        where="FastFill transformation",
+        hint="lower lr",
+        sync_every=sync_every(torch.device(device)),
+    )
     history = []
     with _held_fixed(classifier), guard.watch(model, optimizer):
         for epoch in range(recipe.epochs):

@@ -37,7 +37,9 @@ class DataSpec:
     options: dict = field(default_factory=dict)  # keyword arguments of the dataset builder
     augment: str = "none"  # AUGMENTATIONS: none | flip | crop_flip
     loader: Literal["sampler", "ray_data"] = "sampler"
-    num_loader_workers: int = bounded(0, ge=0)  # 0: load in the training process
+    # decode processes per training worker; 0: in the training process; None: all the worker's
+    # CPUs but one (scaling.cpus_per_worker - 1)
+    num_loader_workers: int | None = bounded(None, ge=0)
 
 
 @dataclass

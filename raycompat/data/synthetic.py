@@ -96,16 +96,35 @@ class SyntheticIdentities(ImageDataset):
             self.channels, self.image_size, self.image_size
         )
 
-    def load_image(self, index: int) -> torch.Tensor:
+    def _draws(self, index: int):
+        """Row ``index``'s own draws: ``(code, shift, contrast, brightness, noise)``."""
         rng = np.random.default_rng([self.seed, 2, int(index)])
         d, size = self.difficulty, self.image_size
         code = self.class_code(int(self.labels[index])) + 0.9 * d * rng.standard_normal(self.rank)
-        signal = (code @ self.basis / math.sqrt(self.rank)).reshape(self.channels, size, size)
         max_shift = int(round(d * size / 8))
         shift = rng.integers(-max_shift, max_shift + 1, size=2)
-        signal = np.roll(signal, (int(shift[0]), int(shift[1])), axis=(1, 2))
         contrast = math.exp(0.3 * d * rng.standard_normal())
         brightness = 0.5 * d * rng.standard_normal()
-        noise = 0.5 * d * rng.standard_normal(signal.shape)
-        image = contrast * signal + brightness + noise
-        return torch.sigmoid(torch.from_numpy(image.astype(np.float32)))
+        noise = 0.5 * d * rng.standard_normal((self.channels, size, size))
+        return code, shift, contrast, brightness, noise
+
+    def load_image(self, index: int) -> torch.Tensor:
+        return self.load_batch(np.array([index]))[0]
+
+    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+        """Each row from its own seeded draws, rendered in place into one float32 batch (no
+        per-image tensors); the same pixels as rendering it alone, whatever the batch."""
+        c, s = self.channels, self.image_size
+        out = np.empty((len(indices), c, s, s), dtype=np.float32)
+        for k, index in enumerate(indices):
+            code, shift, contrast, brightness, noise = self._draws(index)
+            signal = (code @ self.basis / math.sqrt(self.rank)).reshape(c, s, s)
+            signal = np.roll(signal, (int(shift[0]), int(shift[1])), axis=(1, 2))
+            signal *= contrast
+            signal += brightness
+            signal += noise
+            out[k] = signal
+        images = torch.from_numpy(out)
+        for image in images:  # one image at a time: the rounding of sigmoid alone on it
+            torch.sigmoid(image, out=image)
+        return images

@@ -31,6 +31,7 @@ from raycompat.data.splits import holdout_split, replay_buffer
 from raycompat.engine import embed
 from raycompat.evaluation import EvalSet, verification_eval_set
 from raycompat.methods import Batch
+from raycompat.train.loader import BatchLoader, BatchSpec, plan_augmentation
 from raycompat.train.scenarios import StepPlan
 
 
@@ -148,9 +149,45 @@ def rank_share(
     return order[rank::world]
 
 
-def load_images(dataset, rows: np.ndarray, augment: str, generator: torch.Generator):
+def load_images(dataset, rows: np.ndarray, augment: str, generator: torch.Generator | None):
+    """``rows``' images, decoded a batch at a time, each augmented with parameters drawn from
+    ``generator`` in row order (the in-process path of :class:`BatchLoader`)."""
     transform = AUGMENTATIONS.get(augment)
-    return torch.stack([transform(dataset[int(r)][0], generator) for r in rows])
+    images = dataset.batch(rows)
+    params = plan_augmentation(transform, rows, generator)
+    return images if params is None else transform.apply(images, params)
+
+
+def epoch_plan(
+    new: np.ndarray,
+    replay: np.ndarray,
+    batch_size: int,
+    epoch: int,
+    seed: int,
+    rank: int,
+    world: int,
+    augment: str,
+) -> list[tuple[BatchSpec, np.ndarray]]:
+    """This rank's batches of one epoch, ``(spec, replay flags)``: a seeded permutation of its
+    share (:func:`rank_share`); when replaying, half of every batch is drawn from the replay
+    rows first. One generator draws the replay picks and then each image's augmentation, batch
+    after batch, so the plan is a function of the seed alone."""
+    transform = AUGMENTATIONS.get(augment)
+    gen = torch.Generator().manual_seed((seed * 7919 + epoch) * 1009 + rank)
+    mine = rank_share(new, epoch, seed, rank, world)
+    half = batch_size // 2 if len(replay) else 0
+    replay_mine = rank_share(replay, epoch, seed + 1, rank, world) if half else replay
+    step = batch_size - half
+    plan = []
+    for start in range(0, len(mine), step):
+        rows = mine[start : start + step]
+        flags = np.zeros(len(rows) + half, dtype=bool)
+        if half:
+            pick = torch.randint(0, len(replay_mine), (half,), generator=gen).numpy()
+            rows = np.concatenate([replay_mine[pick], rows])
+            flags[:half] = True
+        plan.append((BatchSpec(rows, plan_augmentation(transform, rows, gen)), flags))
+    return plan
 
 
 def sampler_batches(
@@ -164,32 +201,30 @@ def sampler_batches(
     rank: int,
     world: int,
     augment: str,
+    loader: BatchLoader | None = None,
 ) -> Iterator[tuple[Batch, np.ndarray]]:
-    """This rank's ``(Batch, row ids)`` for one epoch; half replay, half new when replaying."""
-    gen = torch.Generator().manual_seed((seed * 7919 + epoch) * 1009 + rank)
-    mine = rank_share(new, epoch, seed, rank, world)
-    half = batch_size // 2 if len(replay) else 0
-    replay_mine = rank_share(replay, epoch, seed + 1, rank, world) if half else replay
-    step = batch_size - half
-    for start in range(0, len(mine), step):
-        rows = mine[start : start + step]
-        flags = [False] * len(rows)
-        if half:
-            pick = torch.randint(0, len(replay_mine), (half,), generator=gen).numpy()
-            rows = np.concatenate([replay_mine[pick], rows])
-            flags = [True] * half + flags
-        images = load_images(dataset, rows, augment, gen)
-        yield (
-            Batch(
-                images=images, targets=targets[rows], replay=torch.tensor(flags) if half else None
-            ),
-            rows,
-        )
+    """This rank's ``(Batch, row ids)`` for one epoch (:func:`epoch_plan`), decoded by
+    ``loader`` (default: in this process, on the CPU)."""
+    plan = epoch_plan(new, replay, batch_size, epoch, seed, rank, world, augment)
+    loader = loader or BatchLoader(dataset, augment, 0, torch.device("cpu"))
+    images = loader.images(spec for spec, _ in plan)
+    for (spec, flags), batch_images in zip(plan, images, strict=True):
+        replay_flags = torch.from_numpy(flags) if len(replay) else None
+        yield Batch(images=batch_images, targets=targets[spec.rows], replay=replay_flags), spec.rows
 
 
 @torch.no_grad()
-def extract(prepared, dataset, rows: np.ndarray, batch_size: int, rank: int, world: int):
-    """Features of ``rows`` in order; every rank extracts a strided share (collective)."""
+def extract(
+    prepared,
+    dataset,
+    rows: np.ndarray,
+    batch_size: int,
+    rank: int,
+    world: int,
+    loader: BatchLoader | None = None,
+):
+    """Features of ``rows`` in order; every rank extracts a strided share (collective), its
+    images decoded by ``loader`` (default: in this process)."""
     pad = (-len(rows)) % world
     padded = np.concatenate([rows, np.repeat(rows[-1:], pad)]) if len(rows) else rows
     mine = padded[rank::world]
@@ -199,10 +234,10 @@ def extract(prepared, dataset, rows: np.ndarray, batch_size: int, rank: int, wor
     def features(images: torch.Tensor) -> torch.Tensor:  # through the strategy's wrapper
         return prepared.module(images, output="features")
 
-    for start in range(0, len(mine), batch_size):
-        images = prepared.prepare_inputs(
-            load_images(dataset, mine[start : start + batch_size], "none", None)
-        )
+    loader = loader or BatchLoader(dataset, "none", 0, torch.device("cpu"))
+    specs = [BatchSpec(mine[i : i + batch_size]) for i in range(0, len(mine), batch_size)]
+    for images in loader.images(specs):
+        images = prepared.prepare_inputs(images)
         with prepared.autocast():
             parts.append(embed(features, images, normalize=False))
     prepared.train()

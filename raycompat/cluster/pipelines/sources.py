@@ -23,7 +23,7 @@ import torch
 from raycompat.cluster.pipelines.parts import Chunk, plan_file_chunks, plan_range_chunks
 from raycompat.config.pipelines import SourceSpec
 from raycompat.data import create_dataset
-from raycompat.data.augment import no_augment
+from raycompat.data.augment import Augmentation
 from raycompat.data.image_folder import as_hw, decode_images
 from raycompat.registry import Registry
 from raycompat.store import SchemaError
@@ -109,12 +109,12 @@ class ParquetImageSource:
                 offset += batch.num_rows
 
 
-def augment_batch(images: torch.Tensor, augment, generator) -> torch.Tensor:
-    """``augment`` image by image in row order (each draw from ``generator`` lands on the same
-    image as in training's loader); nothing to do for ``none``."""
-    if augment is no_augment:
+def augment_batch(images: torch.Tensor, augment: Augmentation, generator) -> torch.Tensor:
+    """``augment`` drawn image by image in row order (each draw from ``generator`` lands on the
+    same image as in training's loader), applied to the batch; nothing to do for ``none``."""
+    if not augment.params:
         return images
-    return torch.stack([augment(image, generator) for image in images])
+    return augment.apply(images, augment.draw_batch(len(images), generator))
 
 
 def open_source(spec: SourceSpec):

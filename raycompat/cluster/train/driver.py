@@ -186,14 +186,20 @@ def make_trainer(
 def ray_datasets(cfg: TrainConfig, plan: StepPlan, labels: np.ndarray, splits) -> dict | None:
     if cfg.data.loader != "ray_data" or not plan.epochs or plan.given:
         return None
-    from raycompat.cluster.train.ray_data import rows_dataset
+    from raycompat.cluster.train.ray_data import decode_pool_size, rows_dataset
 
     new, replay = step_rows(plan, labels, splits, cfg)
     targets = targets_for(plan, labels).numpy()
-    actors = max(1, cfg.scaling.num_workers)
+    scaling = cfg.scaling
+    if cfg.data.num_loader_workers is not None:
+        actors = max(1, cfg.data.num_loader_workers * scaling.num_workers)
+    else:
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        actors = decode_pool_size(cpus, scaling.num_workers, scaling.cpus_per_worker)
+    log.info("%s: up to %d Ray Data decode actor(s)", plan.name, actors)
     out = {"train": rows_dataset(cfg.data, new, targets, cfg.seed, actors)}
     if len(replay):
-        out["replay"] = rows_dataset(cfg.data, replay, targets, cfg.seed + 1, 1)
+        out["replay"] = rows_dataset(cfg.data, replay, targets, cfg.seed + 1, actors)
     return out
 
 

@@ -81,4 +81,3 @@ def _evaluate(cfg, plans, index: int, parent, fs, destination: str) -> dict:
         return metrics
     finally:
         shutil.rmtree(work, ignore_errors=True)
-

@@ -18,6 +18,7 @@ the driver stops the run without Ray's retries (:mod:`raycompat.cluster.train.gu
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -61,7 +62,10 @@ from raycompat.train.export import (
     load_features,
     save_features,
 )
+from raycompat.train.loader import BatchLoader, loader_workers
 from raycompat.train.scenarios import StepPlan
+
+log = logging.getLogger(__name__)
 
 
 def initial_model(cfg: TrainConfig, plan: StepPlan, index: int, parent_dir: Path | None):
@@ -189,21 +193,40 @@ class ModelStep(WorkerTask):
         self.parent_dir, self.prepared, self.rank, self.world = parent_dir, prepared, rank, world
         self.name, self.where = f"{cfg.run.name}/{self.plan.name}", self.plan.name
         self.epochs, self.failure_step = self.plan.epochs, index
+        workers = loader_workers(cfg.data.num_loader_workers, cfg.scaling.cpus_per_worker)
+        if rank == 0:
+            log.info(
+                "%s: %d loader worker(s) per training worker (data.num_loader_workers%s)",
+                self.name,
+                workers,
+                "" if cfg.data.num_loader_workers is not None else ": all CPUs but one",
+            )
+        self.loader = BatchLoader(data.dataset, cfg.data.augment, workers, prepared.device)
+        self.test_loader = self.loader
+        if data.test_dataset is not data.dataset:
+            self.test_loader = BatchLoader(data.test_dataset, "none", workers, prepared.device)
 
     def batches(self, epoch: int):
         cfg, data = self.cfg, self.data
         per_worker = max(1, cfg.batch_size // self.world)
-        batches = batch_source(
-            cfg,
-            data.dataset,
-            data.targets,
-            data.new,
-            data.replay,
-            per_worker,
-            epoch,
-            self.rank,
-            self.world,
-        )
+        if cfg.data.loader == "ray_data":
+            from raycompat.cluster.train.ray_data import shard_batches
+
+            batches = shard_batches(per_worker, len(data.replay) > 0, cfg.seed, epoch, self.rank)
+        else:
+            batches = sampler_batches(
+                data.dataset,
+                data.targets,
+                data.new,
+                data.replay,
+                per_worker,
+                epoch,
+                cfg.seed,
+                self.rank,
+                self.world,
+                cfg.data.augment,
+                self.loader,
+            )
         return batches, None  # lr per epoch
 
     def loss(self, batch, poison: bool):
@@ -220,11 +243,10 @@ class ModelStep(WorkerTask):
 
     def epoch_metrics(self, trained: EpochTraining, guard: StepGuard) -> dict:
         cfg, data, prepared, rank, world = self.cfg, self.data, self.prepared, self.rank, self.world
-        self.val = extract(
-            prepared, data.dataset, data.splits.val, cfg.eval.batch_size, rank, world
-        )
+        batch = cfg.eval.batch_size
+        self.val = extract(prepared, data.dataset, data.splits.val, batch, rank, world, self.loader)
         self.test = extract(
-            prepared, data.test_dataset, data.test_rows, cfg.eval.batch_size, rank, world
+            prepared, data.test_dataset, data.test_rows, batch, rank, world, self.test_loader
         )
         # Last line of defence (a step the guard cannot see, such as DeepSpeed's): never report
         # a model whose features are not finite.
@@ -273,13 +295,3 @@ class ModelStep(WorkerTask):
         save_features(directory, "val", self.val)
         save_features(directory, "test", self.test)
         Path(directory, "metrics.json").write_text(json.dumps(metrics, default=float))
-
-
-def batch_source(cfg, dataset, targets, new, replay, per_worker, epoch, rank, world):
-    if cfg.data.loader == "ray_data":
-        from raycompat.cluster.train.ray_data import shard_batches
-
-        return shard_batches(per_worker, len(replay) > 0, cfg.seed, epoch, rank)
-    return sampler_batches(
-        dataset, targets, new, replay, per_worker, epoch, cfg.seed, rank, world, cfg.data.augment
-    )

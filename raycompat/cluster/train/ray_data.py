@@ -28,6 +28,8 @@ from raycompat.data.augment import AUGMENTATIONS
 from raycompat.methods import Batch
 from raycompat.train.data import open_dataset
 
+PREFETCH_BATCHES = 4  # decoded blocks a training worker reads ahead of its loop
+
 
 class DecodeRows:
     """Stateful ``map_batches`` callable: the dataset reader is opened once per actor."""
@@ -52,6 +54,12 @@ class DecodeRows:
         }
 
 
+def decode_pool_size(cluster_cpus: float, num_workers: int, cpus_per_worker: float) -> int:
+    """The most decode actors of the ``ray_data`` loader: one per CPU of the cluster that the
+    training workers do not hold, at least one (the pool starts at one and grows to it)."""
+    return max(1, int(cluster_cpus - num_workers * cpus_per_worker))
+
+
 def rows_dataset(
     spec: DataSpec,
     rows: np.ndarray,
@@ -60,6 +68,8 @@ def rows_dataset(
     actors: int = 1,
     batch_size: int = 64,
 ) -> ray.data.Dataset:
+    """``(row, target)`` -> decoded, augmented ``image`` in a pool of up to ``actors`` decode
+    actors."""
     table = pa.table({"row": rows.astype(np.int64), "target": targets[rows].astype(np.int64)})
     return ray.data.from_arrow(table).map_batches(
         DecodeRows,
@@ -106,13 +116,17 @@ def shard_batches(
     replay_images = replay_targets = replay_rows = None
     if half:
         replay_share = in_id_order(
-            ray.train.get_dataset_shard("replay").iter_torch_batches(batch_size=1024)
+            ray.train.get_dataset_shard("replay").iter_torch_batches(
+                batch_size=1024, prefetch_batches=PREFETCH_BATCHES
+            )
         )
         replay_images, replay_targets, replay_rows = (
             replay_share[key] for key in ("image", "target", "row")
         )
     gen = torch.Generator().manual_seed((seed * 7919 + epoch) * 1009 + rank)
-    shard = ray.train.get_dataset_shard("train").iter_torch_batches(batch_size=1024)
+    shard = ray.train.get_dataset_shard("train").iter_torch_batches(
+        batch_size=1024, prefetch_batches=PREFETCH_BATCHES
+    )
     order = torch.Generator().manual_seed((seed + epoch) * 7919 + rank)
     for batch in id_ordered_batches(shard, batch_size - half, order):
         images, targets, rows = batch["image"], batch["target"], batch["row"]

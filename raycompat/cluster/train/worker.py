@@ -34,7 +34,7 @@ import torch
 
 from raycompat.cluster.train import session
 from raycompat.cluster.train.epoch_log import EpochClock, log_epoch
-from raycompat.engine import StepGuard
+from raycompat.engine import StepGuard, mean_values, sync_every
 from raycompat.io.run_storage import exists, touch
 from raycompat.parallel import Prepared, create_strategy
 from raycompat.train.schedule import lr_at, optimizer_factory
@@ -45,22 +45,27 @@ TRAIN_STATE = "train_state"
 
 @dataclass
 class EpochTraining:
-    """What one epoch of training did on this rank: steps, summed loss terms (floats), the rows
-    trained on (one array per step), the start time and the seconds spent training."""
+    """What one epoch of training did on this rank: steps, summed loss terms (on the device
+    while it trains; floats after :meth:`finish`), the rows trained on (one array per step), the
+    start time and the seconds spent training."""
 
     epoch: int
     began: float
     steps: int = 0
-    sums: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, torch.Tensor | float] = field(default_factory=dict)
     rows: list[np.ndarray] = field(default_factory=list)
     trained_s: float = 0.0
     last_lr: float | None = None
 
-    def add(self, values: dict[str, float], rows: np.ndarray) -> None:
+    def add(self, values: dict[str, torch.Tensor], rows: np.ndarray) -> None:
         for name, value in values.items():
-            self.sums[name] = self.sums.get(name, 0.0) + value
+            self.sums[name] = self.sums[name] + value if name in self.sums else value
         self.steps += 1
         self.rows.append(rows)
+
+    def finish(self) -> None:
+        """Read the sums from the device (one synchronisation): floats from here on."""
+        self.sums = mean_values(self.sums, 1)
 
     def trained_rows(self) -> int:
         return sum(map(len, self.rows))
@@ -207,12 +212,13 @@ def train_worker(task: WorkerTask, prepared: Prepared, cfg, rank: int, marker) -
     """Resume, then train, score, report and log every remaining epoch of ``task``."""
     first, global_step = resume(prepared, task.where or task.name)
     clip = cfg.optim.clip_grad_norm if task.checked else None
-    guard = StepGuard(clip, global_step, where=task.where)
+    guard = StepGuard(clip, global_step, where=task.where, sync_every=sync_every(prepared.device))
     clock = EpochClock(first, task.epochs)
     for epoch in range(first, max(task.epochs, 1)):  # 0 epochs: evaluated once, untrained
         trained = EpochTraining(epoch, time.perf_counter())
         if task.epochs:
             train_epoch(task, prepared, cfg, guard, trained, rank, marker)
+        trained.finish()  # the epoch's one read of its loss sums
         trained.trained_s = time.perf_counter() - trained.began
         metrics = task.epoch_metrics(trained, guard)
         report(task, prepared, metrics, trained, rank, guard.global_step)
@@ -243,11 +249,12 @@ def train_epoch(task, prepared, cfg, guard: StepGuard, trained: EpochTraining, r
                 trained.last_lr = lr_at(cfg.optim, epoch + guard.step / steps, task.epochs)
                 prepared.set_lr(trained.last_lr)
             loss, terms = task.loss(batch, poison)
-            values = guard.check_terms(terms) if task.checked else None
+            if task.checked:
+                values = guard.watch_terms(terms)
+            else:
+                values = {name: value.detach().float() for name, value in terms.items()}
             prepared.backward_step(loss)  # the guard checks the gradient norm
-            if values is None:
-                values = {name: float(value.detach()) for name, value in terms.items()}
-            elif optimizer is not None:
+            if task.checked and optimizer is not None:
                 values["grad_norm"] = guard.grad_norm
             trained.add(values, rows)
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from raycompat.cluster.train.ray_data import id_ordered_batches, in_id_order, rows_dataset
+from raycompat.cluster.train.ray_data import (
+    decode_pool_size,
+    id_ordered_batches,
+    in_id_order,
+    rows_dataset,
+)
 from raycompat.config.train import DataSpec
 
 
@@ -73,3 +78,10 @@ def test_decoded_rows_are_the_same_whatever_the_block_order_and_actors(ray_local
     plain = torch.stack([create_dataset("mnist5k")[int(r)][0] for r in rows])
     flipped = ~torch.isclose(share["image"], plain).flatten(1).all(dim=1)
     assert 0 < int(flipped.sum()) < len(rows)
+
+
+def test_the_decode_pool_takes_every_cpu_the_training_workers_leave():
+    assert decode_pool_size(16, 1, 1) == 15  # one GPU node, one training worker
+    assert decode_pool_size(64, 4, 8) == 32
+    assert decode_pool_size(2, 2, 1) == 1  # at least one
+    assert decode_pool_size(4, 1, 2.5) == 1
