@@ -152,9 +152,16 @@ class Prepared:
 
 
 class Strategy:
-    """Base class: validates the common arguments, places the model, then wraps it."""
+    """Base class: validates the common arguments, places the model, then wraps it.
+
+    With ``channels_last=True`` the inputs are always made channels-last (``prepare_inputs``);
+    the parameters too unless ``channels_last_parameters`` is False. A convolution whose input
+    is channels-last runs channels-last (cuDNN and oneDNN pick the layout from input or weight),
+    so keeping the weights contiguous costs at most a small per-call copy of each weight.
+    """
 
     name = "base"
+    channels_last_parameters = True
 
     def setup(
         self,
@@ -170,7 +177,7 @@ class Strategy:
         if precision == "bf16" and device.type != "cuda":
             log.warning("precision='bf16' is only applied on CUDA; running fp32 on %s", device)
         model.to(device)
-        if channels_last:
+        if channels_last and self.channels_last_parameters:
             model.to(memory_format=torch.channels_last)
         return self._wrap(model, make_optimizer, device, precision, channels_last)
 

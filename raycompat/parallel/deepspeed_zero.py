@@ -4,6 +4,13 @@ ZeRO shards optimizer state (stage 1), plus gradients (2), plus parameters (3). 
 DeepSpeed-specific features or to compare with FSDP; on CPU it runs over gloo (ZeRO-3 included).
 DeepSpeed is imported only when this strategy is set up.
 
+Channels-last: the parameters stay contiguous; only the inputs are converted (the convolutions
+still run channels-last). ``deepspeed.initialize`` broadcasts each parameter through
+``p.data.view(torch.uint8)``, which fails on a channels-last weight (every stage, even on one
+rank), and ZeRO re-points each parameter at a contiguous view of its flat (ZeRO-1/2) or
+gathered (ZeRO-3) buffer anyway. Converting after ``initialize`` is no way out: it would detach
+the parameters from those buffers, and ZeRO-2 fails on ``grad.view(-1)`` (DeepSpeed 0.19).
+
 Checkpoint (``engine.save_checkpoint(directory, tag="zero")``, collective): rank 0 writes
 ``latest``, DeepSpeed's ``zero_to_fp32.py`` and ``zero/mp_rank_00_model_states.pt`` (ZeRO-3: every
 rank writes ``zero/zero_pp_rank_<r>_mp_rank_00_model_states.pt``); every rank writes its
@@ -110,6 +117,7 @@ class DeepSpeedStrategy(Strategy):
     """
 
     name = "deepspeed"
+    channels_last_parameters = False  # see the module docstring
 
     def __init__(
         self, zero_stage: int = 2, train_micro_batch_size_per_gpu: int = 1, gradient_clipping=0.0

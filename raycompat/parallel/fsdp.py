@@ -6,6 +6,13 @@ that owns parameters becomes one FSDP unit (children of a ``ModuleList``/``Modul
 have no ``forward`` for FSDP to hook, become units themselves), then the whole model is the root
 unit (it holds the head).
 
+Channels-last: the parameters stay contiguous; only the inputs are converted, which is enough
+for the convolutions to run channels-last. ``fully_shard`` refuses non-contiguous parameters
+(``NotImplementedError: FSDP does not support non-contiguous parameters``), and converting after
+sharding breaks FSDP's flat views of its shards at the first forward (``view size is not
+compatible``, torch 2.14). Nor would channels-last weights survive: a forward computes with
+views of FSDP's all-gather buffer, which are contiguous.
+
 Checkpoint: a ``torch.distributed.checkpoint`` (DCP) folder. Each rank writes only its shards,
 to ``__<rank>_<n>.distcp``; rank 0 also writes ``.metadata``. The per-rank directories of one
 save therefore merge into one folder that DCP loads as is (same world size).
@@ -23,7 +30,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from raycompat.parallel.base import STRATEGIES, Prepared, Strategy, rank, trainable, world_size
+from raycompat.parallel.base import (
+    STRATEGIES,
+    Prepared,
+    Strategy,
+    cpu_copy,
+    rank,
+    trainable,
+    world_size,
+)
 
 
 def shard_units(backbone: nn.Module) -> list[nn.Module]:
@@ -50,7 +65,11 @@ class FSDPPrepared(Prepared):
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
-        return state if rank() == 0 else None
+        if rank() != 0:
+            return None
+        # On CPU, with nothing to gather (one rank), "offloading" hands back the parameters
+        # themselves; copy them so that the export does not change as training goes on.
+        return cpu_copy(state) if self.device.type == "cpu" else state
 
     def _save_shards(self, directory: str) -> None:
         import torch.distributed.checkpoint as dcp
@@ -84,6 +103,7 @@ class FSDPStrategy(Strategy):
     """
 
     name = "fsdp"
+    channels_last_parameters = False  # see the module docstring
 
     def __init__(self, reshard_after_forward: bool = True) -> None:
         self.reshard_after_forward = reshard_after_forward

@@ -70,13 +70,13 @@ def _rank_rows(rank: int) -> slice:
     return slice(rank * BATCH, (rank + 1) * BATCH)
 
 
-def _init(rank: int, port: int) -> None:
+def _init(rank: int, port: int, world: int = WORLD) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
-        world_size=WORLD,
+        world_size=world,
         timeout=timedelta(seconds=120),
     )
 
