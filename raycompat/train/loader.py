@@ -117,9 +117,19 @@ class BatchLoader:
         augment: an :data:`AUGMENTATIONS` name (what the specs' params mean).
         workers: decode processes (0: in this process).
         device: where the loop computes; on CUDA, augmentation runs there.
+        start_method: how the decode processes start (``multiprocessing`` start method; None:
+            torch's default, ``fork`` on Linux). Ray workers pass ``forkserver``, as Ray Train
+            advises: a process forked from a Ray worker inherits its threads' locks.
     """
 
-    def __init__(self, dataset, augment: str, workers: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        dataset,
+        augment: str,
+        workers: int,
+        device: torch.device,
+        start_method: str | None = None,
+    ) -> None:
         self.augment = AUGMENTATIONS.get(augment)
         self.device = device
         self.on_gpu = device.type == "cuda"
@@ -133,6 +143,7 @@ class BatchLoader:
             persistent_workers=workers > 0,
             prefetch_factor=PREFETCH_BATCHES if workers else None,
             pin_memory=self.on_gpu,
+            multiprocessing_context=start_method if workers else None,
         )
 
     def images(self, specs: Iterable[BatchSpec]) -> Iterator[torch.Tensor]:

@@ -66,6 +66,9 @@ from raycompat.train.loader import BatchLoader, loader_workers
 from raycompat.train.scenarios import StepPlan
 
 log = logging.getLogger(__name__)
+# How loader processes start in a Ray worker (Ray Train's advice: not fork, whose child
+# inherits the locks of the worker's threads)
+START_METHOD = "forkserver"
 
 
 def initial_model(cfg: TrainConfig, plan: StepPlan, index: int, parent_dir: Path | None):
@@ -201,10 +204,11 @@ class ModelStep(WorkerTask):
                 workers,
                 "" if cfg.data.num_loader_workers is not None else ": all CPUs but one",
             )
-        self.loader = BatchLoader(data.dataset, cfg.data.augment, workers, prepared.device)
+        device = prepared.device
+        self.loader = BatchLoader(data.dataset, cfg.data.augment, workers, device, START_METHOD)
         self.test_loader = self.loader
         if data.test_dataset is not data.dataset:
-            self.test_loader = BatchLoader(data.test_dataset, "none", workers, prepared.device)
+            self.test_loader = BatchLoader(data.test_dataset, "none", workers, device, START_METHOD)
 
     def batches(self, epoch: int):
         cfg, data = self.cfg, self.data
