@@ -26,6 +26,18 @@ class RunOptions:
             them with Ray Data on the cluster and commits from part records, ``"auto"`` picks
             ``"distributed"`` from ``DISTRIBUTED_UNIQUE_ROWS`` rows on. (A transform needs
             neither: its source was unique and it maps rows 1:1.)
+        pool: ``"fixed"``: ``actors`` actors with ``num_gpus_per_actor`` GPU each, as written;
+            ``"auto"``: both derived from the cluster's nodes when the job starts (several
+            actors share each GPU, or one actor per ``threads_per_actor`` CPUs without GPUs;
+            ``raycompat.cluster.pipelines.pool``). Extraction sizes its model actors its own
+            way under ``"auto"`` (one per GPU, or half the CPUs without GPUs;
+            ``raycompat.cluster.pipelines.decode``); backfill runs ``actors`` as written.
+        decode_workers: extraction only: CPU workers that decode and augment the images in
+            front of the model actors (1 CPU each). None: the cluster's CPUs left over by the
+            model actors (``decode.plan_pools``; the sizes are logged).
+        decode_block_mib: extraction only: MiB of decoded float32 images per chunk at most
+            (a chunk is one block handed from a decode worker to a model actor); chunks are
+            ``rows_per_file`` rows or fewer to fit, in whole batches (``decode.chunk_rows``).
     """
 
     rows_per_file: int = 1_000_000
@@ -36,11 +48,22 @@ class RunOptions:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     progress_every_s: float = 10.0
     unique_ids: Literal["auto", "driver", "distributed"] = "auto"
+    pool: Literal["fixed", "auto"] = "fixed"
+    decode_workers: int | None = None
+    decode_block_mib: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("rows_per_file", "batch_size", "actors", "threads_per_actor"):
+        for name in (
+            "rows_per_file",
+            "batch_size",
+            "actors",
+            "threads_per_actor",
+            "decode_block_mib",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"run.{name} must be >= 1, got {getattr(self, name)}")
+        if self.decode_workers is not None and self.decode_workers < 1:
+            raise ValueError(f"run.decode_workers must be >= 1 or null, got {self.decode_workers}")
 
 
 @dataclass

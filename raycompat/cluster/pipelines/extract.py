@@ -1,41 +1,54 @@
-"""Extraction: images -> decode/augment -> model actors -> a new gallery version.
+"""Extraction: images -> decode workers (CPU) -> model actors -> a new gallery version.
 
     extract_version(store, "faces", VersionInfo("v1", "resnet50-e90", 512, True,
                     "v1 = extract(resnet50-e90)"), "runs/step1/model",
                     SourceSpec(kind="dataset", name="casia_webface", options={"root": ...}))
 
-The backfill baseline and the initial index. The driver reads the exported model
-(``model.safetensors`` + ``model.json``) once and puts it in Ray's object store
-(``weights.py``); each actor opens the image source and builds the model from it once, then
-streams its chunks: decode and augment a batch at a time in a read-ahead thread
-(:mod:`raycompat.cluster.pipelines.prefetch`) while ``forward_features`` (bf16 autocast on GPU by
-default)
-runs on the previous batch, L2-normalise if the version is ``normalized``, write one part file
-per chunk. Same resumable protocol and publishing as :mod:`raycompat.cluster.pipelines.transform`.
+The backfill baseline and the initial index, as Ray Data's batch inference: one pipeline over
+the chunk descriptors, ``map_batches(decode_chunks)`` in CPU tasks (each worker process opens the
+image source once, decodes and augments a chunk into one block: ``decode.py``) in front of
+``map_batches(ExtractChunks)`` on the model actors (GPU when configured), which embed each
+block in batches of ``run.batch_size`` (``forward_features``, bf16 autocast on GPU by default),
+L2-normalise if the version is ``normalized`` and write the chunk's part. The pipeline streams:
+decoders work ahead of the model, as far as Ray Data's object-store budget allows. Both pool
+sizes come from the cluster's resources unless the config sets them (``decode.plan_pools``).
+The driver reads the exported model (``model.safetensors`` + ``model.json``) once and puts it
+in Ray's object store (``weights.py``). Same resumable protocol and publishing as
+:mod:`raycompat.cluster.pipelines.transform`.
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import ray
 import torch
 
 from raycompat import engine
+from raycompat.cluster.pipelines.decode import (
+    Pools,
+    chunk_rows,
+    decode_chunks,
+    decode_rows,
+    plan_pools,
+)
 from raycompat.cluster.pipelines.inputs import file_digest
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
-from raycompat.cluster.pipelines.prefetch import prefetch
 from raycompat.cluster.pipelines.runner import (
     DISTRIBUTED_UNIQUE_ROWS,
     ChunkWorker,
-    RunOptions,
+    Stage,
     run_staged,
 )
 from raycompat.cluster.pipelines.sources import SourceSpec, open_source
 from raycompat.cluster.pipelines.weights import Shared, model_of, share_model
+from raycompat.config.pipelines import RunOptions
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.store import (
     GalleryStore,
@@ -47,36 +60,42 @@ from raycompat.store import (
 from raycompat.store.staging import Staging
 from raycompat.train.export import MODEL_FILE, build_model, read_spec
 
-# Batches decoded ahead of the model: one queued plus one being decoded (memory: three batches
-# of images per actor)
+logger = logging.getLogger(__name__)
+
+# Batches the backfill's re-extraction decodes ahead of its model (``backfill.py``): one queued
+# plus one being decoded
 PREFETCH_BATCHES = 1
 
 
 class ExtractChunks(ChunkWorker):
-    """Actor: opens the source and builds the model once (from the object store, ``weights.py``),
-    then embeds chunk after chunk."""
+    """Model actor: builds the model once (from the object store, ``weights.py``), then embeds
+    the decoded block of chunk after chunk (``decode.decode_chunks`` made them)."""
 
-    def __init__(
-        self, *, model: Shared | str, source: SourceSpec, augment: str, seed: int, **base
-    ) -> None:
+    def __init__(self, *, model: Shared | str, **base) -> None:
         super().__init__(**base)
         self.model = model_of(model).to(self.device)
-        self.source = open_source(source)
-        self.augment = AUGMENTATIONS.get(augment)
-        self.seed = seed
 
-    def fill(self, chunk: Chunk, writer: PartWriter) -> None:
-        # Seeded per chunk, so a redone chunk sees the same augmentation as the first try.
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + chunk.start)
-        batches = self.source.batches(chunk, self.run.batch_size, self.augment, generator)
-        # the next batch is read and decoded in a thread while the model runs on this one
-        with closing(prefetch(batches, depth=PREFETCH_BATCHES)) as ready:
-            for ids, images, labels in ready:
-                writer.read(pa.array(ids).cast(writer.schema.field("id").type))
-                features = embed(
-                    self.model, images.to(self.device), self.autocast, self.staging.info.normalized
+    def fill(self, chunk: Chunk, writer: PartWriter, *, images: np.ndarray, rows: bytes) -> None:
+        """``images``: float32 ``(chunk.rows, C, H, W)``, a read-only view of the block (the
+        forward only reads it); ``rows``: its ids (and labels), ``decode.decode_rows``."""
+        table = decode_rows(rows)
+        ids = table.column("id").combine_chunks()
+        labels = table.column("label").to_numpy() if "label" in table.column_names else None
+        writer.read(ids.cast(writer.schema.field("id").type))
+        with warnings.catch_warnings():  # torch warns once about a non-writable array
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            pixels = torch.from_numpy(images)
+        for start in range(0, chunk.rows, self.run.batch_size):
+            stop = min(start + self.run.batch_size, chunk.rows)
+            batch = pixels[start:stop].to(self.device)  # the one host-to-device copy on GPU
+            features = embed(self.model, batch, self.autocast, self.staging.info.normalized)
+            writer.write(
+                embedding_table(
+                    ids.slice(start, stop - start),
+                    features.cpu().numpy(),
+                    labels=None if labels is None else labels[start:stop],
                 )
-                writer.write(embedding_table(ids, features.cpu().numpy(), labels=labels))
+            )
 
 
 def embed(model, images: torch.Tensor, autocast: torch.dtype | None, normalize: bool):
@@ -100,9 +119,10 @@ def check_model_width(model: str, target: VersionInfo) -> None:
 
 @dataclass(frozen=True)
 class ExtractPlan:
-    """What an extraction writes, decided before any Ray work: the source's ``chunks``, the
-    output ``schema``, whether ids are checked unique on the cluster (``distributed``) and the
-    run's ``identity`` (recorded in ``_plan.json``: a rerun with other inputs is refused)."""
+    """What an extraction writes, decided before any Ray work: the source's ``chunks`` (of
+    ``decode.chunk_rows`` rows, sized from one image decoded here), the output ``schema``,
+    whether ids are checked unique on the cluster (``distributed``) and the run's ``identity``
+    (recorded in ``_plan.json``: a rerun with other inputs is refused)."""
 
     chunks: list[Chunk]
     schema: pa.Schema
@@ -122,7 +142,8 @@ def plan_extraction(
             f"(side_info_width must be None)"
         )
     images = open_source(source)
-    chunks = images.plan(run.rows_per_file)
+    rows_per_chunk = chunk_rows(run, images.image_shape())
+    chunks = images.plan(rows_per_chunk)
     total = sum(c.rows for c in chunks)
     distributed = run.unique_ids == "distributed" or (
         run.unique_ids == "auto" and total >= DISTRIBUTED_UNIQUE_ROWS
@@ -135,7 +156,7 @@ def plan_extraction(
         "source": repr(source),
         "augment": augment,
         "seed": seed,
-        "rows_per_file": run.rows_per_file,
+        "rows_per_file": rows_per_chunk,
     }
     return ExtractPlan(chunks, schema, distributed, identity)
 
@@ -160,6 +181,8 @@ def extract_version(
     """
     run = run or RunOptions()
     plan = plan_extraction(target, model, source, run, augment, seed)
+    pools = sized_pools(run, len(plan.chunks))
+    decode = dict(source=source, augment=augment, seed=seed)
     staging = store.begin(gallery, target, staging_name or f"extract-{target.version}")
     return run_staged(
         store,
@@ -169,12 +192,34 @@ def extract_version(
         identity=plan.identity,
         chunks=plan.chunks,
         worker=ExtractChunks,
-        worker_kwargs=dict(model=share_model(model), source=source, augment=augment, seed=seed),
+        worker_kwargs=dict(model=share_model(model)),
         schema=plan.schema,
-        run=run,
+        run=pools.model,
         verify=verify,
         # ids come from the image source, which nothing checked unique: at scale they are
         # grouped on the cluster and the commit reads part records only (O(parts))
         check="records" if plan.distributed else "rows",
         distributed_unique=plan.distributed,
+        before=Stage(decode_chunks, decode, pools.decode_workers),
     )
+
+
+def sized_pools(run: RunOptions, chunks: int) -> Pools:
+    """Both pools sized from the cluster's live nodes (``decode.plan_pools``), logged."""
+    if not ray.is_initialized():
+        ray.init()  # as Ray Data would for the pipeline's first dataset
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    pools = plan_pools(run, nodes, chunks)
+    logger.info(
+        "extraction pools from %d node(s) (%s CPU, %s GPU), %d chunk(s): %d model actor(s) x "
+        "%d CPU x %s GPU, %d decode worker(s) x 1 CPU",
+        len(nodes),
+        sum(n.get("CPU", 0) for n in nodes),
+        sum(n.get("GPU", 0) for n in nodes),
+        chunks,
+        pools.model.actors,
+        pools.model.threads_per_actor,
+        pools.model.num_gpus_per_actor,
+        pools.decode_workers,
+    )
+    return pools

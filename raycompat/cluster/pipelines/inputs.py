@@ -18,7 +18,6 @@ from raycompat.cluster.pipelines.parts import Chunk, plan_file_chunks
 from raycompat.store import GalleryStore, ManifestError, VersionInfo
 from raycompat.store.parquet import iter_file_batches
 from raycompat.store.validate import validate_schema, validate_values
-from raycompat.store.vectors import vectors  # noqa: F401 - float16 widened there (core)
 
 VECTOR_COLUMNS = ("id", "embedding", "side_info")
 

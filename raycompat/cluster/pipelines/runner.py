@@ -1,6 +1,8 @@
 """Run chunks through a pool of model actors with Ray Data, then publish the staged version.
 
-    chunks (one row each) -> map_batches(Worker, compute=ActorPoolStrategy, batch_size=1)
+    chunks (one row each) -> [map_batches(stage, TaskPoolStrategy(size=N), num_cpus=1): CPU
+                              tasks in front, e.g. extraction's decoding]
+                          -> map_batches(Worker, compute=ActorPoolStrategy, batch_size=1)
                           -> one output part file per chunk, written by the actor
                           -> driver: progress and the part records from the (tiny) result
                              rows -> Staging.commit of exactly those parts
@@ -10,7 +12,9 @@ write_parquet``: resuming needs each output file to be a deterministic function 
 chunk (``resume.py``), which Ray Data's writers do not offer (their file names and block
 boundaries depend on the run). Each actor streams its chunk batch by batch, so memory is
 bounded by ``actors x batch_size`` rows whatever the table size, and the model is loaded once
-per actor, never per batch.
+per actor, never per batch. A stage in front (extraction's decode workers, ``decode.py``) maps
+each chunk's row to one row holding the chunk's inputs (its decoded images): still one chunk
+per block, so the actor that gets it writes the whole part.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 import ray
@@ -30,7 +34,7 @@ from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.progress import Progress
 from raycompat.cluster.pipelines.resume import pending_chunks, record_plan
 from raycompat.cluster.pipelines.unique import check_unique_distributed
-from raycompat.config.pipelines import RunOptions  # noqa: F401  (part of this module's API)
+from raycompat.config.pipelines import RunOptions
 from raycompat.errors import DataError
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.lease import LeaseRef
@@ -53,10 +57,23 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return None
 
 
+@dataclass(frozen=True)
+class Stage:
+    """A CPU stage in front of the model actors: ``fn(batch, **kwargs)`` in Ray tasks of 1 CPU,
+    ``workers`` at a time, maps each chunk's row to one row: ``chunk`` plus the chunk's inputs.
+    Tasks, not actors: their worker processes are reused, so a second pipeline in the same
+    session starts with its imports done, and a failed chunk is not retried."""
+
+    fn: Callable[..., dict]
+    kwargs: dict
+    workers: int
+
+
 class ChunkWorker:
     """Stateful ``map_batches`` callable: one chunk in, one part file out, one result row back.
 
-    Subclasses load their model once in ``__init__`` and implement :meth:`fill`.
+    Subclasses load their model once in ``__init__`` and implement :meth:`fill`, which gets the
+    chunk's other columns (those a :class:`Stage` in front added) as keyword arguments.
     """
 
     def __init__(
@@ -81,17 +98,18 @@ class ChunkWorker:
         self.device = torch.device("cuda" if run.num_gpus_per_actor > 0 else "cpu")
         self.autocast = autocast_dtype(run.precision, self.device)
 
-    def fill(self, chunk: Chunk, writer: PartWriter) -> None:
+    def fill(self, chunk: Chunk, writer: PartWriter, **inputs) -> None:
         raise NotImplementedError
 
     def __call__(self, batch: dict) -> dict:
         results = {"part": [], "rows": [], "record": [], "cpu_s": []}
-        for item in batch["chunk"]:
+        for row, item in enumerate(batch["chunk"]):
             start_cpu = time.process_time()
             chunk = Chunk(**json.loads(item))
+            inputs = {name: column[row] for name, column in batch.items() if name != "chunk"}
             writer = PartWriter(self.staging, chunk.part, self.schema)
             try:
-                self.fill(chunk, writer)
+                self.fill(chunk, writer, **inputs)
             except BaseException:
                 writer.abort()
                 raise
@@ -126,24 +144,33 @@ def chunk_worker_kwargs(
     )
 
 
-def run_chunks(
+def chunk_dataset(
     chunks: list[Chunk],
     worker: type[ChunkWorker],
     worker_kwargs: dict,
     run: RunOptions,
-    progress: Progress,
-    staging: Staging | None = None,
-) -> float:
-    """Process ``chunks`` in an actor pool; raise :class:`PipelineError` if any chunk fails.
-    The part records the actors return are added to ``staging``'s list of parts (the driver's
-    own list, which its commit publishes). Returns the CPU seconds the actors spent on the
-    chunks (their start-up, imports and model loading excluded; 0 for workers not reporting it).
+    before: Stage | None = None,
+) -> ray.data.Dataset:
+    """The (lazy) Ray Data pipeline of :func:`run_chunks`: one result row per chunk.
+
+    The ``before`` stage's tasks are never fused into the model actors (Ray Data fuses a task
+    map into a following actor map when their remote arguments agree; these differ in
+    ``max_retries`` / ``max_restarts``), so the decoding runs in its own processes:
+    ``tests/cluster/pipelines/test_extract_pipeline.py`` checks the physical plan.
     """
-    if not chunks:
-        return 0.0
     items = [{"chunk": json.dumps(asdict(c))} for c in chunks]
     actors = min(run.actors, len(chunks))
-    dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+    dataset = ray.data.from_items(items, override_num_blocks=len(items))
+    if before is not None:
+        dataset = dataset.map_batches(
+            before.fn,
+            fn_kwargs=before.kwargs,
+            batch_size=1,
+            compute=ray.data.TaskPoolStrategy(size=min(before.workers, len(chunks))),
+            num_cpus=1,
+            max_retries=0,  # an error in a chunk (a corrupt image) fails the run at once
+        )
+    dataset = dataset.map_batches(
         worker,
         fn_constructor_kwargs={**worker_kwargs, "run": run},
         batch_size=1,
@@ -151,8 +178,11 @@ def run_chunks(
         # first actor has loaded its model: seconds of one actor working alone), each handed
         # one chunk at a time (a chunk queued behind a busy actor leaves another idle at the
         # end). Fixed, because one chunk in flight per actor is below Ray Data's threshold for
-        # growing a pool (it warns "will not allow it to scale up").
-        compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
+        # growing a pool (it warns "will not allow it to scale up"). Behind a stage, two:
+        # the next block reaches the actor while it embeds this one.
+        compute=ray.data.ActorPoolStrategy(
+            size=actors, max_tasks_in_flight_per_actor=1 if before is None else 2
+        ),
         # Not restartable: Ray Data hands its actors their constructor arguments in the object
         # store, which a restart cannot rely on (ray-project/ray#53727; Ray core logs an ERROR
         # for every such restartable actor). An actor that dies fails the run, and the rerun
@@ -161,6 +191,28 @@ def run_chunks(
         num_cpus=run.threads_per_actor,
         num_gpus=run.num_gpus_per_actor or None,
     )
+    return dataset
+
+
+def run_chunks(
+    chunks: list[Chunk],
+    worker: type[ChunkWorker],
+    worker_kwargs: dict,
+    run: RunOptions,
+    progress: Progress,
+    staging: Staging | None = None,
+    before: Stage | None = None,
+) -> float:
+    """Process ``chunks`` in an actor pool, behind the ``before`` stage if given; raise
+    :class:`PipelineError` if any chunk fails (in either pool).
+    The part records the actors return are added to ``staging``'s list of parts (the driver's
+    own list, which its commit publishes). Returns the CPU seconds the model actors spent on
+    the chunks (their start-up, imports and model loading excluded, and the ``before`` stage's
+    CPU; 0 for workers not reporting it).
+    """
+    if not chunks:
+        return 0.0
+    dataset = chunk_dataset(chunks, worker, worker_kwargs, run, before)
     cpu_s = 0.0
     try:
         for row in dataset.iter_rows():
@@ -189,9 +241,11 @@ def run_staged(
     check: str = "rows",
     expected_ids: IdFingerprint | None = None,
     distributed_unique: bool = False,
+    before: Stage | None = None,
 ) -> dict:
     """Plan (or resume), run the pending chunks, verify, and publish; the job's shared tail.
 
+    ``before``: a stage in front of the actors (:func:`run_chunks`).
     ``check`` and ``expected_ids`` go to ``Staging.commit``; ``distributed_unique`` first
     checks the staged ids unique with Ray Data (``unique.py``). On any failure the staging area's
     lease is released (its finished parts stay), so that a rerun resumes at once instead of
@@ -205,7 +259,8 @@ def run_staged(
         total = sum(c.rows for c in chunks)
         progress = Progress(name, total, total - sum(c.rows for c in todo), run.progress_every_s)
         kwargs = {**chunk_worker_kwargs(store, gallery, staging, schema), **worker_kwargs}
-        actor_cpu_s = run_chunks(todo, worker, kwargs, run, progress, staging)
+        # positional: tests swap run_chunks for a wrapper taking (chunks, worker, *args)
+        actor_cpu_s = run_chunks(todo, worker, kwargs, run, progress, staging, before)
         if verify is not None:  # the caller's quality gate: raising here publishes nothing
             verify(staging)
         if distributed_unique:
@@ -221,13 +276,15 @@ _ERROR_LINE = re.compile(r"^([\w.]*(?:Error|Exception)): (.+)$")
 
 
 def _root_message(error: BaseException) -> str:
-    """The actor's own error line (e.g. ``SchemaError: <file>: row 17 ...``).
+    """The error line the worker raised (e.g. ``SchemaError: <file>: row 17 ...``).
 
-    Ray Data re-raises a UDF failure as ``UserCodeException`` whose text holds the actor's
-    traceback; the first ``<Type>Error: message`` line in it that is not Ray's is the cause.
+    Ray Data re-raises a UDF failure as ``UserCodeException`` whose text holds the worker's
+    traceback, causes first (``raise CorruptDataError(...) from OSError(...)`` shows the
+    ``OSError`` line, then the ``CorruptDataError`` one): the last ``<Type>Error: message`` line
+    in it that is not Ray's is the error raised.
     """
-    for line in str(error).splitlines():
-        match = _ERROR_LINE.match(line.strip())
-        if match and not match.group(1).startswith("ray."):
-            return line.strip()
+    lines = [_ERROR_LINE.match(line.strip()) for line in str(error).splitlines()]
+    ours = [m.group(0) for m in lines if m and not m.group(1).startswith("ray.")]
+    if ours:
+        return ours[-1]
     return str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)

@@ -5,9 +5,10 @@
 - ``parquet_images``: Parquet files with an ``id`` column (string or int64), encoded image bytes
   (``image``, JPEG/PNG...) and optionally ``label`` (int64).
 
-A source plans chunks on the driver (``plan``) and yields ``(ids, images (B, C, H, W) float in
-[0, 1], labels (B,) or None)`` for one chunk inside an actor (``batches``); the dataset or file
-is opened once per actor. Images are decoded a batch at a time (``dataset.batch(rows)``,
+A source plans chunks on the driver (``plan``, with ``image_shape``: one image decoded there,
+which sizes extraction's chunks) and yields ``(ids, images (B, C, H, W) float in [0, 1], labels
+(B,) or None)`` for one chunk inside a decode worker (``batches``); the dataset or file is
+opened once per worker. Images are decoded a batch at a time (``dataset.batch(rows)``,
 ``decode_images``), with exactly the pixels that training reads image by image. No Ray here.
 """
 
@@ -44,6 +45,12 @@ class DatasetSource:
     def id_type_and_labels(self) -> tuple[str, bool]:
         return "int64", True
 
+    def image_shape(self) -> tuple[int, ...] | None:
+        """``(C, H, W)`` of row 0 as decoded, or None for an empty dataset."""
+        if not len(self.dataset):
+            return None
+        return tuple(self.dataset.batch(np.zeros(1, dtype=np.int64)).shape[1:])
+
     def batches(self, chunk: Chunk, batch_size: int, augment, generator) -> Iterator[Batch]:
         for start in range(chunk.start, chunk.stop, batch_size):
             rows = np.arange(start, min(start + batch_size, chunk.stop), dtype=np.int64)
@@ -65,12 +72,15 @@ class ParquetImageSource:
         chunks = []
         for index, (uri, (fs, path)) in enumerate(zip(self.spec.paths, self.files, strict=True)):
             with open_parquet(fs, path, uri) as parquet:
-                names = parquet.schema_arrow.names
-                missing = [c for c in self.REQUIRED if c not in names]
-                if missing:
-                    raise SchemaError(f"{uri}: missing column(s) {missing}; columns are {names}")
+                self.check_columns(uri, parquet)
                 chunks += plan_file_chunks(index, path, parquet.metadata, rows_per_file)
         return chunks
+
+    def check_columns(self, uri: str, parquet) -> None:
+        names = parquet.schema_arrow.names
+        missing = [c for c in self.REQUIRED if c not in names]
+        if missing:
+            raise SchemaError(f"{uri}: missing column(s) {missing}; columns are {names}")
 
     def id_type_and_labels(self) -> tuple[str, bool]:
         fs, path = self.files[0]
@@ -78,6 +88,27 @@ class ParquetImageSource:
             schema = parquet.schema_arrow
         id_type = "int64" if pa.types.is_integer(schema.field("id").type) else "string"
         return id_type, "label" in schema.names
+
+    def image_shape(self) -> tuple[int, ...] | None:
+        """``(C, H, W)`` of the first image of the first file holding rows, as decoded, or
+        None when every file is empty."""
+        for uri, (fs, path) in zip(self.spec.paths, self.files, strict=True):
+            with open_parquet(fs, path, uri) as parquet:
+                self.check_columns(uri, parquet)
+                if not parquet.metadata.num_rows:
+                    continue
+                rows = [
+                    parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)
+                ]
+                group = next(g for g, n in enumerate(rows) if n)
+                first = next(parquet.iter_batches(1, [group], ["image"])).column("image")
+            if first.null_count:
+                raise SchemaError(f"{uri}: row 0 has a null image")
+            image = decode_images(
+                first.to_pylist(), mode=self.spec.mode, size=self.size, names=[f"{uri} row 0"]
+            )
+            return tuple(image.shape[1:])
+        return None
 
     def batches(self, chunk: Chunk, batch_size: int, augment, generator) -> Iterator[Batch]:
         uri, (fs, path) = self.spec.paths[chunk.input], self.files[chunk.input]

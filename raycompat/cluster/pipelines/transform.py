@@ -10,6 +10,13 @@ input file has a readable footer and the version's schema. Rows are checked as t
 when every part is written and ``Staging.commit`` has verified them; on any error nothing is
 published and the staging prefix keeps the finished parts for a rerun (``resume.py``).
 
+Throughput (issue 38): the rows cost Parquet decode, checks and encode, not ``h``/``g``, so
+``run.pool: auto`` sizes the pool from the cluster (``pool.py``: several actors share each GPU,
+each reading and writing its own chunks), and each actor overlaps its steps: batch k+1 is read,
+decoded and checked in a thread while batch k is transformed and batch k-1 written. Arrow's
+buffers become tensors without a copy; on CUDA they go up from pinned memory and ``h``'s and
+``g``'s outputs come back together in one asynchronous copy, with one wait per batch.
+
 Backward-compatible upgrades need no rewrite: :func:`identity_upgrade` checks the gallery
 version and returns without writing; the new model is then served against the existing
 version (recording that pairing belongs to the model registry, a later issue).
@@ -19,11 +26,13 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import ray
 import torch
 
 from raycompat.cluster.pipelines.inputs import (
@@ -31,15 +40,13 @@ from raycompat.cluster.pipelines.inputs import (
     plan_version_chunks,
 )
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
-from raycompat.cluster.pipelines.runner import ChunkWorker, RunOptions, run_staged
+from raycompat.cluster.pipelines.pool import plan_pool
+from raycompat.cluster.pipelines.prefetch import prefetch
+from raycompat.cluster.pipelines.runner import ChunkWorker, run_staged
 from raycompat.cluster.pipelines.weights import Shared, share_transformation, transformation_of
-from raycompat.fct.models import (
-    G,
-    H,
-    TransformationFiles,
-    read_transformation,
-    read_transformation_spec,
-)
+from raycompat.config.pipelines import RunOptions
+from raycompat.fct.export import read_transformation_spec
+from raycompat.fct.models import G, H, TransformationFiles, read_transformation
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.staging import Staging
@@ -47,40 +54,109 @@ from raycompat.store.vectors import float32_rows
 
 logger = logging.getLogger(__name__)
 
+# Batches read ahead of the transformation: one queued plus one being read (memory per actor:
+# about four batches with the one transformed and the one being written)
+PREFETCH_BATCHES = 1
+
 
 def apply_transformation(table: pa.Table | pa.RecordBatch, h, g=None, autocast=None) -> pa.Table:
     """``(N rows: id, embedding (d_old), [side_info], ...)`` -> ``id, h(...) (d_new), [g(...)]``.
 
     Columns other than ``embedding``/``side_info`` (``id``, ``label``, ...) are carried along.
     """
+    return launch_transformation(table, h, g, autocast).table()
+
+
+@dataclass
+class Launched:
+    """A batch whose ``h`` (and ``g``) outputs are computed, or on their way to the host:
+    :meth:`table` waits for them (on CUDA the batch's one host sync) and builds its rows."""
+
+    batch: pa.Table | pa.RecordBatch
+    outputs: list[torch.Tensor]  # float32 (N, d) on the host: h's, then g's
+    done: torch.cuda.Event | None = None  # recorded after the copy back (CUDA only)
+
+    def table(self) -> pa.Table:
+        if self.done is not None:
+            self.done.synchronize()
+        columns = {"id": self.batch.column("id")}
+        for name, rows in zip(("embedding", "side_info"), self.outputs, strict=False):
+            columns[name] = _fixed(rows.numpy())
+        for name in self.batch.column_names:
+            if name not in ("id", "embedding", "side_info"):
+                columns[name] = self.batch.column(name)
+        return pa.table(columns)
+
+
+def launch_transformation(
+    table: pa.Table | pa.RecordBatch,
+    h,
+    g=None,
+    autocast=None,
+    rows: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+) -> Launched:
+    """Queue ``h`` (and ``g``) on ``table``'s rows on their device without waiting for them.
+
+    ``rows``: ``table``'s :func:`host_rows`, when made already (in the read-ahead thread). On
+    CUDA the inputs go up from pinned memory and both outputs come back in one copy into a
+    pinned buffer, asynchronously; ``Launched.table()`` waits. On the CPU the outputs are the
+    modules' own tensors (no copy): the same numbers as ``h(old, side)`` computed alone.
+    """
     device = next(h.parameters()).device
-    old = _rows(table, "embedding", device)
-    side = None
-    if "side_info" in table.column_names and h.d_side + (g.d_side if g else 0) > 0:
-        side = _rows(table, "side_info", device)
+    old, side = rows or host_rows(table, h, g, pin=device.type == "cuda")
+    old = old.to(device, non_blocking=True)
+    side = side if side is None else side.to(device, non_blocking=True)
     mixed = torch.autocast(device.type, autocast, enabled=autocast is not None)
     with torch.inference_mode(), mixed:
-        new = h(old, side if h.d_side else None).float().cpu().numpy()
-        new_side = g(old, side if g.d_side else None).float().cpu().numpy() if g else None
-    columns = {"id": table.column("id"), "embedding": _fixed(new)}
-    if new_side is not None:
-        columns["side_info"] = _fixed(new_side)
-    for name in table.column_names:
-        if name not in ("id", "embedding", "side_info"):
-            columns[name] = table.column(name)
-    return pa.table(columns)
+        outputs = [h(old, side if h.d_side else None).float()]
+        if g is not None:
+            outputs.append(g(old, side if g.d_side else None).float())
+    if device.type != "cuda":
+        return Launched(table, outputs)
+    return _copy_back(table, outputs)
 
 
-def _rows(table: pa.Table | pa.RecordBatch, name: str, device: torch.device) -> torch.Tensor:
-    """A vector column as an ``(N, d)`` float32 tensor on ``device``: a view of Arrow's buffer
-    for float32 on the CPU, not a copy. Read-only memory is safe here: h and g never write to
-    their inputs (their first layer is a Linear), and inference mode records no autograd."""
+def _copy_back(table: pa.Table | pa.RecordBatch, outputs: list[torch.Tensor]) -> Launched:
+    """Both outputs to one pinned host buffer in one asynchronous copy (CUDA), each output a
+    contiguous slice of it (so Arrow takes it without a copy)."""
+    with torch.inference_mode():
+        flat = torch.cat([o.reshape(-1) for o in outputs])
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        host.copy_(flat, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    rows, start = [], 0
+    for o in outputs:
+        rows.append(host[start : start + o.numel()].view(o.shape))
+        start += o.numel()
+    return Launched(table, rows, done)
+
+
+def host_rows(
+    table: pa.Table | pa.RecordBatch, h, g=None, pin: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(embedding (N, d_old), side_info (N, d_side) or None)`` of ``table`` as float32 host
+    tensors for ``h`` (and ``g``): views of Arrow's buffers, or copies in pinned memory with
+    ``pin`` (for a CUDA device: the copy up then need not wait)."""
+    old = _rows(table, "embedding", pin)
+    side = None
+    if "side_info" in table.column_names and h.d_side + (g.d_side if g else 0) > 0:
+        side = _rows(table, "side_info", pin)
+    return old, side
+
+
+def _rows(table: pa.Table | pa.RecordBatch, name: str, pin: bool = False) -> torch.Tensor:
+    """A vector column as an ``(N, d)`` float32 tensor: a view of Arrow's buffer for float32,
+    not a copy (``pin``: a copy in pinned memory). Read-only memory is safe here: h and g
+    never write to their inputs (their first layer is a Linear), and inference mode records no
+    autograd."""
     column = table.column(name)
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     with warnings.catch_warnings():  # torch warns once about a non-writable array
         warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-        return torch.from_numpy(float32_rows(column, copy=False)).to(device)
+        rows = torch.from_numpy(float32_rows(column, copy=False))
+    return rows.pin_memory() if pin else rows
 
 
 def _fixed(x: np.ndarray) -> pa.FixedSizeListArray:
@@ -91,7 +167,8 @@ def _fixed(x: np.ndarray) -> pa.FixedSizeListArray:
 class TransformChunks(ChunkWorker):
     """Actor: builds ``h`` (and ``g``) once from the object store (``weights.py``: never from
     a folder, which may exist only on the driver's node), then streams each chunk of the
-    source through them."""
+    source through them: batch k+1 is read, decoded and checked in a thread (``prefetch.py``)
+    while batch k is transformed (queued, on a GPU) and batch k-1 written."""
 
     def __init__(
         self,
@@ -108,9 +185,25 @@ class TransformChunks(ChunkWorker):
         self.g = transformation_of(g, G).to(self.device) if g else None
 
     def fill(self, chunk: Chunk, writer: PartWriter) -> None:
-        for batch in iter_chunk_batches(self.store, chunk, self.source, self.run.batch_size):
-            writer.read(batch.column("id"))
-            writer.write(apply_transformation(batch, self.h, self.g, self.autocast))
+        previous = None
+        with closing(prefetch(self.read(chunk), depth=PREFETCH_BATCHES)) as ready:
+            for batch, rows in ready:
+                writer.read(batch.column("id"))
+                launched = launch_transformation(batch, self.h, self.g, self.autocast, rows)
+                if previous is not None:
+                    writer.write(previous.table())
+                previous = launched
+        if previous is not None:
+            writer.write(previous.table())
+
+    def read(self, chunk: Chunk) -> Iterator[tuple[pa.RecordBatch, tuple]]:
+        """``(batch, host_rows)`` of each checked batch of ``chunk`` (in the read-ahead thread:
+        on CUDA the copy into pinned memory happens there too)."""
+        pin = self.device.type == "cuda"
+        batches = iter_chunk_batches(self.store, chunk, self.source, self.run.batch_size)
+        with closing(batches):
+            for batch in batches:
+                yield batch, host_rows(batch, self.h, self.g, pin)
 
 
 def _spec(transformation: TransformationFiles | str, name: str) -> tuple[str, dict]:
@@ -208,6 +301,7 @@ def transform_version(
     g = g and read_transformation(g, G, _options(store, g))
     check_transformation(source, target, h, g)
     chunks, id_type, carried = plan_version_chunks(store, gallery, source, run.rows_per_file)
+    run = sized_pool(run, len(chunks))
     schema = embedding_schema(target.width, id_type, target.side_info_width, dtype=target.dtype)
     schema = pa.schema(list(schema) + carried)
     staging = store.begin(gallery, target, staging_name or f"transform-{source_version}")
@@ -239,6 +333,29 @@ def transform_version(
         check="records" if source.ids else "rows",
         expected_ids=IdFingerprint.from_dict(source.ids) if source.ids else None,
     )
+
+
+def sized_pool(run: RunOptions, chunks: int) -> RunOptions:
+    """``run`` with ``actors`` and ``num_gpus_per_actor`` sized from the cluster's live nodes
+    when ``run.pool`` is ``"auto"`` (``pool.py``; the sizes are logged), else ``run``."""
+    if run.pool != "auto":
+        return run
+    if not ray.is_initialized():
+        ray.init()  # as Ray Data would for the pipeline's first dataset
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    sized = plan_pool(run, nodes, chunks)
+    logger.info(
+        "transform pool from %d node(s) (%s CPU, %s GPU), %d chunk(s): %d actor(s) x "
+        "%d CPU x %s GPU",
+        len(nodes),
+        sum(n.get("CPU", 0) for n in nodes),
+        sum(n.get("GPU", 0) for n in nodes),
+        chunks,
+        sized.actors,
+        sized.threads_per_actor,
+        sized.num_gpus_per_actor,
+    )
+    return sized
 
 
 def _options(store: GalleryStore, location) -> dict | None:

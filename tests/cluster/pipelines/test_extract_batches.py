@@ -1,11 +1,11 @@
-"""The extraction actor in process (no Ray): batched decoding with read-ahead gives the embeddings
-of per-image decoding, and a corrupt image fails its chunk by name with nothing left behind."""
+"""Extraction's two stages in process (no Ray): a decode worker's blocks through the model
+actor give the embeddings of per-image decoding, and a corrupt image fails its chunk by name in
+the decode worker, with nothing left behind."""
 
 from __future__ import annotations
 
 import io
 import json
-import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from raycompat.cluster.pipelines import RunOptions, SourceSpec
+from raycompat.cluster.pipelines.decode import ChunkDecoder
 from raycompat.cluster.pipelines.extract import ExtractChunks
 from raycompat.cluster.pipelines.sources import open_source
 from raycompat.config.train import ModelSpec
@@ -58,11 +59,9 @@ def worker(tmp_path: Path, source: SourceSpec):
     info = VersionInfo("v1", "lenet", 8, True, "v1 = extract(lenet)")
     staging = store.begin("g", info, "extract-v1")
     run = RunOptions(rows_per_file=20, batch_size=6, actors=1)
+    decode = ChunkDecoder(source, "none", 0)
     extract = ExtractChunks(
         model=str(tmp_path / "model"),
-        source=source,
-        augment="none",
-        seed=0,
         root=store.root,
         storage_options={},
         gallery="g",
@@ -73,11 +72,12 @@ def worker(tmp_path: Path, source: SourceSpec):
         lease=staging.lease_ref,
     )
     chunks = open_source(source).plan(run.rows_per_file)
-    return extract, chunks, staging
+    return (decode, extract), chunks, staging
 
 
-def call(extract: ExtractChunks, chunk) -> dict:
-    return extract({"chunk": [json.dumps(asdict(chunk))]})
+def call(stages: tuple[ChunkDecoder, ExtractChunks], chunk) -> dict:
+    decode, extract = stages
+    return extract(decode({"chunk": [json.dumps(asdict(chunk))]}))
 
 
 def test_batched_extraction_equals_per_image_decoding_and_forward(tmp_path):
@@ -85,9 +85,9 @@ def test_batched_extraction_equals_per_image_decoding_and_forward(tmp_path):
     source = SourceSpec(
         kind="parquet_images", paths=[str(tmp_path / "images.parquet")], image_size=SIZE
     )
-    extract, chunks, staging = worker(tmp_path, source)
-    assert [call(extract, c)["rows"] for c in chunks] == [[20], [20]]
-    out = pa.concat_tables([pq.read_table(f) for f in extract.staging.files()])  # the worker's
+    stages, chunks, staging = worker(tmp_path, source)
+    assert [call(stages, c)["rows"] for c in chunks] == [[20], [20]]
+    out = pa.concat_tables([pq.read_table(f) for f in stages[1].staging.files()])  # the actor's
     model = load_exported_model(str(tmp_path / "model"))[0]
     # the old path: Pillow image by image, the model on the same batches of 6
     images = torch.stack([read_image(e, size=(SIZE, SIZE)) for e in encoded])
@@ -101,7 +101,8 @@ def test_batched_extraction_equals_per_image_decoding_and_forward(tmp_path):
         )
     np.testing.assert_array_equal(out["id"].to_numpy(), np.arange(ROWS) * 10)
     embeddings = np.stack(out["embedding"].to_numpy(zero_copy_only=False))
-    np.testing.assert_allclose(embeddings, expected.numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(embeddings, expected.numpy())  # the same batches: bit for bit
+    np.testing.assert_array_equal(out["label"].to_numpy(), np.arange(ROWS) % 4)
 
 
 def test_a_corrupt_image_fails_the_chunk_by_row_and_leaves_no_part(tmp_path):
@@ -109,13 +110,12 @@ def test_a_corrupt_image_fails_the_chunk_by_row_and_leaves_no_part(tmp_path):
     source = SourceSpec(
         kind="parquet_images", paths=[str(tmp_path / "images.parquet")], image_size=SIZE
     )
-    extract, chunks, staging = worker(tmp_path, source)
-    call(extract, chunks[0])
+    stages, chunks, staging = worker(tmp_path, source)
+    call(stages, chunks[0])
     with pytest.raises(CorruptDataError, match=r"cannot decode image .*images\.parquet row 33"):
-        call(extract, chunks[1])
-    assert [part_of_file(f) for f in extract.staging.files()] == ["part-00000-0000.parquet"]
+        call(stages, chunks[1])
+    assert [part_of_file(f) for f in stages[1].staging.files()] == ["part-00000-0000.parquet"]
     assert [part_of_file(f) for f in staging.resume() and staging.files()] == [
         "part-00000-0000.parquet"  # what a rerun's driver finds complete
     ]
     assert not any(Path(staging.path).glob("_tmp/*"))
-    assert not any(t.name == "prefetch" for t in threading.enumerate())

@@ -1,0 +1,62 @@
+"""Pool sizes derived from the cluster's nodes (``pool.py``): several actors share each GPU as
+far as the GPU nodes' CPUs allow, one actor per CPU budget without GPUs, never more actors than
+chunks, and a fixed pool kept as written."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from raycompat.cluster.pipelines.pool import MAX_ACTORS_PER_GPU, plan_pool
+from raycompat.config.pipelines import RunOptions
+
+AUTO = RunOptions(pool="auto")
+
+
+def test_a_fixed_pool_is_kept_as_written():
+    run = RunOptions(actors=3, num_gpus_per_actor=1.0)
+    assert plan_pool(run, [{"CPU": 64, "GPU": 8}], chunks=100) is run
+
+
+@pytest.mark.parametrize(
+    ("nodes", "chunks", "actors"),
+    [
+        ([{"CPU": 2}], 100, 2),
+        ([{"CPU": 2}], 1, 1),  # never more actors than chunks
+        ([{"CPU": 4}, {"CPU": 16, "memory": 1e9}], 100, 20),  # every node's CPUs
+        ([{"CPU": 0.5}], 100, 1),  # at least one actor
+    ],
+)
+def test_without_gpus_one_actor_per_cpu_budget(nodes, chunks, actors):
+    sized = plan_pool(AUTO, nodes, chunks)
+    assert (sized.actors, sized.num_gpus_per_actor, sized.pool) == (actors, 0.0, "fixed")
+
+
+def test_threads_per_actor_divide_the_cpus():
+    sized = plan_pool(dataclasses.replace(AUTO, threads_per_actor=3), [{"CPU": 16}], 100)
+    assert sized.actors == 5 and sized.threads_per_actor == 3
+
+
+@pytest.mark.parametrize(
+    ("nodes", "actors", "gpus"),
+    [
+        ([{"CPU": 16, "GPU": 1}], MAX_ACTORS_PER_GPU, 1 / MAX_ACTORS_PER_GPU),  # H200 node
+        ([{"CPU": 4, "GPU": 1}], 4, 0.25),  # as many as the node's CPUs allow
+        ([{"CPU": 3, "GPU": 1}], 3, 0.3333),  # Ray's 1e-4 resolution, rounded down
+        ([{"CPU": 1, "GPU": 2}], 2, 1.0),  # at least one actor per GPU
+        # a CPU-only head does not count; the smallest CPUs-per-GPU node sets the fraction
+        ([{"CPU": 8}, {"CPU": 8, "GPU": 2}, {"CPU": 32, "GPU": 4}], 24, 0.25),
+    ],
+)
+def test_with_gpus_several_actors_share_each_gpu(nodes, actors, gpus):
+    sized = plan_pool(AUTO, nodes, chunks=1000)
+    assert sized.actors == actors
+    assert sized.num_gpus_per_actor == pytest.approx(gpus, abs=1e-9)
+    assert sized.num_gpus_per_actor * (actors // sum(n.get("GPU", 0) for n in nodes)) <= 1.0
+
+
+def test_a_gpu_pool_is_capped_at_the_chunks_and_sizing_again_keeps_it():
+    sized = plan_pool(AUTO, [{"CPU": 16, "GPU": 1}], chunks=3)
+    assert (sized.actors, sized.num_gpus_per_actor) == (3, 1 / MAX_ACTORS_PER_GPU)
+    assert plan_pool(sized, [{"CPU": 2}], chunks=100) is sized
