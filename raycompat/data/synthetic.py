@@ -72,6 +72,8 @@ class SyntheticIdentities(ImageDataset):
         self.difficulty = float(difficulty)
         self.rank = rank
         self.basis = self._make_basis()  # (rank, C * S * S) float32
+        # the products with float64 codes cast the basis to float64 anyway: once, here (exact)
+        self._basis64 = self.basis.astype(np.float64)
 
     def _make_basis(self) -> np.ndarray:
         rng = np.random.default_rng([self.seed, 0])
@@ -118,7 +120,7 @@ class SyntheticIdentities(ImageDataset):
         out = np.empty((len(indices), c, s, s), dtype=np.float32)
         for k, index in enumerate(indices):
             code, shift, contrast, brightness, noise = self._draws(index)
-            signal = (code @ self.basis / math.sqrt(self.rank)).reshape(c, s, s)
+            signal = (code @ self._basis64 / math.sqrt(self.rank)).reshape(c, s, s)
             signal = np.roll(signal, (int(shift[0]), int(shift[1])), axis=(1, 2))
             signal *= contrast
             signal += brightness

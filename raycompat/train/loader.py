@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from raycompat.data.augment import AUGMENTATIONS, Augmentation
@@ -63,6 +64,13 @@ class _Failure:
 
 def _passthrough(item):
     return item
+
+
+def _one_thread(worker_id: int) -> None:
+    """A loader process computes on one thread: torch already does (DataLoader sets it), NumPy's
+    BLAS would start one thread per CPU the parent may use (``OMP_NUM_THREADS`` in a Ray
+    worker) in every one of the loader processes."""
+    threadpool_limits(1)
 
 
 class _DecodeBatches(Dataset):
@@ -144,6 +152,7 @@ class BatchLoader:
             prefetch_factor=PREFETCH_BATCHES if workers else None,
             pin_memory=self.on_gpu,
             multiprocessing_context=start_method if workers else None,
+            worker_init_fn=_one_thread,
         )
 
     def images(self, specs: Iterable[BatchSpec]) -> Iterator[torch.Tensor]:

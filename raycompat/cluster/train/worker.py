@@ -164,6 +164,8 @@ def prepare_model(
     ``cfg.scaling``'s, with its options), at this worker's torch thread count. Shared by the
     training workers and the task that evaluates an untrained step (``evaluate.py``)."""
     torch.set_num_threads(max(1, int(cfg.scaling.cpus_per_worker)))
+    if device.type == "cuda":  # every batch has the same shape: let cuDNN pick its kernels once
+        torch.backends.cudnn.benchmark = True
     name, options = strategy, {}
     if strategy is None:
         name, options = cfg.scaling.strategy, cfg.scaling.strategy_options
