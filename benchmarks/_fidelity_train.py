@@ -36,12 +36,12 @@ from raycompat.fct.transformation import (
     fct_transformation,
     freeze_batchnorm_statistics,
     transformation_loss,
-    warmup_cosine,
 )
 from raycompat.methods import METHODS, Batch, OldModel, create_method
 from raycompat.methods.base import CompatibilityMethod, CrossEntropyMethod
 from raycompat.nn.models import CompatModel, create_model
 from raycompat.nn.side_info import create_side_info, nt_xent_loss, simclr_views
+from raycompat.train.schedule import warmup_cosine
 
 log = logging.getLogger("benchmarks.fidelity")
 
@@ -218,8 +218,14 @@ class SequenceTrainer:
             terms = train_epoch(model, method, batches, optimizer, guard, epoch)
         self.trained += 1
         self.train_seconds += time.perf_counter() - start
-        log.info("%s step %d (%d classes, %d images): %s", name, step + 1,
-                 self.data.steps[step], len(rows), _terms(terms))
+        log.info(
+            "%s step %d (%d classes, %d images): %s",
+            name,
+            step + 1,
+            self.data.steps[step],
+            len(rows),
+            _terms(terms),
+        )
         return model.eval()
 
 

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.io.filesystems import native_s3_options  # noqa: E402
+from raycompat.io.uri import native_s3_options  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo, embedding_table  # noqa: E402
 
 FAKE_AWS_ENV = {

@@ -5,8 +5,7 @@ Two checks. Statically, no module outside ``raycompat/cluster/`` (and the entry 
 import of ``raycompat.cluster`` anywhere in it, at module level or inside a function. Dynamically,
 every such module is imported in a fresh interpreter whose import system refuses ``ray`` (a
 meta-path finder placed first), so an import of Ray below any of them, direct or through
-another module, is caught and named, even though Ray is installed here. Deprecated old paths
-(files that only call ``raycompat._moved``) are checked by ``tests/test_api.py``.
+another module, is caught and named, even though Ray is installed here.
 """
 
 from __future__ import annotations
@@ -29,20 +28,15 @@ ENTRY_POINTS = PACKAGE / "cli"
 CONTROL = "raycompat.cluster.train.driver"
 
 
-def _is_shim(path: Path) -> bool:
-    return "from raycompat._moved import" in path.read_text()
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def core_files() -> list[Path]:
-    """Every module outside the Ray layer and the entry points, old-path shims left out."""
+    """Every module outside the Ray layer and the entry points."""
     return [p for p in sorted(PACKAGE.rglob("*.py"))
-            if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)
-            and not _is_shim(p)]
+            if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)]
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -64,7 +58,7 @@ def test_no_module_outside_the_ray_layer_imports_ray_even_inside_a_function():
 
 
 def test_every_module_that_imports_ray_lives_under_the_ray_layer():
-    importers = {path for path in PACKAGE.rglob("*.py") if not _is_shim(path)
+    importers = {path for path in PACKAGE.rglob("*.py")
                  for _, name in _imports(path) if name == "ray" or name.startswith("ray.")}
     assert importers, "no module imports Ray: the scan is broken"
     outside = [str(p.relative_to(ROOT)) for p in importers

@@ -35,8 +35,6 @@ NOT_CATEGORIZED: dict[str, str] = {
 def _module_names() -> list[str]:
     names = []
     for path in sorted((ROOT / "raycompat").rglob("*.py")):
-        if "from raycompat._moved import" in path.read_text():  # a deprecated old path
-            continue
         parts = path.relative_to(ROOT).with_suffix("").parts
         names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names

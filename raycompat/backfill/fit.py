@@ -32,9 +32,9 @@ from raycompat.fct.transformation import (
     fct_transformation,
     freeze_batchnorm_statistics,
     uncertain_transformation_loss,
-    warmup_cosine,
 )
 from raycompat.index.distances import as_features
+from raycompat.train.schedule import warmup_cosine
 
 
 @dataclass

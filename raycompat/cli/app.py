@@ -92,12 +92,7 @@ from pathlib import Path
 import numpy as np
 
 from raycompat.cli import index_commands, serving
-from raycompat.cli.arguments import (  # noqa: F401 (duration_s, positive_int: as before)
-    build_parser,
-    duration_s,
-    positive_int,
-    storage_options,
-)
+from raycompat.cli.arguments import build_parser, storage_options
 from raycompat.cli.errors import debug_requested, error_line
 from raycompat.cli.tables import RENDERERS
 from raycompat.errors import RaycompatError, UsageError, exit_status
@@ -106,7 +101,7 @@ from raycompat.io.credentials import configure_logging
 from raycompat.io.uri import split_uri
 from raycompat.store import GalleryStore
 from raycompat.store.errors import StoreError
-from raycompat.store.listing import gallery_versions, version_rows  # noqa: F401 (as before)
+from raycompat.store.listing import version_rows
 from raycompat.store.lookup import check_gallery, choices, model_record, version_record
 from raycompat.store.model_catalog import Catalog
 

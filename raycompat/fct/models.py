@@ -16,15 +16,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from raycompat.fct.export import (  # noqa: F401  (re-exported for the pipelines)
+from raycompat.fct.export import (
     OPTIONAL_TRANSFORMATION_KEYS,
     TRANSFORMATION_KEYS,
     export_transformation,
-    load_transformation,
-    read_transformation_spec,
 )
 from raycompat.fct.transformation import FCTTransformation
-from raycompat.io.weights import load_state_dict_into, open_uri
+from raycompat.io.uri import open_uri
+from raycompat.io.weights import load_state_dict_into
 
 H, G = "h", "g"
 

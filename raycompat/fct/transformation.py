@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from raycompat.registry import Registry
-from raycompat.train.schedule import warmup_cosine  # noqa: F401  (one schedule; old home)
 
 
 def _mlp(d_in: int, width: int, d_out: int) -> nn.Sequential:

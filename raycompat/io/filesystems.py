@@ -35,12 +35,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from raycompat.io.uri import (  # native_s3_options: imported from here before it moved
-    filesystem,
-    native_s3_options,  # noqa: F401
-    s3fs_filesystem,
-    split_uri,
-)
+from raycompat.io.uri import filesystem, s3fs_filesystem, split_uri
 from raycompat.registry import Registry
 from raycompat.store.errors import StoreError
 

@@ -2,7 +2,7 @@
 (:func:`raycompat.io.uri.fsspec_filesystem`, the I/O layer's fsspec form).
 
 Opening a file and checking that one opens (:func:`open_uri`, :func:`check_uri`) live in the
-torch-free :mod:`raycompat.io.uri`, so a config check can use them; this module re-exports them.
+torch-free :mod:`raycompat.io.uri`, so a config check can use them.
 
 Nothing is ever downloaded from a model hub: weights are files the user names. ``.safetensors``
 files are read with :func:`safetensors.torch.load`; anything else with
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from raycompat.errors import DataError
-from raycompat.io.uri import check_uri, open_uri  # noqa: F401  (torch-free; re-exported)
+from raycompat.io.uri import open_uri
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from raycompat.config.methods import check_method_options  # noqa: F401  (the catalogue's)
 from raycompat.nn.models import features_and_logits
 from raycompat.registry import Registry
 

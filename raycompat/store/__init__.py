@@ -26,15 +26,9 @@ from raycompat.store.errors import (
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LeaseHeldError, LeaseLostError
 from raycompat.store.manifest import VersionInfo
-from raycompat.store.schema import (
-    embedding_schema,
-    embedding_table,
-    validate_schema,
-    validate_table,
-    validate_values,
-    version_metadata,
-)
+from raycompat.store.schema import embedding_schema, embedding_table, version_metadata
 from raycompat.store.staging import Staging
+from raycompat.store.validate import validate_schema, validate_table, validate_values
 
 __all__ = [
     "ChangedFileError",

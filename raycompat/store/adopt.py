@@ -3,7 +3,7 @@
     plan = plan_adoption(store, "faces", "v1", "s3://bucket/tables/faces", model="clip-b32",
                          id_column="image_id", embedding_column="vec")
     reports = [scan_file(store, plan, rel) for rel in plan.files]   # adopt_scan.py, on Ray
-    # ids unique across files, unless proven_unique(reports): Ray Data, pipelines/unique.py
+    # ids unique across files, unless proven_unique(reports): Ray Data, cluster/pipelines/unique.py
     info = publish_adopted(store, plan, summarize(plan, reports))
 
 ``raycompat.cluster.pipelines.adopt.adopt_version`` runs these with the scans as Ray tasks; this

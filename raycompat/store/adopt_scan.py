@@ -160,7 +160,7 @@ def _ascending(ids: pa.Array, ascending: bool, last) -> tuple[bool, object]:
 def proven_unique(reports: list[FileReport]) -> bool:
     """True when the reports alone prove every id unique: each file's ids strictly increase
     and the files' id ranges do not overlap (common for exported tables; no shuffle needed).
-    Otherwise the ids must be grouped (``pipelines/unique.py``)."""
+    Otherwise the ids must be grouped (``cluster/pipelines/unique.py``)."""
     spans = sorted((r.min_id, r.max_id, r.ascending) for r in reports if r.rows)
     if not all(ascending for _, _, ascending in spans):
         return False

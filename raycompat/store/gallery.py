@@ -36,8 +36,8 @@ from raycompat.store.marker import ensure_marker, read_marker, register_gallery
 from raycompat.store.parquet import iter_file_batches, open_parquet, read_file
 from raycompat.store.paths import SAFE_NAME, check_name, check_relative_path, join
 from raycompat.store.retention import DEFAULT_RETENTION_S, check_retention, commit_horizon
-from raycompat.store.schema import check_unique_ids, validate_schema, validate_values
 from raycompat.store.staging import Staging
+from raycompat.store.validate import check_unique_ids, validate_schema, validate_values
 
 
 class GalleryStore:

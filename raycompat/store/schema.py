@@ -19,14 +19,7 @@ import pyarrow as pa
 
 from raycompat.store.errors import SchemaError
 from raycompat.store.manifest import VersionInfo
-from raycompat.store.validate import (  # noqa: F401 - the schema checks, re-exported
-    ARROW_DTYPES,
-    PROVENANCE_VALUES,
-    check_unique_ids,
-    validate_schema,
-    validate_table,
-    validate_values,
-)
+from raycompat.store.validate import ARROW_DTYPES
 
 ID_TYPES = {"string": pa.string(), "int64": pa.int64()}
 # A partial backfill's columns: where each row came from, and h's sigma for it (FastFill)

@@ -65,11 +65,8 @@ from raycompat.store.part_record import (
 from raycompat.store.paths import check_name, join
 from raycompat.store.publish import publish_record
 from raycompat.store.retention import DEFAULT_RETENTION_S, commit_horizon
-from raycompat.store.schema import (
-    cast_embeddings,
-    validate_table,
-    version_metadata,
-)
+from raycompat.store.schema import cast_embeddings, version_metadata
+from raycompat.store.validate import validate_table
 
 logger = logging.getLogger(__name__)
 

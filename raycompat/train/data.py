@@ -19,11 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from raycompat.config.checks import (  # noqa: F401  (torch-free, moved; importable from here)
-    check_eval_split,
-    check_unseen,
-    check_weight_files,
-)
+from raycompat.config.checks import check_eval_split
 from raycompat.config.train import DataSpec, TrainConfig
 from raycompat.data import LFWPairs, create_dataset
 from raycompat.data.augment import AUGMENTATIONS

@@ -300,7 +300,7 @@ TRAIN = """
 import ray.train
 
 from raycompat.config import load_config
-from raycompat.train import driver
+from raycompat.cluster.train import driver
 from raycompat.config.train import TrainConfig
 from raycompat.cluster.train.loop import train_loop_per_worker
 

@@ -9,12 +9,8 @@ import pytest
 import s3fs
 import torch
 
-from raycompat.fct.models import (
-    load_transformation,
-    read_transformation,
-    save_transformation,
-    weights_path,
-)
+from raycompat.fct.export import load_transformation
+from raycompat.fct.models import read_transformation, save_transformation, weights_path
 from raycompat.fct.transformation import FCTTransformation
 
 

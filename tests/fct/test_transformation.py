@@ -10,9 +10,9 @@ from raycompat.fct.transformation import (
     freeze_batchnorm_statistics,
     side_info_transformation,
     transformation_loss,
-    warmup_cosine,
 )
 from raycompat.nn.side_info import SIDE_INFO, create_side_info, nt_xent_loss, simclr_views
+from raycompat.train.schedule import warmup_cosine
 
 
 def test_transformation_shapes_and_gradients():

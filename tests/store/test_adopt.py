@@ -1,7 +1,8 @@
 """`raycompat adopt`: an existing Parquet table published as a version in place (issue 15, item 3).
 
 Real Parquet files, a real local Ray (``ray_local``: scans are Ray tasks, duplicates are found by
-Ray Data's groupby in ``pipelines/unique.py``), a real moto S3 server, the CLI in a subprocess.
+Ray Data's groupby in ``cluster/pipelines/unique.py``), a real moto S3 server, the CLI in a
+subprocess.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from raycompat.cluster.pipelines.inputs import iter_chunk_batches, plan_version_chunks, vectors
+from raycompat.cluster.pipelines.inputs import iter_chunk_batches, plan_version_chunks
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import (
     CorruptFileError,
@@ -32,6 +33,7 @@ from raycompat.store.errors import ChangedFileError, PublishConflictError
 from raycompat.store.gc import collect, plan_gc
 from raycompat.store.model_catalog import Catalog
 from raycompat.store.part_record import IdFingerprint
+from raycompat.store.vectors import vectors
 
 pytestmark = pytest.mark.ray
 

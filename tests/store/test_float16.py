@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from raycompat.cluster.pipelines.inputs import vectors
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import (
     GalleryStore,
@@ -18,6 +17,7 @@ from raycompat.store import (
     embedding_schema,
     embedding_table,
 )
+from raycompat.store.vectors import vectors
 from tests.store.test_gallery import unit_rows
 
 

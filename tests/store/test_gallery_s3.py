@@ -18,7 +18,7 @@ from raycompat.index.version_index import (
     load_version_index,
     open_version_index,
 )
-from raycompat.io.filesystems import native_s3_options
+from raycompat.io.uri import native_s3_options
 from raycompat.store import (
     CorruptFileError,
     CorruptIndexError,

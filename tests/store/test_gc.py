@@ -214,7 +214,8 @@ def test_bad_arguments_are_refused(store):
 
 
 def test_cli_gc_dry_run_lists_and_real_run_deletes(store, capsys):
-    from raycompat.cli.app import duration_s, main
+    from raycompat.cli.app import main
+    from raycompat.cli.arguments import duration_s
 
     publish(store, "v1")
     dead = store.begin("g", VersionInfo("v2", "m2", 4, False, "v2 = x"), "killed")

@@ -15,7 +15,7 @@ has verified every part. See ``docs/pipelines.md``.
 from raycompat.cluster.pipelines.backfill import partial_backfill_version
 from raycompat.cluster.pipelines.extract import embed, extract_version
 from raycompat.cluster.pipelines.resume import PlanMismatchError
-from raycompat.cluster.pipelines.runner import PipelineError, RunOptions
+from raycompat.cluster.pipelines.runner import PipelineError
 from raycompat.cluster.pipelines.sources import SOURCES, SourceSpec
 from raycompat.cluster.pipelines.transform import (
     IdentityUpgrade,
@@ -23,11 +23,9 @@ from raycompat.cluster.pipelines.transform import (
     identity_upgrade,
     transform_version,
 )
-from raycompat.fct.models import (
-    load_transformation,
-    read_transformation_spec,
-    save_transformation,
-)
+from raycompat.config.pipelines import RunOptions
+from raycompat.fct.export import load_transformation, read_transformation_spec
+from raycompat.fct.models import save_transformation
 
 __all__ = [
     "SOURCES",

@@ -43,20 +43,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from raycompat.cluster.pipelines.backfill_plan import (  # noqa: F401  (importable from here too)
-    BACKFILL_COLUMNS,
+from raycompat.cluster.pipelines.backfill_plan import (
     BackfillPlan,
     budget_too_low,
-    extracted_in_version,
-    partial_backfill_lineage,
     plan_partial_backfill,
 )
 from raycompat.cluster.pipelines.extract import PREFETCH_BATCHES, embed
-from raycompat.cluster.pipelines.inputs import iter_chunk_batches, vectors
+from raycompat.cluster.pipelines.inputs import iter_chunk_batches
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.prefetch import prefetch
 from raycompat.cluster.pipelines.resume import record_plan
-from raycompat.cluster.pipelines.runner import ChunkWorker, RunOptions, run_staged
+from raycompat.cluster.pipelines.runner import ChunkWorker, run_staged
 from raycompat.cluster.pipelines.selection import (
     SELECTION_FILE,
     Selection,
@@ -73,10 +70,12 @@ from raycompat.cluster.pipelines.weights import (
     share_transformation,
     transformation_of,
 )
+from raycompat.config.pipelines import RunOptions
 from raycompat.fct.models import H, read_transformation
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.schema import ID_TYPES
+from raycompat.store.vectors import vectors
 
 logger = logging.getLogger(__name__)
 
@@ -383,8 +382,9 @@ def partial_backfill_version(
         staging_name: fixed per job so that a rerun resumes (default
             ``partial-backfill-<source>``); verify: called before publishing, as in
             :func:`transform_version`.
-    ``target.lineage`` is replaced by :func:`partial_backfill_lineage` (it records the budget
-    and the order, which ``VersionInfo`` has no field for).
+    ``target.lineage`` is replaced by
+    :func:`~raycompat.cluster.pipelines.backfill_plan.partial_backfill_lineage` (it records the
+    budget and the order, which ``VersionInfo`` has no field for).
     Returns:
         the writer's progress summary (rows, rows/s, seconds) plus ``version`` (the published
         record), ``extracted`` (= k), ``newly_extracted``, ``already_extracted``,

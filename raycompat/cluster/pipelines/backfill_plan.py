@@ -26,12 +26,13 @@ from raycompat.backfill import check_budget
 from raycompat.cluster.pipelines.extract import check_model_width
 from raycompat.cluster.pipelines.inputs import file_digest, plan_version_chunks
 from raycompat.cluster.pipelines.parts import Chunk
-from raycompat.cluster.pipelines.runner import RunOptions
 from raycompat.cluster.pipelines.selection import ORDERS
 from raycompat.cluster.pipelines.sources import SourceSpec
 from raycompat.cluster.pipelines.transform import check_transformation
 from raycompat.config import ConfigError
-from raycompat.fct.models import H, read_transformation_spec, weights_path
+from raycompat.config.pipelines import RunOptions
+from raycompat.fct.export import read_transformation_spec
+from raycompat.fct.models import H, weights_path
 from raycompat.store import GalleryStore, SchemaError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
 from raycompat.store.part_record import PartRecord, part_record_path

@@ -36,21 +36,18 @@ import pyarrow.parquet as pq
 import ray
 import torch
 
-from raycompat.cluster.pipelines.inputs import iter_chunk_batches, vectors
+from raycompat.cluster.pipelines.inputs import iter_chunk_batches
 from raycompat.cluster.pipelines.parts import Chunk
 from raycompat.cluster.pipelines.progress import Progress
-from raycompat.cluster.pipelines.runner import (
-    ChunkWorker,
-    RunOptions,
-    chunk_worker_kwargs,
-    run_chunks,
-)
+from raycompat.cluster.pipelines.runner import ChunkWorker, chunk_worker_kwargs, run_chunks
 from raycompat.cluster.pipelines.weights import Shared, transformation_of
+from raycompat.config.pipelines import RunOptions
 from raycompat.fct.models import H
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
 from raycompat.store.parquet import open_parquet
 from raycompat.store.part_record import hash_ids
+from raycompat.store.vectors import vectors
 
 logger = logging.getLogger(__name__)
 

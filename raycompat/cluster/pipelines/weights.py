@@ -22,7 +22,8 @@ from torch import nn
 from raycompat.config.train import ModelSpec
 from raycompat.fct.models import TransformationFiles, read_transformation
 from raycompat.fct.transformation import FCTTransformation
-from raycompat.io.weights import load_state_dict_into, open_uri
+from raycompat.io.uri import open_uri
+from raycompat.io.weights import load_state_dict_into
 from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
 
 

@@ -32,14 +32,15 @@ from raycompat.cluster.console import train_logging_config
 from raycompat.cluster.train import guard, task_run
 from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog
 from raycompat.cluster.train.evaluate import evaluate_step
-from raycompat.cluster.train.loop import scaling_config, train_loop_per_worker
-from raycompat.cluster.train.worker import report_polling
+from raycompat.cluster.train.loop import train_loop_per_worker
+from raycompat.cluster.train.worker import report_polling, scaling_config
 from raycompat.config import ConfigError, dump_config
+from raycompat.config.checks import check_unseen
+from raycompat.config.methods import check_method_options
 from raycompat.config.train import TrainConfig
 from raycompat.evaluation import EvalSet, grow_matrix, matrix_row
 from raycompat.io import run_storage as storage
 from raycompat.io.weights import load_state_dict, load_state_dict_into
-from raycompat.methods.base import check_method_options
 from raycompat.metrics.compatibility import (
     CompatibilityMatrix,
     average_accuracy,
@@ -48,7 +49,6 @@ from raycompat.metrics.compatibility import (
 )
 from raycompat.parallel import create_strategy
 from raycompat.train.data import (
-    check_unseen,
     make_splits,
     open_dataset,
     step_rows,

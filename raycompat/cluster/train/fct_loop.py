@@ -58,13 +58,7 @@ from raycompat.fct.export import (
     load_side_info,
     load_transformation,
 )
-from raycompat.fct.pair import (  # noqa: F401  (their former home)
-    TransformationPair,
-    build_transformations,
-    fixed_classifier,
-    g_dims,
-    uncertain_h_terms,
-)
+from raycompat.fct.pair import build_transformations, fixed_classifier, g_dims, uncertain_h_terms
 from raycompat.fct.transformation import freeze_batchnorm_statistics, transformation_loss
 from raycompat.fct.triples import Triples, compute_triples
 from raycompat.io import run_storage as storage
@@ -74,7 +68,6 @@ from raycompat.train.data import load_images, rank_share
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "TransformationPair",
     "compute_triples",
     "load_side_info",
     "load_transformation",

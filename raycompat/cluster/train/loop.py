@@ -32,15 +32,7 @@ import torch
 from raycompat.cluster.console import set_log_level
 from raycompat.cluster.train import session
 from raycompat.cluster.train.epoch_log import images_per_s
-from raycompat.cluster.train.worker import (  # noqa: F401  (scaling_config, maybe_fail: old home)
-    TRAIN_STATE,
-    EpochTraining,
-    WorkerTask,
-    maybe_fail,
-    scaling_config,
-    setup_worker,
-    train_worker,
-)
+from raycompat.cluster.train.worker import EpochTraining, WorkerTask, setup_worker, train_worker
 from raycompat.config.train import TrainConfig
 from raycompat.engine import StepGuard
 from raycompat.evaluation import EvalSet, score, selection_score

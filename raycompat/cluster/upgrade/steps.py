@@ -21,13 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raycompat.cluster.pipelines.inputs import vectors
 from raycompat.config.train import OldModelSpec, RunSpec, ScenarioSpec, TrainConfig
 from raycompat.config.upgrade import PartialBackfillSpec, UpgradeConfig, UpgradeSpec
 from raycompat.store import GalleryStore
 from raycompat.store.errors import StoreError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.parquet import open_parquet
+from raycompat.store.vectors import vectors
 from raycompat.train.export import MODEL_FILE, SPEC_FILE, load_features, read_spec
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,0 @@
-"""Deprecated path (removed in the next release): use :mod:`raycompat.nn.side_info`."""
-
-from raycompat._moved import reexport_package
-
-reexport_package(globals(), "raycompat.nn.side_info")

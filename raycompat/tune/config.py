@@ -1,5 +1,0 @@
-"""Deprecated path (removed in the next release): use :mod:`raycompat.config.tune`."""
-
-from raycompat._moved import alias_module
-
-alias_module(__name__, "raycompat.config.tune")
