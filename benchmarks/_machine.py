@@ -9,6 +9,7 @@ import os
 import platform
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 
@@ -63,3 +64,30 @@ def store_root(store: str | None) -> tuple[str, tempfile.TemporaryDirectory | No
         return store, None
     temporary = tempfile.TemporaryDirectory()
     return temporary.name, temporary
+
+
+class DriverRSS:
+    """RSS of this process (the driver alone) when the block starts and its peak while it
+    runs, sampled in a thread."""
+
+    def __enter__(self):
+        import psutil
+
+        self.start = psutil.Process().memory_info().rss
+        self.peak, self._stop = self.start, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while True:
+            self.peak = max(self.peak, me.memory_info().rss)
+            if self._stop.wait(0.1):
+                return
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()

@@ -44,12 +44,10 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
@@ -59,7 +57,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import emit, machine_info  # noqa: E402
+from _machine import DriverRSS, emit, machine_info  # noqa: E402
 
 from raycompat.cluster.pipelines import RunOptions, SourceSpec, extract_version  # noqa: E402
 from raycompat.cluster.pipelines.decode import chunk_rows, plan_pools  # noqa: E402
@@ -110,27 +108,6 @@ def in_child(function, *args) -> None:
     child.join()
     if child.exitcode:
         raise RuntimeError(f"{function.__name__} failed in a child process")
-
-
-class DriverRSS:
-    """Peak RSS of this process (the driver alone) while the block runs, sampled in a thread."""
-
-    def __enter__(self):
-        self.peak, self._stop = 0, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        me = psutil.Process()
-        while True:
-            self.peak = max(self.peak, me.memory_info().rss)
-            if self._stop.wait(0.1):
-                return
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 _SOURCE = None

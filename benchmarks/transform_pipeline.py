@@ -38,16 +38,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import emit, machine_info  # noqa: E402
+from _machine import DriverRSS, emit, machine_info  # noqa: E402
 from _transform_cpu import TreeCPU  # noqa: E402
 from transform_throughput import make_source  # noqa: E402
 
@@ -67,29 +65,6 @@ for path in files:
         for batch in parquet.iter_batches(batch_size=batch_size):
             writer.write_batch(batch)
 """
-
-
-class DriverRSS:
-    """RSS of this process (the driver alone) when the block starts and its peak while it
-    runs, sampled in a thread."""
-
-    def __enter__(self):
-        self.start = psutil.Process().memory_info().rss
-        self.peak, self._stop = self.start, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        me = psutil.Process()
-        while True:
-            self.peak = max(self.peak, me.memory_info().rss)
-            if self._stop.wait(0.1):
-                return
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def _children_cpu() -> float:

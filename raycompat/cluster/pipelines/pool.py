@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 
 from raycompat.config.pipelines import RunOptions
 
-MAX_ACTORS_PER_GPU = 8
+# one per CPU of a 16-core GPU node (a CUDA context each, about 0.5 GB of the GPU's memory)
+MAX_ACTORS_PER_GPU = 16
 
 
 def plan_pool(run: RunOptions, nodes: Sequence[Mapping[str, float]], chunks: int) -> RunOptions:

@@ -41,7 +41,8 @@ def test_threads_per_actor_divide_the_cpus():
 @pytest.mark.parametrize(
     ("nodes", "actors", "gpus"),
     [
-        ([{"CPU": 16, "GPU": 1}], MAX_ACTORS_PER_GPU, 1 / MAX_ACTORS_PER_GPU),  # H200 node
+        ([{"CPU": 16, "GPU": 1}], 16, 0.0625),  # the H200 node: one actor per core
+        ([{"CPU": 96, "GPU": 1}], MAX_ACTORS_PER_GPU, 1 / MAX_ACTORS_PER_GPU),  # capped
         ([{"CPU": 4, "GPU": 1}], 4, 0.25),  # as many as the node's CPUs allow
         ([{"CPU": 3, "GPU": 1}], 3, 0.3333),  # Ray's 1e-4 resolution, rounded down
         ([{"CPU": 1, "GPU": 2}], 2, 1.0),  # at least one actor per GPU
@@ -58,5 +59,5 @@ def test_with_gpus_several_actors_share_each_gpu(nodes, actors, gpus):
 
 def test_a_gpu_pool_is_capped_at_the_chunks_and_sizing_again_keeps_it():
     sized = plan_pool(AUTO, [{"CPU": 16, "GPU": 1}], chunks=3)
-    assert (sized.actors, sized.num_gpus_per_actor) == (3, 1 / MAX_ACTORS_PER_GPU)
+    assert (sized.actors, sized.num_gpus_per_actor) == (3, 0.0625)
     assert plan_pool(sized, [{"CPU": 2}], chunks=100) is sized
