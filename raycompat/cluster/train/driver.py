@@ -199,7 +199,9 @@ def ray_datasets(cfg: TrainConfig, plan: StepPlan, labels: np.ndarray, splits) -
     log.info("%s: up to %d Ray Data decode actor(s)", plan.name, actors)
     out = {"train": rows_dataset(cfg.data, new, targets, cfg.seed, actors)}
     if len(replay):
-        out["replay"] = rows_dataset(cfg.data, replay, targets, cfg.seed + 1, actors)
+        # one actor: the replay rows are few, and a second growing pool could hold the CPUs the
+        # train pool's first actor waits for
+        out["replay"] = rows_dataset(cfg.data, replay, targets, cfg.seed + 1, 1)
     return out
 
 
