@@ -13,8 +13,9 @@ so ``ray job logs ID | tail -1`` shows it. Ray records the code itself as the jo
 log's tail, this line last, in the job's status message (``ray job status ID``). Run directly, a
 job prints nothing extra: its status is the shell's ``$?``.
 
-This module imports neither torch nor Ray (it shuts down a Ray the job already started, so that
-Ray's own exit lines come before this one).
+This module imports neither torch nor Ray (it shuts down a Ray the job itself started, so that
+Ray's own exit lines come before this one; a Ray that was running before the job, as in a test
+session or a notebook, is left running).
 """
 
 from __future__ import annotations
@@ -75,16 +76,19 @@ def exit_of(error: BaseException | None) -> tuple[int, str]:
     return 1, f"{type(error).__name__}: {_first_line(error)}"
 
 
-def _stop_ray() -> None:
-    """Shut down a Ray the job started (never importing it), so that its exit lines come first."""
+def _ray_running() -> bool:
+    """Whether this process is connected to Ray (never importing it)."""
     ray = sys.modules.get("ray")
-    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
-        ray.shutdown()
+    return ray is not None and bool(getattr(ray, "is_initialized", lambda: False)())
 
 
-def print_exit_line(code: int, reason: str) -> None:
-    """The job log's last line (stdout, after every buffered line of both streams)."""
-    _stop_ray()
+def print_exit_line(code: int, reason: str, *, stop_ray: bool = True) -> None:
+    """The job log's last line (stdout, after every buffered line of both streams).
+
+    ``stop_ray``: first shut down this process's Ray connection, so that its exit lines come
+    before this one (only for a Ray the job started: :func:`reported_exit`)."""
+    if stop_ray and _ray_running():
+        sys.modules["ray"].shutdown()
     sys.stderr.flush()
     sys.stdout.flush()
     print(EXIT_LINE.format(code=code, reason=reason), flush=True)
@@ -100,6 +104,7 @@ def reported_exit(environ: Mapping[str, str] | None = None) -> Iterator[None]:
     if not submitted(environ):
         yield
         return
+    ours = not _ray_running()  # a Ray running before the job is not the job's to stop
     try:
         yield
     except BaseException as error:
@@ -108,6 +113,6 @@ def reported_exit(environ: Mapping[str, str] | None = None) -> Iterator[None]:
             print(error.code, file=sys.stderr)
         elif not isinstance(error, SystemExit):
             traceback.print_exc()
-        print_exit_line(code, reason)
+        print_exit_line(code, reason, stop_ray=ours)
         raise SystemExit(code) from None
-    print_exit_line(0, STATUS_REASONS[0])
+    print_exit_line(0, STATUS_REASONS[0], stop_ray=ours)

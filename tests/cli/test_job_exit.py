@@ -81,3 +81,15 @@ def test_a_message_exit_gives_its_message_and_a_plain_status_its_generic_reason(
     )
     assert exit_of(SystemExit(3)) == (3, "refused")
     assert exit_of(SystemExit(0)) == (0, "ok")
+
+
+@pytest.mark.ray
+def test_a_job_leaves_running_a_ray_it_did_not_start(ray_local, monkeypatch, capsys):
+    """A job run in a process already connected to Ray (a test session, a notebook) does not
+    shut that Ray down at its exit line: a later ``ray.init`` would start a smaller one."""
+    monkeypatch.setenv(JOB_CONFIG_ENV, '{"runtime_env": {}}')
+    run_main(done, [])
+    assert exited(refuse) == 3
+    assert capsys.readouterr().out.splitlines()[-1] == "raycompat: exit 3 (refused: m2)"
+    assert ray_local.is_initialized()
+    assert ray_local.cluster_resources()["CPU"] == 4
