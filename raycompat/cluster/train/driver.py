@@ -191,10 +191,20 @@ def ray_datasets(cfg: TrainConfig, plan: StepPlan, labels: np.ndarray, splits) -
     new, replay = step_rows(plan, labels, splits, cfg)
     targets = targets_for(plan, labels).numpy()
     scaling = cfg.scaling
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    held = scaling.num_workers * scaling.cpus_per_worker
+    if cpus - held < 1 + bool(len(replay)):
+        log.warning(
+            "%s: data.loader=ray_data decodes in actors of 1 CPU each, but the training workers "
+            "hold %g of the cluster's %g CPUs: the run waits until the cluster has more "
+            "(or lower scaling.cpus_per_worker, or use data.loader=sampler)",
+            plan.name,
+            held,
+            cpus,
+        )
     if cfg.data.num_loader_workers is not None:
         actors = max(1, cfg.data.num_loader_workers * scaling.num_workers)
     else:
-        cpus = ray.cluster_resources().get("CPU", 1.0)
         actors = decode_pool_size(cpus, scaling.num_workers, scaling.cpus_per_worker)
     log.info("%s: up to %d Ray Data decode actor(s)", plan.name, actors)
     out = {"train": rows_dataset(cfg.data, new, targets, cfg.seed, actors)}

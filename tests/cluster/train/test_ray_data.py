@@ -85,3 +85,36 @@ def test_the_decode_pool_takes_every_cpu_the_training_workers_leave():
     assert decode_pool_size(64, 4, 8) == 32
     assert decode_pool_size(2, 2, 1) == 1  # at least one
     assert decode_pool_size(4, 1, 2.5) == 1
+
+
+def test_a_cluster_with_no_cpu_left_for_decoding_is_named_before_the_run_waits(
+    ray_local, tmp_path, caplog
+):
+    """Training workers holding every CPU of the cluster leave the decode actors none: the run
+    would wait for CPUs, so the driver says why first (the session's Ray has 4 CPUs)."""
+    from raycompat.cluster.train.driver import ray_datasets
+    from raycompat.config import load_config
+    from raycompat.config.train import TrainConfig
+    from raycompat.train.data import make_splits, open_dataset
+    from raycompat.train.scenarios import plan_steps
+
+    overrides = [
+        "data.name=synthetic",
+        "data.options={num_classes: 6, images_per_class: 5, image_size: 28, channels: 1}",
+        "data.loader=ray_data",
+        "model.num_classes=6",
+        "scenario.tasks=[3,3]",
+        f"run.storage_path={tmp_path}",
+    ]
+    for cpus, warned in [(2, True), (1, False)]:
+        cfg = load_config(
+            TrainConfig,
+            None,
+            [*overrides, "scaling.num_workers=2", f"scaling.cpus_per_worker={cpus}"],
+        )
+        labels = open_dataset(cfg.data).labels
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="raycompat.cluster.train.driver"):
+            datasets = ray_datasets(cfg, plan_steps(cfg)[0], labels, make_splits(cfg, labels))
+        assert set(datasets) == {"train"}  # lazy: nothing ran
+        assert ("training workers hold 4 of the cluster's 4 CPUs" in caplog.text) is warned
