@@ -57,7 +57,7 @@ def error_classes() -> dict[str, type[BaseException]]:
 def test_the_walk_finds_the_error_classes_of_every_layer(error_classes):
     assert len(error_classes) >= 30
     assert {"raycompat.config.ConfigError", "raycompat.store.errors.StoreError",
-            "raycompat.cli.app.QueryError",
+            "raycompat.index.query.QueryError",
             "raycompat.cluster.pipelines.runner.PipelineError"} <= set(error_classes)
 
 
@@ -73,7 +73,7 @@ def test_every_error_class_is_a_usage_or_a_data_error(error_classes):
     [
         ("raycompat.config.ConfigError", ValueError),
         ("raycompat.registry.UnknownNameError", KeyError),
-        ("raycompat.cli.app.QueryError", ValueError),
+        ("raycompat.index.query.QueryError", ValueError),
         ("raycompat.store.errors.StoreError", ValueError),
         ("raycompat.data.base.CorruptDataError", ValueError),
         ("raycompat.index.distances.ZeroNormError", ValueError),

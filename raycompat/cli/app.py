@@ -69,14 +69,15 @@ that version's published faiss index (``raycompat index build`` makes one; witho
 a version of up to 100 000 rows is searched exactly in memory, a note on stderr says so, and a
 larger one is refused, naming ``index build``: read commands never write to the store). A
 compatible model of another width is compared on the shared first coordinates (BCT:
-zero-padding), as in training. No Ray: this is the core.
+zero-padding), as in training. No Ray: the query path is the core's (``index/query.py``,
+``search_gallery``); this command parses, prints notes on stderr and renders.
 
 A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
 name each corrupt one (file and error) and exit 1. Errors are one line (``cli/errors.py``), with
 the exit status of their type (``raycompat/errors.py``): 2 for a usage error (no store at
 ``--store``; a gallery, model or version that does not exist; a ``-k`` below 1, an unreadable,
-empty or malformed query file: :class:`QueryError`), 1 for a store or data error; ``--debug``
-shows the traceback.
+empty or malformed query file: :class:`~raycompat.index.query.QueryError`), 1 for a store or
+data error; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -85,7 +86,6 @@ import argparse
 import json
 import logging
 import sys
-import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -95,23 +95,18 @@ from raycompat.cli import index_commands, serving
 from raycompat.cli.arguments import build_parser, storage_options
 from raycompat.cli.errors import debug_requested, error_line
 from raycompat.cli.tables import RENDERERS
-from raycompat.errors import RaycompatError, UsageError, exit_status
-from raycompat.index.distances import ZeroNormError
+from raycompat.errors import RaycompatError, exit_status
+from raycompat.index.query import check_k, query_vectors, search_gallery, served_version
 from raycompat.io.credentials import configure_logging
 from raycompat.io.uri import split_uri
 from raycompat.store import GalleryStore
 from raycompat.store.errors import StoreError
 from raycompat.store.listing import version_rows
-from raycompat.store.lookup import check_gallery, choices, model_record, version_record
+from raycompat.store.lookup import check_gallery, choices, version_record
 from raycompat.store.model_catalog import Catalog
 
 # Imports stay light: torch, Ray and faiss load inside the handlers that use them, so --help,
 # versions and search --vectors/--ids start without torch or Ray (tests/cli/test_startup.py).
-
-
-class QueryError(UsageError, ValueError):
-    """What ``search`` was asked is unusable: ``-k`` below 1, or a query file that is
-    unreadable, empty or malformed (the message names the file). Exit status 2."""
 
 
 def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> GalleryStore:
@@ -158,137 +153,10 @@ def models(args) -> dict:
     return _listing({"models": [vars(m) for m in records]}, corrupt)
 
 
-def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
-    import torch
-
-    from raycompat.data.image_folder import read_image
-    from raycompat.engine import embed
-    from raycompat.train.export import load_exported_model
-
-    model, _ = load_exported_model(model_uri)
-    # Backbones record the input they were built for; others take RGB at the stored size.
-    channels = getattr(model.backbone, "in_chans", 3)
-    size = getattr(model.backbone, "image_size", None)
-    hw = (size, size) if isinstance(size, int) else size
-    images = torch.stack(
-        [read_image(p, mode="L" if channels == 1 else "RGB", size=hw) for p in paths]
-    )
-    return embed(model.forward_features, images, normalize=False).numpy()
-
-
-def query_vectors(args, store: GalleryStore, catalog: Catalog, version: str) -> np.ndarray:
-    """``(Q, d)`` queries from ``--vectors`` (.npy or Parquet ``embedding``), ``--ids`` (rows
-    stored in the version the model queries) or images embedded with the model."""
-    if args.vectors:
-        return read_query_vectors(args.vectors, catalog.model(args.model).embed_dim)
-    if args.ids:
-        return stored_vectors(store, args.gallery, version, args.ids)
-    uri = catalog.model_uri(args.model)  # a store-relative uri resolves against --store
-    if Path(uri).is_dir():
-        return embed_images(uri, args.images)
-    with tempfile.TemporaryDirectory() as local:  # files in an S3 store: copy them out first
-        return embed_images(catalog.fetch_model_files(args.model, local), args.images)
-
-
-def read_query_vectors(path: str, width: int) -> np.ndarray:
-    """A ``(Q, width)`` float array, ``Q >= 1``, from ``.npy`` or a Parquet ``embedding`` column.
-
-    Raises:
-        QueryError: the file is unreadable, or :func:`query_problem` finds it malformed.
-    """
-    try:
-        if path.endswith(".npy"):
-            x = np.load(path, allow_pickle=False)
-        else:
-            import pyarrow.parquet as pq
-
-            from raycompat.store.vectors import vectors
-
-            x = vectors(pq.read_table(path, columns=["embedding"]), "embedding")
-    except (OSError, KeyError, ValueError, EOFError, AttributeError, TypeError) as error:
-        npy = path.endswith(".npy")
-        what = "not a readable .npy array" if npy else "no readable fixed-size list 'embedding'"
-        raise QueryError(f"{path}: {what} ({error})") from None
-    problem = query_problem(x, width)
-    if problem:
-        raise QueryError(
-            f"{path}: expected finite vectors of shape (Q, {width}) for model width {width}, "
-            f"got {problem}"
-        )
-    return x.astype(np.float32)
-
-
-def query_problem(x: np.ndarray, width: int) -> str | None:
-    """What makes ``x`` unusable as ``(Q >= 1, width)`` finite query vectors, or None."""
-    if x.dtype.kind not in "fiu":
-        return f"values of type {x.dtype}"
-    if x.ndim >= 1 and x.shape[0] == 0:
-        return f"no rows (shape {x.shape})"
-    if x.ndim != 2 or x.shape[1] != width:
-        return f"shape {x.shape}"
-    finite = np.isfinite(x).all(axis=1)
-    if not finite.all():
-        return f"NaN or inf in row {int(np.argmin(finite))}"
-    return None
-
-
-def _stored_rows(store: GalleryStore, gallery: str, version: str, ids: list, columns: list):
-    """``(id -> row, table)`` of the rows of ``ids`` in the version (one streamed scan; only
-    the matches are kept)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    found, want = [], None
-    for batch in store.iter_batches(gallery, version, columns=["id", *columns]):
-        want = want if want is not None else pa.array(ids).cast(batch.schema.field("id").type)
-        found.append(batch.filter(pc.is_in(batch.column("id"), value_set=want)))
-    table = pa.Table.from_batches(found) if found else pa.table({})
-    return {i: k for k, i in enumerate(table.column("id").to_pylist())}, table
-
-
-def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[str]):
-    """``(Q, d)`` stored embeddings of ``ids`` (given as text; int64 ids are parsed)."""
-    import pyarrow as pa
-
-    from raycompat.store.vectors import vectors  # the core's: pipelines would import Ray
-
-    first = next(store.iter_batches(gallery, version, batch_size=1, columns=["id"]))
-    if pa.types.is_int64(first.schema.field("id").type):
-        try:
-            ids = [int(i) for i in ids]
-        except ValueError:
-            raise StoreError(f"{gallery}/{version} has int64 ids; got {ids}") from None
-    where, table = _stored_rows(store, gallery, version, ids, ["embedding"])
-    missing = [i for i in ids if i not in where]
-    if missing:
-        raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
-    return vectors(table, "embedding")[[where[i] for i in ids]]
-
-
-def _column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
-    """The version's columns, from its first file's footer (no row is decoded)."""
-    info = store.version(gallery, version)
-    path, source = next(iter(store.version_files(gallery, info)))
-    with store.open_file(info, path, source) as parquet:
-        return parquet.schema_arrow.names
-
-
-def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndarray]) -> list:
-    """Stored ``label`` of each id, per query (``ids``: one array per query; None where
-    unlabelled)."""
-    wanted = sorted({i for row in ids for i in row.tolist()})
-    if not wanted or "label" not in _column_names(store, gallery, version):
-        return [[None] * len(row) for row in ids]
-    where, table = _stored_rows(store, gallery, version, wanted, ["label"])
-    labels = table.column("label").to_pylist()
-    return [[labels[where[i]] if i in where else None for i in row.tolist()] for row in ids]
-
-
 def search(args) -> dict:
     """Top-k hits per query (only items found; see the module docstring). faiss prints from
     C++ to the process's stdout while it loads an index: sent to stderr here."""
-    if args.k < 1:
-        raise QueryError(f"-k must be >= 1 (hits per query), got {args.k}")
+    check_k(args.k)
     from raycompat.index.search import stdout_to_stderr  # faiss: only this command loads it
 
     with stdout_to_stderr():
@@ -296,76 +164,49 @@ def search(args) -> dict:
 
 
 def _search(args) -> dict:
-    from raycompat.index.version_index import open_search_index
-    from raycompat.store.aliases import current
-
     store = open_store(args)
-    catalog = Catalog(store)
-    check_gallery(store, args.gallery)  # unknown names list those that exist (exit 1)
-    model_record(catalog, args.model)
-    grant = current(store, args.gallery, args.model)  # its alias, else its grant (aliases.py)
-    queries = query_vectors(args, store, catalog, grant.gallery_version)
+    # unknown names list those that exist; the model's alias, else its grant (store/aliases.py)
+    served = served_version(store, args.gallery, args.model)
+    version = served.gallery_version
+    queries = query_vectors(
+        store,
+        args.gallery,
+        version,
+        args.model,
+        images=args.images,
+        vectors=args.vectors,
+        ids=args.ids,
+    )
     names = args.images or args.ids or [f"{args.vectors}[{q}]" for q in range(len(queries))]
     # Read-only: the published index, else an exact in-memory search of a small version.
-    index, note = open_search_index(store, args.gallery, grant.gallery_version)
-    if note:
-        print(f"{PROG}: note: {note}", file=sys.stderr)
-    hits = _hits(index, queries, args, names)
-    labels = labels_of(store, args.gallery, grant.gallery_version, [ids for _, ids in hits])
+    result = search_gallery(
+        store,
+        args.gallery,
+        queries,
+        args.k,
+        model=args.model,
+        version=version,
+        nprobe=args.nprobe,
+        names=names,
+        on_note=lambda note: print(f"{PROG}: note: {note}", file=sys.stderr),
+    )
     return {
         "gallery": args.gallery,
-        "gallery_version": grant.gallery_version,
-        "relation": grant.relation,
+        "gallery_version": version,
+        "relation": served.relation,
         "model": args.model,
         "results": [
             {
                 "query": str(name),
                 "image": name if args.images else None,
-                "ids": [str(i) for i in ids.tolist()],
+                "ids": [str(i) for i in hits.ids.tolist()],
                 # finite for every hit of finite vectors; None keeps --json valid JSON regardless
-                "scores": [float(s) if np.isfinite(s) else None for s in scores.tolist()],
-                "labels": lrow,
+                "scores": [float(s) if np.isfinite(s) else None for s in hits.scores.tolist()],
+                "labels": hits.labels,
             }
-            for name, (scores, ids), lrow in zip(names, hits, labels, strict=True)
+            for name, hits in zip(names, result.hits, strict=True)
         ],
     }
-
-
-def _hits(index, queries: np.ndarray, args, names: list) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``index.hits`` of the queries (zero-padded to the version's width, BCT sec. 3.2); a note
-    on stderr when a query got fewer than ``-k``."""
-    width = index.info.width
-    shared = queries[:, :width]
-    if shared.shape[1] < width:  # a narrower query model
-        shared = np.pad(shared, ((0, 0), (0, width - shared.shape[1])))
-    # --nprobe tunes IVF indexes (large versions); an exact flat index has nothing to tune
-    nprobe = args.nprobe if index.index.is_ivf else None
-    try:
-        hits = index.hits(np.ascontiguousarray(shared, dtype=np.float32), args.k, nprobe=nprobe)
-    except ZeroNormError as err:
-        bad = ", ".join(str(names[row]) for row in err.rows)
-        raise ZeroNormError(
-            f"query {bad} is a zero vector for model {args.model}: cosine search cannot rank "
-            f"the gallery for it",
-            err.rows,
-        ) from None
-    short = [len(ids) for _, ids in hits if len(ids) < args.k]
-    if short:
-        note = _short_note(index, args.k, nprobe, short, len(hits))
-        print(f"{PROG}: note: {note}", file=sys.stderr)
-    return hits
-
-
-def _short_note(index, k: int, nprobe: int | None, short: list[int], queries: int) -> str:
-    """Why ``short`` (hit counts below k) of ``queries`` queries got fewer than ``k`` hits."""
-    rows, version = index.index.ntotal, index.info.version
-    if rows < k:
-        why = f"version {version} holds {rows} rows"
-    else:
-        lists = nprobe or index.index.index.nprobe
-        why = f"the {lists} inverted list(s) visited per query hold fewer; raise --nprobe"
-    fewest = min(short)
-    return f"{len(short)} of {queries} queries got fewer than -k {k} hits (fewest {fewest}): {why}"
 
 
 def report(args) -> dict | str:
@@ -556,7 +397,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 for a data error (a corrupt record among those listed, a grant that
     is missing; any :class:`~raycompat.errors.DataError`) or a missing file, 2 for a usage
-    error (no store at ``--store``, an unknown gallery, model or version, a :class:`QueryError`;
+    error (no store at ``--store``, an unknown gallery, model or version, a
+    :class:`~raycompat.index.query.QueryError`;
     any :class:`~raycompat.errors.UsageError`)."""
     configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
     args = parser().parse_args(argv)

@@ -1,0 +1,344 @@
+"""Search a gallery as a model: the query path that ``raycompat search`` and the Python API share.
+
+One home for what a search does between "these are the queries" and "these are the hits":
+
+- :func:`served_version`: the version a model searches on a gallery (its newest alias, else
+  its catalog grant; ``store/aliases.py``), after checking both names exist.
+- :func:`query_vectors`: the ``(Q, d)`` queries, from a ``.npy``/Parquet file
+  (:func:`read_query_vectors`), from rows stored in that version (:func:`stored_vectors`) or
+  from images embedded with the model (:func:`embed_images`).
+- :func:`search_gallery`: the top-k of each query in the version's published index (without a
+  valid one, an exact in-memory search of a small version; ``index/version_index.py``), as
+  gallery ids with their stored labels, and the notes a caller should show (why a query got
+  fewer than ``k`` hits, why the search was exact).
+
+A compatible model of another width is compared on the shared first coordinates
+(:func:`to_width`: BCT's zero-padding, Shen et al. 2020, sec. 3.2), as in training. Everything
+here reads the store and never writes it. No argparse and no Ray: a service that resolves
+aliases itself calls :func:`search_gallery` with the version. torch, faiss and the alias log
+load inside the functions that use them, so the CLI starts without them
+(``tests/cli/test_startup.py``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from raycompat.errors import UsageError
+from raycompat.index.distances import ZeroNormError
+from raycompat.store import GalleryStore
+from raycompat.store.errors import StoreError
+from raycompat.store.lookup import check_gallery, model_record
+from raycompat.store.model_catalog import Catalog
+
+if TYPE_CHECKING:
+    from raycompat.index.version_index import VersionIndex
+    from raycompat.store.aliases import Serving
+
+
+class QueryError(UsageError, ValueError):
+    """What a search was asked is unusable: ``k`` below 1, or a query file that is unreadable,
+    empty or malformed (the message names the file). Exit status 2."""
+
+
+@dataclass(frozen=True)
+class QueryHits:
+    """One query's hits, best first, only items found (``n <= k``).
+
+    Attributes:
+        ids: ``(n,)`` gallery ids (str or int64, as the version stores them).
+        scores: ``(n,)`` similarity scores, higher is better.
+        labels: the stored ``label`` of each id; None where the version has no label.
+    """
+
+    ids: np.ndarray
+    scores: np.ndarray
+    labels: list[Any]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The hits of each query on ``gallery``/``version``, in query order; ``notes``: one-line
+    notes a caller shows to the user (an exact search without an index, short hit lists)."""
+
+    gallery: str
+    version: str
+    hits: list[QueryHits]
+    notes: list[str]
+
+
+def check_k(k: int) -> None:
+    """Raise :class:`QueryError` unless ``k >= 1`` (a caller may check before opening a store)."""
+    if k < 1:
+        raise QueryError(f"-k must be >= 1 (hits per query), got {k}")
+
+
+def served_version(store: GalleryStore, gallery: str, model: str) -> Serving:
+    """What ``model`` searches on ``gallery``: its newest alias, else its grant.
+
+    Raises:
+        NotInStoreError: no such gallery, or ``model`` is not registered (lists the names).
+        StoreError: the model holds no grant there, was revoked there or was retired.
+    """
+    from raycompat.store.aliases import current
+
+    check_gallery(store, gallery)
+    model_record(Catalog(store), model)
+    return current(store, gallery, model)
+
+
+def query_vectors(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    model: str,
+    *,
+    images: Sequence[str] | None = None,
+    vectors: str | None = None,
+    ids: Sequence[str] | None = None,
+) -> np.ndarray:
+    """``(Q, d)`` queries of ``model`` from exactly one source: the file ``vectors`` (.npy or a
+    Parquet ``embedding`` column, checked against the model's width), the rows ``ids`` stored in
+    ``gallery``/``version`` (the version the model searches), or ``images`` embedded with it."""
+    if sum(map(bool, (images, vectors, ids))) != 1:
+        raise QueryError("query_vectors takes images, vectors or ids (one of them)")
+    catalog = Catalog(store)
+    if vectors:
+        return read_query_vectors(vectors, catalog.model(model).embed_dim)
+    if ids:
+        return stored_vectors(store, gallery, version, list(ids))
+    uri = catalog.model_uri(model)  # a store-relative uri resolves against the store's root
+    if Path(uri).is_dir():
+        return embed_images(uri, list(images))
+    with tempfile.TemporaryDirectory() as local:  # files in an S3 store: copy them out first
+        return embed_images(catalog.fetch_model_files(model, local), list(images))
+
+
+def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
+    """``(len(paths), d)`` features of the images with the exported model at ``model_uri``,
+    read as the model's backbone was built (channels and size), unnormalised."""
+    import torch
+
+    from raycompat.data.image_folder import read_image
+    from raycompat.engine import embed
+    from raycompat.train.export import load_exported_model
+
+    model, _ = load_exported_model(model_uri)
+    # Backbones record the input they were built for; others take RGB at the stored size.
+    channels = getattr(model.backbone, "in_chans", 3)
+    size = getattr(model.backbone, "image_size", None)
+    hw = (size, size) if isinstance(size, int) else size
+    images = torch.stack(
+        [read_image(p, mode="L" if channels == 1 else "RGB", size=hw) for p in paths]
+    )
+    return embed(model.forward_features, images, normalize=False).numpy()
+
+
+def read_query_vectors(path: str, width: int) -> np.ndarray:
+    """A ``(Q, width)`` float32 array, ``Q >= 1``, from ``.npy`` or a Parquet ``embedding`` column.
+
+    Raises:
+        QueryError: the file is unreadable, or :func:`query_problem` finds it malformed; the
+            message starts with ``path``.
+    """
+    try:
+        if path.endswith(".npy"):
+            x = np.load(path, allow_pickle=False)
+        else:
+            import pyarrow.parquet as pq
+
+            from raycompat.store.vectors import vectors
+
+            x = vectors(pq.read_table(path, columns=["embedding"]), "embedding")
+    except (OSError, KeyError, ValueError, EOFError, AttributeError, TypeError) as error:
+        npy = path.endswith(".npy")
+        what = "not a readable .npy array" if npy else "no readable fixed-size list 'embedding'"
+        raise QueryError(f"{path}: {what} ({error})") from None
+    problem = query_problem(x, width)
+    if problem:
+        raise QueryError(
+            f"{path}: expected finite vectors of shape (Q, {width}) for model width {width}, "
+            f"got {problem}"
+        )
+    return x.astype(np.float32)
+
+
+def query_problem(x: np.ndarray, width: int) -> str | None:
+    """What makes ``x`` unusable as ``(Q >= 1, width)`` finite query vectors, or None."""
+    if x.dtype.kind not in "fiu":
+        return f"values of type {x.dtype}"
+    if x.ndim >= 1 and x.shape[0] == 0:
+        return f"no rows (shape {x.shape})"
+    if x.ndim != 2 or x.shape[1] != width:
+        return f"shape {x.shape}"
+    finite = np.isfinite(x).all(axis=1)
+    if not finite.all():
+        return f"NaN or inf in row {int(np.argmin(finite))}"
+    return None
+
+
+def _stored_rows(store: GalleryStore, gallery: str, version: str, ids: list, columns: list):
+    """``(id -> row, table)`` of the rows of ``ids`` in the version (one streamed scan; only
+    the matches are kept)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found, want = [], None
+    for batch in store.iter_batches(gallery, version, columns=["id", *columns]):
+        want = want if want is not None else pa.array(ids).cast(batch.schema.field("id").type)
+        found.append(batch.filter(pc.is_in(batch.column("id"), value_set=want)))
+    table = pa.Table.from_batches(found) if found else pa.table({})
+    return {i: k for k, i in enumerate(table.column("id").to_pylist())}, table
+
+
+def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[str]) -> np.ndarray:
+    """``(Q, d)`` stored embeddings of ``ids`` in query order (given as text; int64 ids are
+    parsed).
+
+    Raises:
+        StoreError: an id is not an int of an int64-id version, or no row holds it.
+    """
+    import pyarrow as pa
+
+    from raycompat.store.vectors import vectors  # the core's: pipelines would import Ray
+
+    first = next(store.iter_batches(gallery, version, batch_size=1, columns=["id"]))
+    if pa.types.is_int64(first.schema.field("id").type):
+        try:
+            ids = [int(i) for i in ids]
+        except ValueError:
+            raise StoreError(f"{gallery}/{version} has int64 ids; got {ids}") from None
+    where, table = _stored_rows(store, gallery, version, ids, ["embedding"])
+    missing = [i for i in ids if i not in where]
+    if missing:
+        raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
+    return vectors(table, "embedding")[[where[i] for i in ids]]
+
+
+def _column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
+    """The version's columns, from its first file's footer (no row is decoded)."""
+    info = store.version(gallery, version)
+    path, source = next(iter(store.version_files(gallery, info)))
+    with store.open_file(info, path, source) as parquet:
+        return parquet.schema_arrow.names
+
+
+def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndarray]) -> list:
+    """Stored ``label`` of each id, per query (``ids``: one array per query; None where
+    unlabelled)."""
+    wanted = sorted({i for row in ids for i in row.tolist()})
+    if not wanted or "label" not in _column_names(store, gallery, version):
+        return [[None] * len(row) for row in ids]
+    where, table = _stored_rows(store, gallery, version, wanted, ["label"])
+    labels = table.column("label").to_pylist()
+    return [[labels[where[i]] if i in where else None for i in row.tolist()] for row in ids]
+
+
+def to_width(queries: np.ndarray, width: int) -> np.ndarray:
+    """``(Q, width)`` contiguous float32 queries: a wider model's cut to the gallery's first
+    ``width`` coordinates, a narrower one's zero-padded (BCT sec. 3.2: a compatible model shares
+    the old model's first coordinates)."""
+    shared = queries[:, :width]
+    if shared.shape[1] < width:
+        shared = np.pad(shared, ((0, 0), (0, width - shared.shape[1])))
+    return np.ascontiguousarray(shared, dtype=np.float32)
+
+
+def search_gallery(
+    store: GalleryStore,
+    gallery: str,
+    queries: np.ndarray,
+    k: int,
+    *,
+    model: str | None = None,
+    version: str | None = None,
+    nprobe: int | None = None,
+    names: Sequence[Any] | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> SearchResult:
+    """The top-``k`` hits of each of ``queries (Q, d)`` in ``gallery``, read-only.
+
+    Args:
+        model: the query model; without ``version``, the version it serves is searched
+            (:func:`served_version`). It also names the model in errors.
+        version: the gallery version to search (a service that resolved an alias gives it).
+        nprobe: inverted lists an IVF index visits per query; ignored by an exact index.
+        names: what to call each query in errors (default its row number).
+        on_note: called with each note as it arises, so a caller that prints them shows the
+            first even when the search then fails; every note is also in the result.
+    Raises:
+        QueryError: ``k < 1``, queries not ``(Q, d)``, or neither ``model`` nor ``version``.
+        ZeroNormError: a zero query on a cosine version (the message names the query).
+        IndexNeededError: no valid index, and the version is too large to search exactly.
+    """
+    from raycompat.index.version_index import open_search_index
+
+    check_k(k)
+    if np.ndim(queries) != 2:
+        raise QueryError(f"queries: expected shape (Q, d), got {np.shape(queries)}")
+    if version is None:
+        if model is None:
+            raise QueryError("search_gallery needs the query model or the gallery version")
+        version = served_version(store, gallery, model).gallery_version
+    notes: list[str] = []
+
+    def note(line: str) -> None:
+        notes.append(line)
+        if on_note is not None:
+            on_note(line)
+
+    index, exact = open_search_index(store, gallery, version)
+    if exact:
+        note(exact)
+    names = list(range(len(queries))) if names is None else list(names)
+    hits, short = _hits(index, queries, k, nprobe, names, model)
+    if short:
+        note(short)
+    labels = labels_of(store, gallery, version, [ids for _, ids in hits])
+    found = [QueryHits(i, s, lrow) for (s, i), lrow in zip(hits, labels, strict=True)]
+    return SearchResult(gallery, version, found, notes)
+
+
+def _hits(
+    index: VersionIndex,
+    queries: np.ndarray,
+    k: int,
+    nprobe: int | None,
+    names: list,
+    model: str | None,
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], str | None]:
+    """``index.hits`` of the queries at the index's width, and a note when a query got fewer
+    than ``k`` (else None)."""
+    # nprobe tunes IVF indexes (large versions); an exact flat index has nothing to tune
+    nprobe = nprobe if index.index.is_ivf else None
+    try:
+        hits = index.hits(to_width(queries, index.info.width), k, nprobe=nprobe)
+    except ZeroNormError as err:
+        bad = ", ".join(str(names[row]) for row in err.rows)
+        who = f" for model {model}" if model is not None else ""
+        raise ZeroNormError(
+            f"query {bad} is a zero vector{who}: cosine search cannot rank the gallery for it",
+            err.rows,
+        ) from None
+    short = [len(ids) for _, ids in hits if len(ids) < k]
+    return hits, _short_note(index, k, nprobe, short, len(hits)) if short else None
+
+
+def _short_note(
+    index: VersionIndex, k: int, nprobe: int | None, short: list[int], queries: int
+) -> str:
+    """Why ``short`` (hit counts below k) of ``queries`` queries got fewer than ``k`` hits."""
+    rows, version = index.index.ntotal, index.info.version
+    if rows < k:
+        why = f"version {version} holds {rows} rows"
+    else:
+        lists = nprobe or index.index.index.nprobe
+        why = f"the {lists} inverted list(s) visited per query hold fewer; raise --nprobe"
+    fewest = min(short)
+    return f"{len(short)} of {queries} queries got fewer than -k {k} hits (fewest {fewest}): {why}"
