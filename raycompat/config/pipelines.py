@@ -19,7 +19,8 @@ class RunOptions:
         actors: maximum actors in the pool (one model copy each).
         threads_per_actor: torch intra-op threads per actor (and the CPUs it reserves).
         num_gpus_per_actor: 0 on CPU; 1 (or a fraction) to put each model on a GPU.
-        precision: ``"auto"`` (bf16 on GPU, fp32 on CPU), ``"fp32"`` or ``"bf16"``.
+        precision: ``"auto"`` or ``"bf16"`` (bf16 autocast on GPU, fp32 on CPU), or ``"fp32"``
+            (``raycompat.precision``, the rule training follows too).
         progress_every_s: seconds between progress log lines.
         unique_ids: how an extraction checks its ids unique before publishing: ``"driver"``
             reads every id on the driver (``commit(check="rows")``), ``"distributed"`` groups

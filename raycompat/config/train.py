@@ -127,7 +127,7 @@ class ScalingSpec:
     cpus_per_worker: float = bounded(1.0, ge=0.0)
     strategy: str = "ddp"  # STRATEGIES: ddp | fsdp | deepspeed
     strategy_options: dict = field(default_factory=dict)
-    precision: Literal["fp32", "bf16"] = "bf16"  # bf16 autocast applies on GPU only
+    precision: Literal["fp32", "bf16"] = "bf16"  # on GPU only: raycompat.precision
     channels_last: bool = True  # for convolutional backbones on GPU
     # Ray's placement of the workers' bundles; SPREAD puts them on different nodes if it can
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"

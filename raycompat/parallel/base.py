@@ -12,7 +12,6 @@ per-rank directories of one save can be merged into one folder without collision
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -23,12 +22,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from raycompat.precision import autocast as precision_autocast
+from raycompat.precision import autocast_dtype
 from raycompat.registry import Registry
 
 log = logging.getLogger(__name__)
 
 STRATEGIES: Registry = Registry("distributed strategy")
-PRECISIONS = ("fp32", "bf16")
 STRATEGY_FILE = "strategy.json"
 STATE_FILE = "state.json"
 
@@ -86,10 +86,8 @@ class Prepared:
         return images
 
     def autocast(self) -> AbstractContextManager:
-        """bf16 autocast on CUDA when ``precision="bf16"``; a no-op on CPU or in fp32."""
-        if self.precision == "bf16" and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        """The step's autocast (``raycompat.precision``: bf16 on CUDA only)."""
+        return precision_autocast(self.precision, self.device)
 
     def backward_step(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -171,11 +169,8 @@ class Strategy:
         precision: str = "fp32",
         channels_last: bool = False,
     ) -> Prepared:
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        autocast_dtype(precision, device)  # rejects an unknown precision before any work
         device = torch.device(device)
-        if precision == "bf16" and device.type != "cuda":
-            log.warning("precision='bf16' is only applied on CUDA; running fp32 on %s", device)
         model.to(device)
         if channels_last and self.channels_last_parameters:
             model.to(memory_format=torch.channels_last)

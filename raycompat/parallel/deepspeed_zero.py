@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from raycompat.parallel.base import STRATEGIES, Prepared, Strategy, cpu_copy, rank, trainable
+from raycompat.precision import autocast_dtype
 
 TAG = "zero"
 ZERO_STAGES = (1, 2, 3)
@@ -143,7 +144,7 @@ class DeepSpeedStrategy(Strategy):
             "zero_optimization": {"stage": self.zero_stage},
             # ZeRO only vouches for DeepSpeed's own optimizers; plain torch SGD works fine.
             "zero_allow_untested_optimizer": True,
-            "bf16": {"enabled": precision == "bf16" and device.type == "cuda"},
+            "bf16": {"enabled": autocast_dtype(precision, device) == torch.bfloat16},
             "steps_per_print": _NEVER_PRINT,
         }
 

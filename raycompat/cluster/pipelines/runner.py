@@ -36,6 +36,7 @@ from raycompat.cluster.pipelines.resume import pending_chunks, record_plan
 from raycompat.cluster.pipelines.unique import check_unique_distributed
 from raycompat.config.pipelines import RunOptions
 from raycompat.errors import DataError
+from raycompat.precision import autocast_dtype
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.lease import LeaseRef
 from raycompat.store.part_record import IdFingerprint, PartRecord
@@ -48,13 +49,6 @@ class PipelineError(DataError, RuntimeError):
 
 
 DISTRIBUTED_UNIQUE_ROWS = 1_000_000
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for a precision setting on a device (None: plain fp32)."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return None
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,7 @@ def prepare_model(
         model,
         optimizer_factory(cfg.optim),
         device,
-        precision=cfg.scaling.precision if device.type == "cuda" else "fp32",
+        precision=cfg.scaling.precision,
         channels_last=channels_last and device.type == "cuda",
     )
 
