@@ -8,6 +8,7 @@ valid names.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -46,13 +47,24 @@ class Registry(Generic[T]):
 
         return decorator
 
+    def register_path(self, name: str, target: str) -> None:
+        """Register ``"package.module:attribute"``, imported at its first :meth:`get`: a family
+        whose members import torch can be listed, and its names checked, without torch."""
+        if name in self._builders:
+            raise ValueError(f"{self.family} {name!r} is already registered")
+        self._builders[name] = target  # type: ignore[assignment]
+
     def get(self, name: str) -> Callable[..., T]:
         try:
-            return self._builders[name]
+            builder = self._builders[name]
         except KeyError:
             raise UnknownNameError(
                 f"unknown {self.family} {name!r}; valid names: {', '.join(self.names())}"
             ) from None
+        if isinstance(builder, str):
+            module, _, attribute = builder.partition(":")
+            builder = self._builders[name] = getattr(importlib.import_module(module), attribute)
+        return builder
 
     def create(self, name: str, /, **kwargs: Any) -> T:
         return self.get(name)(**kwargs)

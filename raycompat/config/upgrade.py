@@ -15,7 +15,6 @@ from typing import Literal
 
 from raycompat.config import ConfigError, bounded, check_ranges
 from raycompat.config.fct import FCTSpec, PartialBackfillSpec  # Ray-free, for sweeps
-from raycompat.config.methods import check_method_options, method_entry
 from raycompat.config.pipelines import RunOptions, SourceSpec, StoreSpec
 from raycompat.config.train import (
     DataSpec,
@@ -27,6 +26,7 @@ from raycompat.config.train import (
     ScenarioSpec,
     TrainConfig,
 )
+from raycompat.methods.catalog import check_method_options, method_entry
 from raycompat.registry import UnknownNameError
 
 
@@ -154,7 +154,7 @@ class UpgradeConfig:
 def check_upgrade_config(cfg: UpgradeConfig) -> None:
     """Everything that can be checked without data, torch or Ray: names, methods, classes,
     options, splits, weights files, budgets. Methods are looked up in the torch-free catalogue
-    (:mod:`raycompat.config.methods`), so a typo is one line in well under a second."""
+    (:mod:`raycompat.methods.catalog`), so a typo is one line in well under a second."""
     from raycompat.config.checks import check_eval_split, check_unseen, check_weight_files
     from raycompat.store.paths import check_name
 

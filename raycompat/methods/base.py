@@ -19,10 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raycompat.methods.catalog import METHODS
 from raycompat.nn.models import features_and_logits
-from raycompat.registry import Registry
-
-METHODS: Registry = Registry("compatibility method")
 
 
 @dataclass
@@ -115,7 +113,6 @@ class CompatibilityMethod:
     needs_old_classifier: bool = False
     uses_replay: bool = False
     fixed_head: bool = False
-    needs_transformation: bool = False
 
     def __init__(self, old: OldModel | None = None) -> None:
         if self.needs_old_model and old is None:
@@ -216,8 +213,5 @@ def first_coordinates(features: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def create_method(name: str, **kwargs) -> CompatibilityMethod:
+    """The registered method ``name`` (``raycompat.methods.catalog``) built with ``kwargs``."""
     return METHODS.create(name, **kwargs)
-
-
-def list_methods() -> list[str]:
-    return METHODS.names()

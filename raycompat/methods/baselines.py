@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from raycompat.methods.base import (
-    METHODS,
     Batch,
     CompatibilityMethod,
     CrossEntropyMethod,
@@ -26,26 +25,22 @@ from raycompat.methods.base import (
 from raycompat.nn.models import features_and_logits
 
 
-@METHODS.register("independent")
 class Independent(CrossEntropyMethod):
     name = "independent"
     init = "random"
 
 
-@METHODS.register("ift")
 class IncrementalFineTuning(CrossEntropyMethod):
     name = "ift"
     init = "old"
 
 
-@METHODS.register("er")
 class ExperienceReplay(CrossEntropyMethod):
     name = "er"
     init = "old"
     uses_replay = True
 
 
-@METHODS.register("l2")
 class L2ToOldFeatures(CompatibilityMethod):
     name = "l2"
     init = "old"
@@ -63,7 +58,6 @@ class L2ToOldFeatures(CompatibilityMethod):
         return {**terms, "loss": terms["ce"] + self.weight * terms["l2"]}
 
 
-@METHODS.register("lwf")
 class LearningWithoutForgetting(CompatibilityMethod):
     name = "lwf"
     init = "old"

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from raycompat.methods.base import (
-    METHODS,
     Batch,
     CompatibilityMethod,
     OldModel,
@@ -44,7 +43,6 @@ def class_feature_sums(
     return sums, counts
 
 
-@METHODS.register("bct")
 class BackwardCompatibleTraining(CompatibilityMethod):
     name = "bct"
     init = "random"

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 from raycompat.methods.base import (
-    METHODS,
     Batch,
     CompatibilityMethod,
     CrossEntropyMethod,
@@ -55,14 +54,12 @@ def higher_order_nce(
     return (torch.logsumexp(scores, dim=1) - positives).mean()
 
 
-@METHODS.register("cores")
 class CoReS(CrossEntropyMethod):
     name = "cores"
     init = "same_seed"
     fixed_head = True
 
 
-@METHODS.register("dsimplex_hoc")
 class DSimplexHOC(CompatibilityMethod):
     name = "dsimplex_hoc"
     init = "old"
@@ -93,7 +90,6 @@ class DSimplexHOC(CompatibilityMethod):
         return {**terms, "loss": self.lam * terms["ce"] + (1 - self.lam) * terms["nce"]}
 
 
-@METHODS.register("dsimplex_fd")
 class DSimplexFD(CompatibilityMethod):
     name = "dsimplex_fd"
     init = "old"

@@ -6,11 +6,9 @@ stored gallery, with side-information from :mod:`raycompat.nn.side_info`.
 
 from __future__ import annotations
 
-from raycompat.methods.base import METHODS, CrossEntropyMethod
+from raycompat.methods.base import CrossEntropyMethod
 
 
-@METHODS.register("fct")
 class ForwardCompatibleTraining(CrossEntropyMethod):
     name = "fct"
     init = "random"
-    needs_transformation = True

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from raycompat.methods.base import (
-    METHODS,
     Batch,
     CompatibilityMethod,
     OldModel,
@@ -117,13 +116,11 @@ class _PseudoClassifier(CompatibilityMethod):
         return {**terms, "loss": terms["ce"] + self.weight * terms["influence"]}
 
 
-@METHODS.register("nifcl_avg")
 class NIFCLAverage(_PseudoClassifier):
     name = "nifcl_avg"
     refine = False
 
 
-@METHODS.register("nifcl_rw")
 class NIFCLRandomWalk(_PseudoClassifier):
     name = "nifcl_rw"
     refine = True

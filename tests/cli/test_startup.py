@@ -177,7 +177,7 @@ def _imported(importtime_stderr: str) -> set[str]:
 
 def test_an_upgrade_config_typo_is_one_line_before_torch_or_ray():
     """``python jobs/upgrade.py upgrades.0.method=bctx`` exits 2 with one line, having imported
-    neither torch nor Ray (issue 23: the method catalogue, raycompat/config/methods.py)."""
+    neither torch nor Ray (issue 23: the method registry, raycompat/methods/catalog.py)."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "jobs/upgrade.py", "upgrades.0.method=bctx"],
         cwd=ROOT,

@@ -16,7 +16,6 @@ from raycompat.cluster.tune.fct import check_transformation, split_params, trans
 from raycompat.cluster.tune.space import param_space, trial_overrides
 from raycompat.cluster.tune.sweep import check_asha
 from raycompat.config import load_config
-from raycompat.config.methods import check_method_options
 from raycompat.config.pipelines import TransformJobConfig
 from raycompat.config.train import TrainConfig
 from raycompat.config.tune import SweepConfig
@@ -25,6 +24,7 @@ from raycompat.data import DATASETS
 from raycompat.data.augment import AUGMENTATIONS
 from raycompat.index.distances import DISTANCES
 from raycompat.methods import METHODS
+from raycompat.methods.catalog import check_method_options
 from raycompat.parallel import STRATEGIES
 from raycompat.train.export import build_model
 from raycompat.train.scenarios import plan_steps

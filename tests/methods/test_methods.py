@@ -236,7 +236,7 @@ def test_forward_outputs_match_the_two_step_interface():
 
 
 def test_unknown_method_options_are_rejected_by_name():
-    from raycompat.config.methods import check_method_options
+    from raycompat.methods.catalog import check_method_options
 
     check_method_options("dsimplex_hoc", {"lam": 0.5, "rho": 5.0})
     with pytest.raises(ValueError, match="takes no option.*lamda.*valid: lam, rho, nce_mask"):

@@ -28,7 +28,7 @@ from raycompat.config.fct import FCTSpec, PartialBackfillSpec
 from raycompat.config.train import RunSpec, TrainConfig
 from raycompat.config.tune import SweepConfig
 from raycompat.evaluation import score
-from raycompat.methods import METHODS
+from raycompat.methods.catalog import method_entry
 from raycompat.metrics.compatibility import CompatibilityMatrix
 
 PREFIX = "transformation."
@@ -71,7 +71,7 @@ def check_transformation(sweep: SweepConfig, base: TrainConfig) -> None:
         )
     if sweep.transformation is None:
         return
-    if not getattr(METHODS.get(base.method), "needs_transformation", False):
+    if not method_entry(base.method).needs_transformation:
         raise ConfigError(
             f"transformation: the base config's method is {base.method!r}; only methods that "
             "learn a transformation (fct) have one to sweep"

@@ -114,7 +114,7 @@ def write_best_upgrade(
     upgrades with the trial's transformation and, from a backfill sweep, its partial
     backfill)."""
     from raycompat.config.upgrade import history_from_training
-    from raycompat.methods import METHODS
+    from raycompat.methods.catalog import method_entry
 
     try:
         upgrade = history_from_training(cfg, f"{sweep.name}-best", fct=fct)
@@ -122,7 +122,7 @@ def write_best_upgrade(
         logger.warning("no best_upgrade.yaml for sweep %s: %s", sweep.name, err)
         return
     for entry in upgrade.upgrades[1:]:
-        if backfill is not None and METHODS.get(entry.method).needs_transformation:
+        if backfill is not None and method_entry(entry.method).needs_transformation:
             entry.partial_backfill = dataclasses.replace(backfill)
     save_config(
         upgrade,

@@ -39,7 +39,7 @@ from raycompat.config.upgrade import (
     gallery_version_of,
     partial_backfill_of,
 )
-from raycompat.methods import METHODS
+from raycompat.methods.catalog import method_entry
 from raycompat.progress import Stages, plural
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions, standing
@@ -312,7 +312,7 @@ class Upgrader:
             with _timed(seconds, "baselines"):
                 baselines = self._baselines(spec, reference)
         fct, backfilled, backfill = None, None, {}
-        if METHODS.get(spec.method).needs_transformation:
+        if method_entry(spec.method).needs_transformation:
             self._say(spec, "training the transformation h (FCT) and scoring against h(gallery)")
             with _timed(seconds, "fct"):
                 fct, backfilled, backfill = self._fct_evidence(
