@@ -36,11 +36,11 @@ from raycompat.cluster.train.loop import train_loop_per_worker
 from raycompat.cluster.train.worker import report_polling, scaling_config
 from raycompat.config import ConfigError, dump_config
 from raycompat.config.checks import check_unseen
-from raycompat.methods.catalog import check_method_options
 from raycompat.config.train import TrainConfig
 from raycompat.evaluation import EvalSet, grow_matrix, matrix_row
 from raycompat.io import run_storage as storage
 from raycompat.io.weights import load_state_dict, load_state_dict_into
+from raycompat.methods.catalog import check_method_options
 from raycompat.metrics.compatibility import (
     CompatibilityMatrix,
     average_accuracy,
