@@ -8,7 +8,7 @@ in a temporary local store; for each efSearch, a build with ``nlist`` 16,384 lis
 ``index_scale`` gets at 16M rows), an HNSW quantizer, ``--train-size`` sampled rows, shards of
 ``--shard-rows`` rows and ``RayTasks(workers=1)`` (one add task at a time: no contention
 between tasks). The template is trained once per efSearch (Ray's workers set
-``raycompat.index.search.HNSW_EF_ADD`` through a ``worker_process_setup_hook``; the build's
+``raycompat.index.ivf.HNSW_EF_ADD`` through a ``worker_process_setup_hook``; the build's
 identity differs, so each has its own folder); then the add phase is timed ``--repeats``
 times, each after removing the shards (the template is kept). Reported: add seconds and us per
 row, per repeat and median.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 from index_scale import CENTRES, publish, unit  # noqa: E402
 
-import raycompat.index.search as search  # noqa: E402
+import raycompat.index.ivf as ivf  # noqa: E402
 from raycompat.cluster.pipelines.index import RayTasks  # noqa: E402
 from raycompat.index.version_index import build_version_index  # noqa: E402
 from raycompat.store import GalleryStore  # noqa: E402
@@ -55,7 +55,7 @@ class Phases(logging.Handler):
 
 
 def set_ef(ef: int) -> None:
-    search.HNSW_EF_ADD = ef  # the graph and the build's identity both read it from there
+    ivf.HNSW_EF_ADD = ef  # the graph and the build's identity both read it from there
 
 
 def main(argv: list[str] | None = None) -> dict:

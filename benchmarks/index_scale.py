@@ -136,7 +136,8 @@ import json, sys, time
 import faiss, numpy as np
 root, version = sys.argv[1:3]
 from raycompat.store import GalleryStore
-from raycompat.index.search import INDEX_KINDS, SHARDED_IVF
+from raycompat.index.factory import INDEX_KINDS
+from raycompat.index.ivf import SHARDED_IVF
 from raycompat.index.sharded import TRAIN_PER_LIST, sample_rows
 pointer = json.load(open(f"{root}/bench/_index/{version}.json"))
 start = time.perf_counter()
@@ -218,8 +219,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quantizer", default="auto", choices=["auto", "flat", "hnsw"])
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="build + baseline pairs at the smallest N (medians reported)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="build + baseline pairs at the smallest N (medians reported)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -248,8 +253,10 @@ def main(argv: list[str] | None = None) -> dict:
                 ratios = [b["build_seconds"] / f["seconds"] for b, f in pairs]
                 build["baseline"] = median_run(baselines, lambda f: f["seconds"])
                 build["over_baseline"] = float(np.median(ratios))
-                build["pairs"] = [{"build_s": b["build_seconds"], "baseline_s": f["seconds"],
-                                   "ratio": r} for (b, f), r in zip(pairs, ratios, strict=True)]
+                build["pairs"] = [
+                    {"build_s": b["build_seconds"], "baseline_s": f["seconds"], "ratio": r}
+                    for (b, f), r in zip(pairs, ratios, strict=True)
+                ]
             search = run(SEARCH, root, str(Path(tmp, "q.npy")), str(Path(tmp, "truth.npy")), "v1")
             index_dir = Path(root, "bench", "_index", "v1")
             disk = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())

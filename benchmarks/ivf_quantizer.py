@@ -14,7 +14,7 @@ centroid by the flat quantizer and by an HNSW of each degree ``--m`` at each efS
 ``--recall-nlist`` on ``--recall-rows`` rows: the add time per row and recall@10 against exact
 search of an IVF-Flat with the flat quantizer and with each HNSW adding at each ``--add-ef``,
 searched at the default ``nprobe`` with the graph's efSearch 16, ``nprobe`` and ``2 nprobe``.
-``raycompat.index.search.HNSW_MIN_NLIST``, ``HNSW_M`` and ``HNSW_EF_ADD`` were chosen from these
+``raycompat.index.ivf.HNSW_MIN_NLIST``, ``HNSW_M`` and ``HNSW_EF_ADD`` were chosen from these
 (benchmarks/README.md).
 """
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.index.search import HNSW_EF_ADD, HNSW_M, ivf_nprobe  # noqa: E402
+from raycompat.index.ivf import HNSW_EF_ADD, HNSW_M, ivf_nprobe  # noqa: E402
 
 IP = faiss.METRIC_INNER_PRODUCT
 

@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _machine import emit  # noqa: E402
 
-from raycompat.index.search import build_index  # noqa: E402
+from raycompat.index.factory import build_index  # noqa: E402
 
 
 def synthetic_embeddings(n: int, dim: int, seed: int, chunk: int = 100_000) -> np.ndarray:
@@ -42,19 +42,20 @@ def synthetic_embeddings(n: int, dim: int, seed: int, chunk: int = 100_000) -> n
         m = min(chunk, n - s)
         latent = centres[rng.integers(0, 1000, m)] + 0.5 * rng.normal(size=(m, 32))
         x = latent @ projection + 0.05 * rng.normal(size=(m, dim))
-        out[s:s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+        out[s : s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
     return out
 
 
-def numpy_brute_force(queries: np.ndarray, gallery: np.ndarray, k: int,
-                      chunk: int = 256) -> np.ndarray:
+def numpy_brute_force(
+    queries: np.ndarray, gallery: np.ndarray, k: int, chunk: int = 256
+) -> np.ndarray:
     """Reference top-k by inner product of normalised rows (cosine), best first."""
     out = np.empty((queries.shape[0], k), dtype=np.int64)
     for s in range(0, queries.shape[0], chunk):
-        scores = queries[s:s + chunk] @ gallery.T
+        scores = queries[s : s + chunk] @ gallery.T
         top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1)
-        out[s:s + chunk] = np.take_along_axis(top, order, axis=1)
+        out[s : s + chunk] = np.take_along_axis(top, order, axis=1)
     return out
 
 
@@ -83,10 +84,13 @@ def flat_vs_numpy(args) -> dict:
     queries = synthetic_embeddings(args.queries, args.dim, args.seed + 1)
     index = build_index(gallery, "cosine", "flat", use_gpu=False)
     t_faiss, (_, faiss_idx) = median_time(lambda: index.search(queries, args.k), args.repeats)
-    t_numpy, numpy_idx = median_time(lambda: numpy_brute_force(queries, gallery, args.k),
-                                     args.repeats)
+    t_numpy, numpy_idx = median_time(
+        lambda: numpy_brute_force(queries, gallery, args.k), args.repeats
+    )
     return {
-        "gallery": [args.n, args.dim], "queries": args.queries, "k": args.k,
+        "gallery": [args.n, args.dim],
+        "queries": args.queries,
+        "k": args.k,
         "distance": "cosine",
         "faiss_flat": {"median_s": t_faiss, "qps": args.queries / t_faiss},
         "numpy_brute_force": {"median_s": t_numpy, "qps": args.queries / t_numpy},
@@ -102,22 +106,42 @@ def ivfpq_sweep(args) -> dict:
     truth = build_index(gallery, "cosine", "flat", use_gpu=False).search(queries, args.k)[1]
     t_truth = time.perf_counter() - start
     start = time.perf_counter()
-    index = build_index(gallery, "cosine", "ivfpq", nlist=args.nlist, m=args.m, nbits=8,
-                        train_size=min(args.train_size, args.ivf_n), use_gpu=False,
-                        seed=args.seed)
+    index = build_index(
+        gallery,
+        "cosine",
+        "ivfpq",
+        nlist=args.nlist,
+        m=args.m,
+        nbits=8,
+        train_size=min(args.train_size, args.ivf_n),
+        use_gpu=False,
+        seed=args.seed,
+    )
     t_build = time.perf_counter() - start
     sweep = []
     for nprobe in args.nprobe:
         index.set_nprobe(nprobe)
         t, (_, found) = median_time(lambda: index.search(queries, args.k), args.repeats)
-        sweep.append({"nprobe": nprobe, f"recall@{args.k}": recall_at_k(found, truth),
-                      f"1-recall@{args.k}": nn_recall_at_k(found, truth),
-                      "median_s": t, "qps": args.queries / t})
+        sweep.append(
+            {
+                "nprobe": nprobe,
+                f"recall@{args.k}": recall_at_k(found, truth),
+                f"1-recall@{args.k}": nn_recall_at_k(found, truth),
+                "median_s": t,
+                "qps": args.queries / t,
+            }
+        )
     return {
-        "gallery": [args.ivf_n, args.dim], "queries": args.queries, "k": args.k,
-        "nlist": args.nlist, "m": args.m, "nbits": 8,
-        "train_size": min(args.train_size, args.ivf_n), "build_s": t_build,
-        "exact_flat_search_s": t_truth, "sweep": sweep,
+        "gallery": [args.ivf_n, args.dim],
+        "queries": args.queries,
+        "k": args.k,
+        "nlist": args.nlist,
+        "m": args.m,
+        "nbits": 8,
+        "train_size": min(args.train_size, args.ivf_n),
+        "build_s": t_build,
+        "exact_flat_search_s": t_truth,
+        "sweep": sweep,
     }
 
 
@@ -142,15 +166,21 @@ def main(argv: list[str] | None = None) -> dict:
     faiss.omp_set_num_threads(args.threads)
     try:  # keep NumPy's BLAS to the same thread count, when threadpoolctl is installed
         from threadpoolctl import threadpool_limits
+
         threadpool_limits(args.threads)
     except ImportError:
         pass
     result = {
         "machine": {
-            "platform": platform.platform(), "processor": platform.processor(),
-            "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "threads": args.threads, "faiss": faiss.__version__, "numpy": np.__version__,
-            "faiss_gpus": faiss.get_num_gpus(), "loadavg_start": os.getloadavg(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "threads": args.threads,
+            "faiss": faiss.__version__,
+            "numpy": np.__version__,
+            "faiss_gpus": faiss.get_num_gpus(),
+            "loadavg_start": os.getloadavg(),
         },
         "repeats": args.repeats,
         "flat_vs_numpy": flat_vs_numpy(args),

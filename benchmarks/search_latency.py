@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gallery import GALLERY, centres_of, load, mixture, paired, publish_mixture  # noqa: E402
 from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
-from raycompat.index.search import stdout_to_stderr  # noqa: E402
+from raycompat.index.stdout import stdout_to_stderr  # noqa: E402
 from raycompat.index.version_index import build_version_index, load_version_index  # noqa: E402
 from raycompat.store import GalleryStore  # noqa: E402
 

@@ -35,8 +35,11 @@ def _module_name(path: Path) -> str:
 
 def core_files() -> list[Path]:
     """Every module outside the Ray layer and the entry points."""
-    return [p for p in sorted(PACKAGE.rglob("*.py"))
-            if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)]
+    return [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)
+    ]
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -50,19 +53,29 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def test_no_module_outside_the_ray_layer_imports_ray_even_inside_a_function():
-    offenders = [f"{path.relative_to(ROOT)}:{line}: {name}"
-                 for path in core_files() for line, name in _imports(path)
-                 if name == "ray" or name.startswith(("ray.", "raycompat.cluster"))]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in core_files()
+        for line, name in _imports(path)
+        if name == "ray" or name.startswith(("ray.", "raycompat.cluster"))
+    ]
     assert not offenders, offenders
     assert len(core_files()) > 100  # the walk found the core, not an empty folder
 
 
 def test_every_module_that_imports_ray_lives_under_the_ray_layer():
-    importers = {path for path in PACKAGE.rglob("*.py")
-                 for _, name in _imports(path) if name == "ray" or name.startswith("ray.")}
+    importers = {
+        path
+        for path in PACKAGE.rglob("*.py")
+        for _, name in _imports(path)
+        if name == "ray" or name.startswith("ray.")
+    }
     assert importers, "no module imports Ray: the scan is broken"
-    outside = [str(p.relative_to(ROOT)) for p in importers
-               if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)]
+    outside = [
+        str(p.relative_to(ROOT))
+        for p in importers
+        if not p.is_relative_to(RAY_LAYER) and not p.is_relative_to(ENTRY_POINTS)
+    ]
     assert not outside, outside
 
 
@@ -108,7 +121,10 @@ def core_import():
     names = [_module_name(path) for path in core_files()]
     result = subprocess.run(
         [sys.executable, "-c", _IMPORT_WITHOUT_RAY, json.dumps([names, CONTROL])],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -136,3 +152,17 @@ def test_job_defines_main_argv_none(job):
     parameters = list(inspect.signature(module.main).parameters.values())
     assert [p.name for p in parameters] == ["argv"], f"jobs/{job}: main{parameters}"
     assert parameters[0].default is None, f"jobs/{job}: main(argv=None) expected"
+
+
+def test_the_store_imports_no_faiss_even_inside_a_function():
+    """faiss belongs to the index, the store's neighbour (issue 39): the store reads and widens
+    vectors with NumPy and pyarrow only."""
+    store = sorted((PACKAGE / "store").rglob("*.py"))
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in store
+        for line, name in _imports(path)
+        if name == "faiss" or name.startswith(("faiss.", "raycompat.index"))
+    ]
+    assert not offenders, offenders
+    assert len(store) > 20

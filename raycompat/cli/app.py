@@ -157,7 +157,7 @@ def search(args) -> dict:
     """Top-k hits per query (only items found; see the module docstring). faiss prints from
     C++ to the process's stdout while it loads an index: sent to stderr here."""
     check_k(args.k)
-    from raycompat.index.search import stdout_to_stderr  # faiss: only this command loads it
+    from raycompat.index.stdout import stdout_to_stderr  # faiss: only this command loads it
 
     with stdout_to_stderr():
         return _search(args)
@@ -297,7 +297,7 @@ def adopt(args) -> dict:
     (``cluster/local_ray.py``)."""
     from raycompat.cluster.local_ray import ray_for_command
     from raycompat.cluster.pipelines.adopt import run_adoption
-    from raycompat.store.adopt import AdoptOptionError, plan_adoption
+    from raycompat.store.formats import AdoptOptionError, plan_adoption
 
     store = open_store(args, must_exist=False)  # a writer: its first record creates a store
     try:
@@ -352,7 +352,7 @@ def history(args) -> dict:
 def export(args) -> dict | str:
     """Write a published version as a Delta or Iceberg table (no Ray): one summary line, or
     the summary as JSON with ``--json``; an option of the other format exits 2."""
-    from raycompat.store.export import ExportOptionError, export_version
+    from raycompat.store.formats import ExportOptionError, export_version
 
     options = {"mode": args.mode, "catalog_uri": args.catalog_uri, "warehouse": args.warehouse}
     store = open_store(args)

@@ -68,7 +68,7 @@ def positive_int(text: str) -> int:
 
 def as_of(text: str) -> str:
     """``--as-of``, checked by argparse (a usage error, exit 2) and passed on as given."""
-    from raycompat.store.table_formats import parse_as_of
+    from raycompat.store.formats import parse_as_of
 
     try:
         parse_as_of(text)

@@ -116,7 +116,7 @@ class IndexOptionsError(UsageError, ValueError):
 def build(args) -> dict | str:
     """Build and publish the index (Ray only for a ``sharded_ivf`` build with ``--runner ray``)."""
     from raycompat.cli.app import open_store
-    from raycompat.index.search import SHARDED_IVF
+    from raycompat.index.ivf import SHARDED_IVF
     from raycompat.index.version_index import build_version_index, resolve_kind
     from raycompat.store.lookup import version_record
 
@@ -156,7 +156,7 @@ def verify(args) -> dict | str:
     raises (``MissingIndexError``, ``CorruptIndexError``: exit 1)."""
     from raycompat.cli.app import open_store
     from raycompat.index.recall import estimate_recall
-    from raycompat.index.search import stdout_to_stderr
+    from raycompat.index.stdout import stdout_to_stderr
     from raycompat.index.version_index import load_version_index
     from raycompat.store.lookup import version_record
 

@@ -6,12 +6,12 @@
 
 The index (``kind="sharded_ivf"``) is an IVF-Flat: a coarse quantizer of ``nlist`` centroids and
 one inverted list of full vectors per centroid, labelled with their row numbers in the version.
-The coarse quantizer (``quantizer=``, :func:`raycompat.index.search.ivf_quantizer`) is exact
+The coarse quantizer (``quantizer=``, :func:`raycompat.index.ivf.ivf_quantizer`) is exact
 (``"flat"``: assigning a row costs ``nlist d``) below ``HNSW_MIN_NLIST`` = 16384 lists and, from
 there (``"auto"``), an HNSW graph (M = 32) over the same k-means centroids: faiss'
 ``IVF{nlist}_HNSW32`` of the wiki's "Indexing 1G vectors", whose cost per row grows as
 ``log nlist``. Rows are added with the graph's efSearch at ``HNSW_EF_ADD`` = 8 (faiss' default
-is 16; 8 adds in about 0.56x the time, search.py says at what recall). ``HNSW_MIN_NLIST`` is
+is 16; 8 adds in about 0.56x the time, ivf.py says at what recall). ``HNSW_MIN_NLIST`` is
 where adding a row through the graph got clearly cheaper than flat on this machine (1 thread,
 d = 32: benchmarks/ivf_quantizer.py; at 8192 lists it is a wash); a search raises the graph's
 efSearch to ``nprobe`` (it must find ``nprobe`` lists; with fewer, recall drops). ``"flat"`` or
@@ -32,7 +32,7 @@ and merge (``merge_ondisk``) alike.
    whole node's CPUs (``runner.node_cpus()``, reserved, and as many faiss OpenMP threads; the
    add tasks keep their per-worker share); the sample files are removed once the template is
    saved.
-   ``nlist = raycompat.index.search.ivf_nlist(N)``: the next power of two of ``4 sqrt(N)``, at most
+   ``nlist = raycompat.index.ivf.ivf_nlist(N)``: the next power of two of ``4 sqrt(N)``, at most
    65536 and at most ``N / 39`` (faiss wants at least 39 training points per centroid), at
    least 1. The sample is ``64 nlist`` rows (``train_size`` overrides), at most N. The
    trained, empty index is saved as the template.
@@ -56,12 +56,12 @@ redone, and the merge is redone. Merged files replace the old ones by rename, so
 has them memory-mapped is not disturbed. Shards are kept (twice the disk) so that such a rerun
 is cheap; ``keep_shards=False`` deletes them after publishing.
 
-**Search.** ``nprobe`` defaults to ``raycompat.index.search.ivf_nprobe(nlist)``: ``next_pow2(sqrt
+**Search.** ``nprobe`` defaults to ``raycompat.index.ivf.ivf_nprobe(nlist)``: ``next_pow2(sqrt
 nlist)``, between 16 and ``nlist``; ``VersionIndex.search(..., nprobe=)`` and ``raycompat search
 --nprobe`` override it. The loader opens ``index.faiss`` with ``IO_FLAG_ONDISK_SAME_DIR``: the
 lists stay in the memory-mapped ``index.ivfdata`` (the page cache holds what queries touch), and
 ids are looked up in the memory-mapped ``ids.arrow`` (faiss's note of where it found the lists
-goes to stderr: :func:`raycompat.index.search.stdout_to_stderr`). A local store is opened in place;
+goes to stderr: :func:`raycompat.index.stdout.stdout_to_stderr`). A local store is opened in place;
 an S3
 store's files are copied to a local folder that lives as long as the loaded index. The index
 stays on the CPU unless ``use_gpu=True`` (a GPU copy would hold every list in GPU memory).
@@ -95,16 +95,9 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from raycompat.index.distances import Distance, get_distance
-from raycompat.index.search import (
-    SHARDED_IVF,
-    SearchIndex,
-    check_use_gpu,
-    hnsw_params,
-    ivf_nlist,
-    ivf_nprobe,
-    ivf_quantizer,
-    stdout_to_stderr,
-)
+from raycompat.index.gpu import check_use_gpu
+from raycompat.index.ivf import SHARDED_IVF, hnsw_params, ivf_nlist, ivf_nprobe, ivf_quantizer
+from raycompat.index.search import SearchIndex
 from raycompat.index.shard_tasks import (
     MERGED_FILES,
     SAMPLE_DIR,
@@ -124,6 +117,7 @@ from raycompat.index.shard_tasks import (
     version_paths,
     write_sample,
 )
+from raycompat.index.stdout import stdout_to_stderr
 from raycompat.index.tasks import LocalTasks, TaskRunner
 from raycompat.store.errors import CorruptIndexError, StoreError
 from raycompat.store.gallery import GalleryStore
@@ -267,7 +261,7 @@ class BuildPlan:
         identity: the version and parameters; ``_build.json`` records them with the shards,
             and their digest names the default build folder.
         nlist / nprobe / train_rows / seed: the IVF's lists, default probes, k-means sample.
-        quantizer: ``"flat"`` or ``"hnsw"`` (:func:`raycompat.index.search.ivf_quantizer`).
+        quantizer: ``"flat"`` or ``"hnsw"`` (:func:`raycompat.index.ivf.ivf_quantizer`).
     """
 
     ctx: ShardContext

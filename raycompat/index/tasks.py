@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
-from raycompat.index.search import gpu_available
+from raycompat.index.gpu import gpu_available
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -17,7 +17,7 @@ exact ``flat`` index up to ``flat_max_rows`` rows and ``sharded_ivf`` above: an 
 shards by parallel tasks and merged into on-disk inverted lists that searches memory-map
 (:mod:`raycompat.index.sharded`, which also says what a load verifies). ``kind="ivfpq"``
 builds an in-memory IVF-PQ, trained on ``train_size`` (default 100 000) rows sampled with
-``seed`` (see :func:`raycompat.index.search.build_index` for the IVF-PQ defaults).
+``seed`` (see :func:`raycompat.index.factory.build_index` for the IVF-PQ defaults).
 
 Readers never write: :func:`open_search_index` (``raycompat search``) loads the published
 index, and without a valid one searches exactly in memory (:func:`exact_version_index`) up to
@@ -43,7 +43,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from raycompat.index.distances import Distance, get_distance
-from raycompat.index.search import INDEX_KINDS, SHARDED_IVF, SearchIndex, build_index, real_hits
+from raycompat.index.factory import INDEX_KINDS, build_index
+from raycompat.index.ivf import SHARDED_IVF
+from raycompat.index.search import SearchIndex, real_hits
 from raycompat.index.shard_tasks import MERGED_FILES
 from raycompat.index.sharded import build_sharded_index, load_sharded_index
 from raycompat.store.errors import CorruptIndexError, MissingIndexError

@@ -57,7 +57,7 @@ class Backend:
     # if absent); for any file ``replace``/``replace_if`` may overwrite.
     read: Callable[[str], bytes]
     # S3 only: a fresh HEAD of an object through s3fs (``size``, ``ETag``); pyarrow returns no
-    # ETags. Adopted versions pin their external files by it (``external.py``).
+    # ETags. Adopted versions pin their external files by it (``store/formats/external.py``).
     head: Callable[[str], dict] | None = None
 
     def uri(self, path: str) -> str:

@@ -6,8 +6,9 @@
 - :mod:`~raycompat.store.lease` / :mod:`~raycompat.store.part_record`: one writer per staging
   area, and what each writer says it wrote (checked at commit).
 - :mod:`~raycompat.index.version_index`: a faiss index per version, and queries that return ids.
-- :mod:`~raycompat.store.adopt` / :mod:`~raycompat.store.external`: an existing Parquet table
-  published in place, its files pinned by the record.
+- :mod:`~raycompat.store.formats`: table formats. An existing Parquet, Delta or Iceberg table
+  adopted in place (its files pinned by the record), a version exported as a Delta or Iceberg
+  table.
 """
 
 from raycompat.store.errors import (

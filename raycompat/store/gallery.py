@@ -28,8 +28,8 @@ from raycompat.store.errors import (
     SchemaError,
     StoreError,
 )
-from raycompat.store.external import open_adopted
-from raycompat.store.external import root_path as external_root
+from raycompat.store.formats.external import open_adopted
+from raycompat.store.formats.external import root_path as external_root
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
 from raycompat.store.marker import ensure_marker, read_marker, register_gallery
@@ -287,7 +287,7 @@ class GalleryStore:
         giving a ``pq.ParquetFile``: the one place version files are opened. A file the store
         wrote must have the byte size its version record gives it (``ChangedFileError``); a
         file of an adopted version is first checked against its pin (``ChangedFileError``
-        when it changed or vanished) and read in store columns (``external.py``)."""
+        when it changed or vanished) and read in store columns (``formats/external.py``)."""
         if info.external is None:
             rel = path[len(self._backend.root) + 1 :].split("/", 1)[-1]
             return open_parquet(self.filesystem, path, source, info.file_sizes().get(rel))

@@ -167,7 +167,7 @@ def _by_area(named: dict[str, str]) -> dict[str, set[str]]:
 
 def _named_files(versions: list[VersionInfo]) -> dict[str, str]:
     """``{"_data/<version>/<name>/<file>": the version whose record lists it}``. An adopted
-    version's files are outside the store (``external.py``): never gc's."""
+    version's files are outside the store (``formats/external.py``): never gc's."""
     return {
         rel: info.version
         for info in versions

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from raycompat.store.errors import CorruptFileError, ManifestError, StoreError
-from raycompat.store.external import ExternalFiles
+from raycompat.store.formats.external import ExternalFiles
 from raycompat.store.paths import check_name, check_relative_path, join
 from raycompat.store.records import check_record, load_object
 
@@ -63,9 +63,10 @@ class VersionInfo:
             in by ``Staging.commit``; None in records written before it existed.
         dtype: how embeddings are stored, ``"float32"`` or ``"float16"`` (half the bytes; read
             back as float32 for compute). ``side_info`` stays float32.
-        external: set only for a version adopted in place (``adopt.py``): the folder or S3
-            prefix its ``files`` are relative to, the column names, and each file's pin (size,
-            ETag or mtime); see ``external.py``. None for versions whose files the store wrote.
+        external: set only for a version adopted in place (``formats/adopt.py``): the folder or
+            S3 prefix its ``files`` are relative to, the column names, and each file's pin
+            (size, ETag or mtime); see ``formats/external.py``. None for versions whose files the
+            store wrote.
         file_info: for a version the store wrote, one ``{"path", "bytes", "sha256"}`` per file
             of ``files`` (same order), from the part records; readers refuse a file whose size
             differs. None in records written before it existed, and for adopted versions

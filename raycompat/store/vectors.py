@@ -1,13 +1,12 @@
 """A stored vector column as a float32 ``(N, d)`` NumPy array: the one place float16 is widened.
 
 Versions store ``embedding`` as ``fixed_size_list<float32>[d]`` or ``<float16>[d]`` (half the
-bytes, docs/store.md); compute (faiss, torch, the pipelines) takes float32. NumPy's
-float16 -> float32 cast runs element by element, 3.4x the time of a float32 copy, and a read
-did it twice (the value checks, then ``vectors``): a float16 read was 1.2-1.3x slower than a
-float32 one (issue 24). :func:`widen_float16` decodes with faiss's fp16 scalar quantizer
-instead (SIMD, 1.4x a float32 copy), bit-exact with NumPy's cast (IEEE binary16 -> binary32 is
-exact; NaN and inf included); both the checks (``float32_rows``) and ``vectors`` use it.
-benchmarks/float16_read.py measures them (docs/scale.md).
+bytes, docs/store.md); compute (faiss, torch, the pipelines) takes float32. :func:`widen_float16`
+is NumPy's cast, which is exact (every IEEE binary16 value is a binary32 value; NaN payloads,
+inf and subnormals included) and bit-identical to faiss's fp16 scalar-quantizer decoder that
+issue 24 used here (``tests/store/test_vectors.py`` compares all 65,536 float16 values); the
+store imports no faiss (issue 39). Both the value checks (``float32_rows``) and ``vectors`` use
+it. benchmarks/float16_read.py measures the read and the cast against faiss's decoder.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ _FLOATS = {
     t: np.dtype(n).newbyteorder("<")
     for t, n in [(pa.float16(), "f2"), (pa.float32(), "f4"), (pa.float64(), "f8")]
 }
-# Below this many values the quantizer's setup costs more than NumPy's cast saves.
-FAISS_MIN_VALUES = 1 << 14
 
 
 def vectors(table: pa.Table | pa.RecordBatch, name: str) -> np.ndarray:
@@ -55,10 +52,4 @@ def _values(flat: pa.Array) -> np.ndarray:
 
 def widen_float16(x: np.ndarray) -> np.ndarray:
     """``(N, d)`` float16 -> a new C-contiguous float32 ``(N, d)`` array, exactly."""
-    x = np.ascontiguousarray(x)
-    if x.size < FAISS_MIN_VALUES or x.ndim != 2:
-        return x.astype(np.float32)
-    import faiss  # here: reading a float32 version, or building an index, needs no faiss
-
-    quantizer = faiss.ScalarQuantizer(x.shape[1], faiss.ScalarQuantizer.QT_fp16)
-    return quantizer.decode(x.view(np.uint8))
+    return np.array(x, dtype=np.float32, order="C")

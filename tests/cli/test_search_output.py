@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 
 import faiss
 import numpy as np
@@ -15,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from raycompat.cli.app import main as cli
-from raycompat.index.search import SHARDED_IVF, stdout_to_stderr
+from raycompat.index.ivf import SHARDED_IVF
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
@@ -81,18 +80,6 @@ def run(capfd, argv: list[str]) -> tuple[int, str, str]:
     LIBC.fflush(None)  # what C code printed into its stdout buffer, as at process exit
     out, err = capfd.readouterr()
     return code, out, err
-
-
-def test_c_printing_inside_the_block_goes_to_stderr(capfd):
-    print("before", flush=False)
-    with stdout_to_stderr():
-        os.write(1, b"raw fd write\n")
-        LIBC.printf(b"C printf\n")
-    print("after")
-    LIBC.fflush(None)
-    out, err = capfd.readouterr()
-    assert out == "before\nafter\n"
-    assert "raw fd write" in err and "C printf" in err
 
 
 def test_json_on_a_sharded_index_is_only_json(sharded, tmp_path, capfd):

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from raycompat.cli.app import main as cli
-from raycompat.index.search import SHARDED_IVF
+from raycompat.index.ivf import SHARDED_IVF
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import GalleryStore
-from raycompat.store.adopt import plan_adoption, publish_adopted, summarize
-from raycompat.store.adopt_scan import scan_file
+from raycompat.store.formats.adopt import plan_adoption, publish_adopted, summarize
+from raycompat.store.formats.adopt_scan import scan_file
 
 FILES, ROWS, WIDTH = 4, 500, 8  # 2000 rows: sharded above flat_max_rows=1000, nlist 32
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from raycompat.index.distances import DISTANCES, get_distance
-from raycompat.index.search import SearchIndex, brute_force_search, build_index
+from raycompat.index.factory import build_index
+from raycompat.index.search import SearchIndex, brute_force_search
 from raycompat.registry import UnknownNameError
 
 
@@ -94,8 +95,9 @@ def test_ivfpq_recall_on_clustered_data():
     gallery = centres[np.repeat(np.arange(300), 10)] + 0.3 * rng.normal(size=(3000, 32))
     queries = centres[rng.integers(0, 300, 100)] + 0.3 * rng.normal(size=(100, 32))
     truth = build_index(gallery, "l2", use_gpu=False).search(queries, 10)[1]
-    index = build_index(gallery, "l2", "ivfpq", nlist=32, m=8, nbits=6, nprobe=8,
-                        use_gpu=False, seed=0)
+    index = build_index(
+        gallery, "l2", "ivfpq", nlist=32, m=8, nbits=6, nprobe=8, use_gpu=False, seed=0
+    )
     found = index.search(queries, 10)[1]
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, truth, strict=True)])
     assert recall > 0.95
@@ -172,9 +174,9 @@ def test_bad_inputs_raise_clear_errors(data):
 
 
 def test_use_gpu_without_gpu_faiss_is_an_error(data):
-    import raycompat.index.search as search
+    from raycompat.index.gpu import gpu_available
 
-    if search.gpu_available():
+    if gpu_available():
         pytest.skip("a GPU faiss is present")
     assert build_index(data[1], use_gpu="auto").on_gpu is False
     with pytest.raises(RuntimeError, match="no GPU support"):

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from raycompat.cli.app import main as cli
-from raycompat.index.search import SHARDED_IVF, ivf_nlist, ivf_nprobe
+from raycompat.index.ivf import SHARDED_IVF, ivf_nlist, ivf_nprobe
 from raycompat.index.version_index import (
     build_version_index,
     load_version_index,
@@ -84,21 +84,6 @@ def flip_bit(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-
-
-def test_nlist_and_nprobe_rules():
-    assert [ivf_nlist(n) for n in (1, 38, 100, 3000, 4000, 100_000)] == [1, 1, 2, 64, 64, 2048]
-    assert [ivf_nlist(n) for n in (10**6, 4 * 10**6, 16 * 10**6, 10**9)] == [
-        4096,
-        8192,
-        16384,
-        65536,
-    ]
-    for n in [*range(1, 5000, 7), 10**5 + 3, 10**7 + 1]:
-        nlist = ivf_nlist(n)
-        assert nlist & (nlist - 1) == 0 and nlist <= 65536  # a power of two, capped
-        assert nlist == 1 or n >= 39 * nlist  # at least 39 training rows per list
-    assert [ivf_nprobe(n) for n in (1, 8, 64, 4096, 16384, 65536)] == [1, 8, 16, 64, 128, 256]
 
 
 @pytest.mark.parametrize("id_kind", ["int", "str"])

@@ -1,6 +1,6 @@
 """The sharded IVF build's coarse quantizer (flat or HNSW over the centroids), its default
 shards (at least one per worker) and the k-means task's resources (raycompat/index/sharded.py,
-shard_tasks.py, search.py)."""
+shard_tasks.py, factory.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from raycompat.index.distances import get_distance
-from raycompat.index.search import HNSW_EF_ADD, HNSW_M, HNSW_MIN_NLIST, ivf_quantizer
+from raycompat.index.ivf import HNSW_EF_ADD, HNSW_M
 from raycompat.index.sharded import (
     BuildPlan,
     LocalTasks,
@@ -68,14 +68,6 @@ class Recording(LocalTasks):
 @pytest.fixture(scope="module")
 def cosine_store(tmp_path_factory):
     return publish(tmp_path_factory.mktemp("cosine"), clustered(ROWS, 0), True)
-
-
-def test_auto_quantizer_is_hnsw_from_the_measured_threshold():
-    assert ivf_quantizer(HNSW_MIN_NLIST // 2) == "flat"
-    assert ivf_quantizer(HNSW_MIN_NLIST) == ivf_quantizer(65536) == "hnsw"
-    assert ivf_quantizer(64, "hnsw") == "hnsw" and ivf_quantizer(65536, "flat") == "flat"
-    with pytest.raises(ValueError, match="quantizer must be one of"):
-        ivf_quantizer(64, "hnsw32")
 
 
 @pytest.mark.parametrize("distance, scale", [("cosine", 1.0), ("l2", 3.0)])

@@ -9,7 +9,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from raycompat.index.search import stdout_to_stderr
+from raycompat.index.stdout import stdout_to_stderr
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from raycompat.index.distances import ZeroNormError
-from raycompat.index.search import build_index
+from raycompat.index.factory import build_index
 from raycompat.index.version_index import (
     build_version_index,
     load_version_index,

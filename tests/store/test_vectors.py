@@ -6,23 +6,37 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from raycompat.store.vectors import FAISS_MIN_VALUES, vectors, widen_float16
+from raycompat.store.vectors import vectors, widen_float16
+
+# Every float16 bit pattern: zeros, subnormals, normals, inf, and NaNs with every payload.
+EVERY = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(-1, 64)
 
 
 def column(x: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
 
 
-def test_every_float16_bit_pattern_widens_to_numpys_float32_bits():
-    # 65,536 values > FAISS_MIN_VALUES: the SIMD decoder, NaN payloads and subnormals included
-    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(-1, 64)
-    assert every.size >= FAISS_MIN_VALUES
-    got = widen_float16(every)
-    assert got.dtype == np.float32 and got.shape == every.shape and got.flags.c_contiguous
-    np.testing.assert_array_equal(got.view(np.uint32), every.astype(np.float32).view(np.uint32))
+def test_every_float16_bit_pattern_widens_exactly():
+    got = widen_float16(EVERY)
+    assert got.dtype == np.float32 and got.shape == EVERY.shape and got.flags.c_contiguous
+    finite = ~np.isnan(got)  # binary16 -> binary32 is exact: narrowing back gives the same bits
+    assert finite.sum() == (1 << 16) - 2 * 1023
+    np.testing.assert_array_equal(
+        got[finite].astype(np.float16).view(np.uint16), EVERY.view(np.uint16)[finite]
+    )
+    assert np.isnan(got).sum() == 2 * 1023 and np.isinf(got).sum() == 2
 
 
-@pytest.mark.parametrize("rows", [3, 2_000])  # below and above FAISS_MIN_VALUES values
+def test_numpys_cast_is_bit_identical_to_faiss_fp16_decoder():
+    """What store/vectors.py used before issue 39 (faiss's SIMD QT_fp16 decoder): same bits for
+    all 65,536 float16 values, NaN payloads and subnormals included."""
+    faiss = pytest.importorskip("faiss")
+    quantizer = faiss.ScalarQuantizer(EVERY.shape[1], faiss.ScalarQuantizer.QT_fp16)
+    decoded = quantizer.decode(EVERY.view(np.uint8))
+    np.testing.assert_array_equal(widen_float16(EVERY).view(np.uint32), decoded.view(np.uint32))
+
+
+@pytest.mark.parametrize("rows", [3, 2_000])
 def test_vectors_of_a_float16_or_float32_column_sliced_or_chunked(rows):
     x = np.random.default_rng(0).normal(size=(rows, 16)).astype(np.float32)
     for stored in (np.float32, np.float16):

@@ -6,14 +6,14 @@
                   catalog_uri="sqlite:///path/catalog.db")
 
 The driver finds the files (a Delta or Iceberg snapshot's data files, read through the format's
-own library, or a plain folder's ``*.parquet``: ``raycompat/store/table_formats.py``); Ray
+own library, or a plain folder's ``*.parquet``: ``raycompat/store/formats/snapshot.py``); Ray
 tasks validate them (one task per group of files, each file streamed a batch at a time) and
 return one constant-size report per file; Ray Data groups the ids to find any id held twice
 (``unique.py``), unless the reports already prove them unique (ids increasing in each file,
 file ranges disjoint); the driver then publishes the record from the reports. Nothing on the
 driver grows with the rows. The core steps, and why the files are pinned, are in
-``raycompat/store/adopt.py`` and ``raycompat/store/external.py``. A rerun of an adoption whose
-record was published completes it (model record and grant) without Ray.
+``raycompat/store/formats/adopt.py`` and ``raycompat/store/formats/external.py``. A rerun of an
+adoption whose record was published completes it (model record and grant) without Ray.
 """
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ import ray
 from raycompat.cluster.pipelines.unique import check_unique_distributed
 from raycompat.io.filesystems import Backend
 from raycompat.store import GalleryStore, StoreError, VersionInfo
-from raycompat.store.adopt import (
+from raycompat.store.formats import (
     AdoptionPlan,
+    FileReport,
     plan_adoption,
+    proven_unique,
     publish_adopted,
     register_adopted,
+    scan_file,
     summarize,
 )
-from raycompat.store.adopt_scan import FileReport, proven_unique, scan_file
 from raycompat.store.paths import join
 
 MAX_TASKS = 64  # files are scanned in at most this many Ray tasks

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import pyarrow.fs as pafs
 
 from raycompat.store.errors import StoreError
-from raycompat.store.table_formats import (
+from raycompat.store.formats.snapshot import (
     TableSnapshot,
     UnsupportedTableError,
     relative_file,
@@ -35,6 +35,7 @@ from raycompat.store.table_formats import (
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore
 
+CATALOG_NAME = "raycompat"  # the SQL catalog's name, as export writes it and adopt reads it
 LISTED = 20  # tables named in the error for a missing one
 METADATA_NAME = re.compile(r"^v?(\d+)[-.].*\.metadata\.json$")
 S3FS_TO_ICEBERG = {
@@ -145,15 +146,13 @@ def load_catalog_table(
     store: GalleryStore, name: str, catalog_uri: str, warehouse: str | None = None
 ):
     """The pyiceberg table ``name`` (``namespace.table``) of the SQL catalog at ``catalog_uri``
-    (a SQLAlchemy URL), under the catalog name ``raycompat export`` writes (``export_iceberg``).
+    (a SQLAlchemy URL), under the catalog name ``raycompat export`` writes (:data:`CATALOG_NAME`).
     The catalog is only read: its tables are never created. StoreError naming the catalog and
     listing what it holds when the namespace or table is missing."""
     require("pyiceberg", "iceberg", "Iceberg")
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
     from sqlalchemy.exc import SQLAlchemyError
-
-    from raycompat.store.export_iceberg import CATALOG_NAME
 
     shown = _check_catalog_file(catalog_uri)
     options = {"warehouse": warehouse} if warehouse else {}

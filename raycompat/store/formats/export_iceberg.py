@@ -17,15 +17,13 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from raycompat.store.adopt_iceberg import iceberg_properties
 from raycompat.store.errors import StoreError
-from raycompat.store.export import check_outside_store
-from raycompat.store.table_formats import require
+from raycompat.store.formats.adopt_iceberg import CATALOG_NAME, iceberg_properties
+from raycompat.store.formats.export import check_outside_store
+from raycompat.store.formats.snapshot import require
 
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore
-
-CATALOG_NAME = "raycompat"
 
 
 def write(

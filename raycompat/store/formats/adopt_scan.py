@@ -3,14 +3,13 @@
 A scan streams the file a batch at a time (bounded memory) and checks what ``write_table``
 checks: the id and embedding columns (names, types), the width of every row (variable lists
 must all be as long as the file's first row), null ids, null vectors, NaN/inf, ids unique within
-each batch. It returns a :class:`FileReport` of constant size whatever the rows, and the
-driver decides from the reports alone whether the ids need a distributed uniqueness check
-(:func:`proven_unique`). Every error names the file and the row (and id). No Ray here.
+each batch. It returns a :class:`FileReport` (``adopt.py``) of constant size whatever the rows,
+and the driver decides from the reports alone whether the ids need a distributed uniqueness
+check (:func:`proven_unique`). Every error names the file and the row (and id). No Ray here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,38 +17,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raycompat.store.errors import SchemaError, StoreError
-from raycompat.store.external import as_store_columns, is_list, renames, stat_file, store_schema
+from raycompat.store.formats.adopt import AdoptionPlan, FileReport
+from raycompat.store.formats.external import (
+    as_store_columns,
+    is_list,
+    renames,
+    stat_file,
+    store_schema,
+)
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.parquet import iter_file_batches, open_parquet
-from raycompat.store.part_record import IdFingerprint, IdStats
+from raycompat.store.part_record import IdStats
 from raycompat.store.paths import join
 from raycompat.store.validate import NORM_TOLERANCE, validate_schema, validate_values
 
 if TYPE_CHECKING:
-    from raycompat.store.adopt import AdoptionPlan
     from raycompat.store.gallery import GalleryStore
 
 ID_TYPES = (pa.int64(), pa.string(), pa.large_string())
 DTYPES = {pa.float32(): "float32", pa.float16(): "float16"}
-
-
-@dataclass
-class FileReport:
-    """One file, as its scan found it (constant size, whatever the rows)."""
-
-    path: str
-    bytes: int
-    rows: int
-    etag: str | None
-    mtime_ns: int | None
-    ids: IdFingerprint
-    min_id: int | str | None
-    max_id: int | str | None
-    width: int | None  # None: an empty file of variable-length lists
-    dtype: str
-    columns: list[str]  # "name: type" of every column but the embedding
-    not_unit_row: int | None  # first row whose norm is not 1, None if all are
-    ascending: bool  # ids strictly increasing through the file (so unique within it)
 
 
 def _check_columns(schema: pa.Schema, plan: AdoptionPlan, source: str) -> tuple[int | None, str]:

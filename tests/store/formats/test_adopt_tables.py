@@ -20,9 +20,9 @@ import pytest
 
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import CorruptFileError, GalleryStore, StoreError, VersionInfo
-from raycompat.store.adopt import plan_adoption
 from raycompat.store.errors import ChangedFileError
-from raycompat.store.table_formats import UnsupportedTableError
+from raycompat.store.formats.adopt import plan_adoption
+from raycompat.store.formats.snapshot import UnsupportedTableError
 
 deltalake = pytest.importorskip("deltalake")
 pytestmark = pytest.mark.ray
@@ -32,8 +32,12 @@ WIDTH = 4
 def frame(lo: int, hi: int, seed: int = 0) -> pa.Table:
     """Rows ``lo..hi-1``: int64 ids and float32 vectors (variable lists, as Spark writes)."""
     x = np.random.default_rng(seed + lo).normal(size=(hi - lo, WIDTH)).astype(np.float32)
-    return pa.table({"id": pa.array(np.arange(lo, hi), pa.int64()),
-                     "embedding": pa.array(list(x), pa.list_(pa.float32()))})
+    return pa.table(
+        {
+            "id": pa.array(np.arange(lo, hi), pa.int64()),
+            "embedding": pa.array(list(x), pa.list_(pa.float32())),
+        }
+    )
 
 
 def adopt(store, uri, version="v1", model="ext", **kwargs):
@@ -122,17 +126,34 @@ def write_deletion_vector(table: str) -> None:
     bitmap = struct.pack("<iQI", 1681511377, 1, 0) + BitMap([0, 1]).serialize()
     os.makedirs(f"{table}/ab")  # "ab" + z85 of the uuid below: the descriptor's pathOrInlineDv
     with open(f"{table}/ab/deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin", "wb") as f:
-        f.write(b"\x01" + struct.pack(">i", len(bitmap)) + bitmap
-                + struct.pack(">I", zlib.crc32(bitmap)))
-    vector = {"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "offset": 1,
-              "sizeInBytes": len(bitmap), "cardinality": 2}
+        f.write(
+            b"\x01"
+            + struct.pack(">i", len(bitmap))
+            + bitmap
+            + struct.pack(">I", zlib.crc32(bitmap))
+        )
+    vector = {
+        "storageType": "u",
+        "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",
+        "offset": 1,
+        "sizeInBytes": len(bitmap),
+        "cardinality": 2,
+    }
     now = int(time.time() * 1000)
     actions = [
         {"commitInfo": {"timestamp": now, "operation": "DELETE"}},
         {"remove": {"path": add["path"], "deletionTimestamp": now, "dataChange": True}},
-        {"add": {"path": add["path"], "size": add["size_bytes"], "partitionValues": {},
-                 "modificationTime": add["modification_time"], "dataChange": True,
-                 "stats": json.dumps({"numRecords": 100}), "deletionVector": vector}},
+        {
+            "add": {
+                "path": add["path"],
+                "size": add["size_bytes"],
+                "partitionValues": {},
+                "modificationTime": add["modification_time"],
+                "dataChange": True,
+                "stats": json.dumps({"numRecords": 100}),
+                "deletionVector": vector,
+            }
+        },
     ]
     with open(f"{table}/_delta_log/{1:020d}.json", "w") as log:
         log.write("\n".join(json.dumps(a) for a in actions) + "\n")
@@ -140,15 +161,19 @@ def write_deletion_vector(table: str) -> None:
 
 def test_delta_deletion_vectors_are_refused(tmp_path):
     table = str(tmp_path / "faces")
-    deltalake.write_deltalake(table, frame(0, 100),
-                              configuration={"delta.enableDeletionVectors": "true"})
+    deltalake.write_deltalake(
+        table, frame(0, 100), configuration={"delta.enableDeletionVectors": "true"}
+    )
     store = GalleryStore(str(tmp_path / "store"))
     assert plan_adoption(store, "faces", "v0", table, model="m").table["version"] == 0
     write_deletion_vector(table)
     assert deltalake.DeltaTable(table).version() == 1  # a valid table to its own library
 
-    with pytest.raises(UnsupportedTableError, match=r"version 1 of this Delta table has deletion "
-                       r"vectors \(.*faces/part-.*\.parquet\)"):
+    with pytest.raises(
+        UnsupportedTableError,
+        match=r"version 1 of this Delta table has deletion "
+        r"vectors \(.*faces/part-.*\.parquet\)",
+    ):
         plan_adoption(store, "faces", "v1", table, model="m")
 
 
@@ -159,14 +184,26 @@ def test_unsupported_formats_are_refused_in_one_line(tmp_path, marker, name, cap
     table = tmp_path / "faces"
     (table / marker).mkdir(parents=True)
     frame(0, 10).to_pandas().to_parquet(table / "part-0.parquet")
-    argv = ["adopt", str(table), "--store", str(tmp_path / "store"), "--gallery", "faces",
-            "--version", "v1", "--model", "m"]
+    argv = [
+        "adopt",
+        str(table),
+        "--store",
+        str(tmp_path / "store"),
+        "--gallery",
+        "faces",
+        "--version",
+        "v1",
+        "--model",
+        "m",
+    ]
 
     assert main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"raycompat: error: {table} is a {name} table, which adopt does not read (its "
-                   f"Parquet files may hold deleted or superseded rows); export it to Parquet or "
-                   f"Delta first and adopt that"]
+    assert err == [
+        f"raycompat: error: {table} is a {name} table, which adopt does not read (its "
+        f"Parquet files may hold deleted or superseded rows); export it to Parquet or "
+        f"Delta first and adopt that"
+    ]
     os.rename(table / marker, table / "other")  # now a plain Parquet folder: --as-of is refused
     assert main([*argv, "--as-of", "3"]) == 1
     assert "--as-of applies to Delta and Iceberg tables" in capsys.readouterr().err
@@ -176,12 +213,15 @@ def test_unsupported_formats_are_refused_in_one_line(tmp_path, marker, name, cap
 
 
 def test_a_delta_table_on_s3_is_adopted_from_its_snapshot(s3_bucket, ray_local):
-    from raycompat.store.adopt_delta import delta_storage_options
+    from raycompat.store.formats.adopt_delta import delta_storage_options
 
     bucket, options = s3_bucket
     table = f"s3://{bucket}/tables/faces"
-    writer = {**delta_storage_options(options), "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
-              "AWS_REGION": "us-east-1"}
+    writer = {
+        **delta_storage_options(options),
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+        "AWS_REGION": "us-east-1",
+    }
     deltalake.write_deltalake(table, frame(0, 100), storage_options=writer)
     deltalake.write_deltalake(table, frame(100, 200), mode="append", storage_options=writer)
     deltalake.DeltaTable(table, storage_options=writer).delete("id < 100")
@@ -199,8 +239,11 @@ def iceberg_table(tmp_path, catalog_name="local"):
     pytest.importorskip("pyiceberg")
     from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog(catalog_name, uri=f"sqlite:///{tmp_path}/catalog.db",
-                         warehouse=f"file://{tmp_path}/warehouse")
+    catalog = SqlCatalog(
+        catalog_name,
+        uri=f"sqlite:///{tmp_path}/catalog.db",
+        warehouse=f"file://{tmp_path}/warehouse",
+    )
     catalog.create_namespace("gallery")
     return catalog.create_table("gallery.faces", schema=frame(0, 1).schema)
 
@@ -217,8 +260,7 @@ def test_an_iceberg_snapshot_is_adopted_with_its_delete_applied(tmp_path, ray_lo
 
     info = adopt(store, root)
 
-    assert (info.rows, info.external["table"]) == (150, {"format": "iceberg",
-                                                         "version": snapshot})
+    assert (info.rows, info.external["table"]) == (150, {"format": "iceberg", "version": snapshot})
     assert info.lineage == f"v1 = adopt(iceberg:{root}@{snapshot})"
     assert ids_of(store) == list(range(50, 200))
     older = adopt(store, root, "v0", model="ext-v0", as_of=str(first))
@@ -236,32 +278,51 @@ def test_iceberg_delete_files_are_refused(tmp_path):
     source.append(frame(0, 100))
     data = next(iter(source.scan().plan_files())).file
     path = f"{source.location().removeprefix('file://')}/data/deletes.parquet"
-    pq.write_table(pa.table({"file_path": [data.file_path], "pos": pa.array([0], pa.int64())}),
-                   path)
+    pq.write_table(
+        pa.table({"file_path": [data.file_path], "pos": pa.array([0], pa.int64())}), path
+    )
     deletes = DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES, file_path=f"file://{path}", partition=Record(),
-        file_format=FileFormat.PARQUET, record_count=1, file_size_in_bytes=os.path.getsize(path))
+        content=DataFileContent.POSITION_DELETES,
+        file_path=f"file://{path}",
+        partition=Record(),
+        file_format=FileFormat.PARQUET,
+        record_count=1,
+        file_size_in_bytes=os.path.getsize(path),
+    )
     with source.transaction() as commit, commit.update_snapshot().fast_append() as append:
         append.append_data_file(deletes)
     root = source.location().removeprefix("file://")
     store = GalleryStore(str(tmp_path / "store"))
 
-    with pytest.raises(UnsupportedTableError, match=r"snapshot \d+ of this Iceberg table has "
-                       r"delete files \(1 for file://.*/data/00000-.*\.parquet\)"):
+    with pytest.raises(
+        UnsupportedTableError,
+        match=r"snapshot \d+ of this Iceberg table has "
+        r"delete files \(1 for file://.*/data/00000-.*\.parquet\)",
+    ):
         plan_adoption(store, "faces", "v1", root, model="m")
-    assert len(plan_adoption(store, "faces", "v0", root, model="m", as_of=str(
-        source.snapshots()[0].snapshot_id)).files) == 1  # the snapshot before the delete
+    assert (
+        len(
+            plan_adoption(
+                store, "faces", "v0", root, model="m", as_of=str(source.snapshots()[0].snapshot_id)
+            ).files
+        )
+        == 1
+    )  # the snapshot before the delete
 
 
 def test_an_iceberg_table_on_s3_is_adopted_from_its_snapshot(tmp_path, s3_bucket, ray_local):
-    from raycompat.store.adopt_iceberg import iceberg_properties
+    from raycompat.store.formats.adopt_iceberg import iceberg_properties
 
     pytest.importorskip("pyiceberg")
     from pyiceberg.catalog.sql import SqlCatalog
 
     bucket, options = s3_bucket
-    catalog = SqlCatalog("s3", uri=f"sqlite:///{tmp_path}/catalog.db",
-                         warehouse=f"s3://{bucket}/warehouse", **iceberg_properties(options))
+    catalog = SqlCatalog(
+        "s3",
+        uri=f"sqlite:///{tmp_path}/catalog.db",
+        warehouse=f"s3://{bucket}/warehouse",
+        **iceberg_properties(options),
+    )
     catalog.create_namespace("gallery")
     source = catalog.create_table("gallery.faces", schema=frame(0, 1).schema)
     source.append(frame(0, 100))
@@ -282,7 +343,7 @@ def test_an_iceberg_table_is_adopted_by_its_catalog_name(tmp_path, ray_local, ca
     catalog, not the newest metadata file, names the current snapshot."""
     from raycompat.cli.app import main
 
-    source = iceberg_table(tmp_path, "raycompat")  # export_iceberg.CATALOG_NAME
+    source = iceberg_table(tmp_path, "raycompat")  # adopt_iceberg.CATALOG_NAME
     source.append(frame(0, 100))
     first = source.current_snapshot().snapshot_id
     source.append(frame(100, 200))
@@ -290,26 +351,56 @@ def test_an_iceberg_table_is_adopted_by_its_catalog_name(tmp_path, ray_local, ca
     snapshot = source.current_snapshot().snapshot_id
     root = source.location().removeprefix("file://")
     metadata = source.metadata_location.removeprefix("file://")  # an orphan of its version:
-    with open(metadata) as f, open(f"{metadata[:-len('.metadata.json')]}0.metadata.json",
-                                   "w") as orphan:
+    with (
+        open(metadata) as f,
+        open(f"{metadata[: -len('.metadata.json')]}0.metadata.json", "w") as orphan,
+    ):
         orphan.write(f.read())  # a folder is refused, the catalog knows the current one
     store = GalleryStore(str(tmp_path / "store"))
     with pytest.raises(UnsupportedTableError, match="only the table's catalog knows"):
         plan_adoption(store, "faces", "v1", root, model="ext")
 
-    assert main(["adopt", "iceberg:gallery.faces", "--catalog-uri",
-                 f"sqlite:///{tmp_path}/catalog.db", "--warehouse", f"{tmp_path}/warehouse",
-                 "--store", str(tmp_path / "store"), "--gallery", "faces", "--version", "v1",
-                 "--model", "ext", "--json"]) == 0
+    assert (
+        main(
+            [
+                "adopt",
+                "iceberg:gallery.faces",
+                "--catalog-uri",
+                f"sqlite:///{tmp_path}/catalog.db",
+                "--warehouse",
+                f"{tmp_path}/warehouse",
+                "--store",
+                str(tmp_path / "store"),
+                "--gallery",
+                "faces",
+                "--version",
+                "v1",
+                "--model",
+                "ext",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
-    assert (out["uri"], out["root"], out["rows"]) == (f"iceberg:gallery.faces@{snapshot}",
-                                                      root, 150)
+    assert (out["uri"], out["root"], out["rows"]) == (
+        f"iceberg:gallery.faces@{snapshot}",
+        root,
+        150,
+    )
     info = store.version("faces", "v1")
     assert info.lineage == f"v1 = adopt(iceberg:gallery.faces@{snapshot})"
     assert info.external["table"] == {"format": "iceberg", "version": snapshot}
     assert ids_of(store) == list(range(50, 200))
-    older = plan_adoption(store, "faces", "v0", "iceberg:gallery.faces", model="ext-v0",
-                          as_of=str(first), catalog_uri=f"sqlite:///{tmp_path}/catalog.db")
+    older = plan_adoption(
+        store,
+        "faces",
+        "v0",
+        "iceberg:gallery.faces",
+        model="ext-v0",
+        as_of=str(first),
+        catalog_uri=f"sqlite:///{tmp_path}/catalog.db",
+    )
     assert older.source == f"iceberg:gallery.faces@{first}" and len(older.files) == 1
 
 
@@ -319,18 +410,40 @@ def test_an_unknown_catalog_name_is_refused_in_one_line(tmp_path, capsys):
     iceberg_table(tmp_path, "raycompat")
     catalog = f"sqlite:///{tmp_path}/catalog.db"
     store = GalleryStore(str(tmp_path / "store"))
-    with pytest.raises(StoreError, match=rf"catalog {catalog} \(catalog name 'raycompat'\) has no "
-                       r"table gallery\.nope; its tables: gallery\.faces$"):
-        plan_adoption(store, "faces", "v1", "iceberg:gallery.nope", model="m",
-                      catalog_uri=catalog)
-    with pytest.raises(StoreError, match=r"has no namespace 'people' \(for table people\.faces"
-                       r"\); its namespaces: gallery$"):
-        plan_adoption(store, "faces", "v1", "iceberg:people.faces", model="m",
-                      catalog_uri=catalog)
-    argv = ["--store", str(tmp_path / "store"), "--gallery", "faces", "--version", "v1",
-            "--model", "m"]
-    assert main(["adopt", "iceberg:gallery.faces", "--catalog-uri",
-                 f"sqlite:///{tmp_path}/none.db", *argv]) == 1  # never creates an empty one
+    with pytest.raises(
+        StoreError,
+        match=rf"catalog {catalog} \(catalog name 'raycompat'\) has no "
+        r"table gallery\.nope; its tables: gallery\.faces$",
+    ):
+        plan_adoption(store, "faces", "v1", "iceberg:gallery.nope", model="m", catalog_uri=catalog)
+    with pytest.raises(
+        StoreError,
+        match=r"has no namespace 'people' \(for table people\.faces"
+        r"\); its namespaces: gallery$",
+    ):
+        plan_adoption(store, "faces", "v1", "iceberg:people.faces", model="m", catalog_uri=catalog)
+    argv = [
+        "--store",
+        str(tmp_path / "store"),
+        "--gallery",
+        "faces",
+        "--version",
+        "v1",
+        "--model",
+        "m",
+    ]
+    assert (
+        main(
+            [
+                "adopt",
+                "iceberg:gallery.faces",
+                "--catalog-uri",
+                f"sqlite:///{tmp_path}/none.db",
+                *argv,
+            ]
+        )
+        == 1
+    )  # never creates an empty one
     assert not (tmp_path / "none.db").exists()
     assert "no such SQLite file" in capsys.readouterr().err
     for usage in (["iceberg:gallery.faces"], [str(tmp_path), "--catalog-uri", catalog]):

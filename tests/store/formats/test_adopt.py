@@ -56,8 +56,9 @@ def ray_data(ray_local):
 def adopt(store, uri, version="v1", **kwargs):
     from raycompat.cluster.pipelines.adopt import adopt_version
 
-    return adopt_version(store, "faces", version, str(uri), model=kwargs.pop("model", "ext"),
-                         **kwargs)
+    return adopt_version(
+        store, "faces", version, str(uri), model=kwargs.pop("model", "ext"), **kwargs
+    )
 
 
 def rows(n: int, width: int = 4, seed: int = 0, unit: bool = False) -> np.ndarray:
@@ -65,8 +66,17 @@ def rows(n: int, width: int = 4, seed: int = 0, unit: bool = False) -> np.ndarra
     return x / np.linalg.norm(x, axis=1, keepdims=True) if unit else x
 
 
-def write(path, ids, x, *, id_column="id", embedding_column="embedding", variable=False,
-          dtype=None, **extra) -> pa.Table:
+def write(
+    path,
+    ids,
+    x,
+    *,
+    id_column="id",
+    embedding_column="embedding",
+    variable=False,
+    dtype=None,
+    **extra,
+) -> pa.Table:
     """A Parquet file of ``ids`` and vectors ``x``: fixed-size or variable lists of ``dtype``
     (default float32)."""
     dtype = dtype or pa.float32()
@@ -124,8 +134,9 @@ def test_a_folder_of_files_is_read_back_equal_everywhere_versions_are_read(tmp_p
     _, found = load_version_index(store, "faces", "v1").search(x[:5], k=1)
     assert found[:, 0].tolist() == ids[:5].tolist()
     # in place: nothing copied, the table untouched; the model registered and granted
-    assert not [f for f in snapshot(tmp_path / "store") if f.endswith(".parquet")
-                and "_index" not in f]
+    assert not [
+        f for f in snapshot(tmp_path / "store") if f.endswith(".parquet") and "_index" not in f
+    ]
     assert snapshot(table) == before
     catalog = Catalog(store)
     assert catalog.model("ext-4d").embed_dim == 4
@@ -140,8 +151,15 @@ def test_float16_variable_lists_under_other_column_names(tmp_path, ray_data):
     x = rows(40, width=6, unit=True).astype(np.float16)
     for k in range(2):
         ids = [f"img-{k}-{i:02d}" for i in range(20)]  # sorted, disjoint: no groupby needed
-        write(f"{tmp_path}/t/{k}.parquet", ids, x[20 * k : 20 * k + 20], id_column="image_id",
-              embedding_column="vec", variable=True, dtype=pa.float16())
+        write(
+            f"{tmp_path}/t/{k}.parquet",
+            ids,
+            x[20 * k : 20 * k + 20],
+            id_column="image_id",
+            embedding_column="vec",
+            variable=True,
+            dtype=pa.float16(),
+        )
     store = GalleryStore(str(tmp_path / "store"))
 
     info = adopt(store, tmp_path / "t", id_column="image_id", embedding_column="vec")
@@ -301,8 +319,13 @@ def test_cli_adopts_a_table_and_fails_with_one_line(tmp_path, ray_data, capsys):
     env = {**os.environ, "RAY_ADDRESS": ray_data.get_runtime_context().gcs_address}
 
     def cli(*argv):  # a fresh process, as a user runs it, on the session's Ray cluster
-        done = subprocess.run([sys.executable, "-m", "raycompat.cli.app", *argv], env=env,
-                              capture_output=True, text=True, timeout=240)
+        done = subprocess.run(
+            [sys.executable, "-m", "raycompat.cli.app", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         return done.returncode, done.stdout, done.stderr.strip().splitlines()
 
     base = ["--store", root, "--gallery", "faces", "--model", "ext"]
@@ -311,8 +334,10 @@ def test_cli_adopts_a_table_and_fails_with_one_line(tmp_path, ray_data, capsys):
     assert "as gallery faces version v1: 10 rows in 2 file(s), 4-d float32" in out
     code, _, err = cli("adopt", str(tmp_path / "t"), *base[:-1], "other", "--version", "v1")
     assert code == 1 and len(err) == 1  # before Ray
-    assert err[0].startswith("raycompat: error: gallery 'faces' already has version 'v1', which "
-                             "is not this adoption (model 'ext', now 'other')")
+    assert err[0].startswith(
+        "raycompat: error: gallery 'faces' already has version 'v1', which "
+        "is not this adoption (model 'ext', now 'other')"
+    )
 
     capsys.readouterr()  # the same main() in this process, on the session's Ray
     assert main(["adopt", str(tmp_path / "t"), *base, "--version", "v1"]) == 0  # a rerun: no-op
@@ -324,8 +349,25 @@ def test_cli_adopts_a_table_and_fails_with_one_line(tmp_path, ray_data, capsys):
     with pytest.raises(SystemExit) as usage:
         main(["adopt", str(tmp_path / "t"), "--store", root, "--gallery", "faces"])
     assert usage.value.code == 2 and "required" in capsys.readouterr().err
-    assert main(["search", "--store", root, "--gallery", "faces", "--model", "ext",
-                 "--vectors", str(tmp_path / "q.npy"), "-k", "1", "--json"]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "--store",
+                root,
+                "--gallery",
+                "faces",
+                "--model",
+                "ext",
+                "--vectors",
+                str(tmp_path / "q.npy"),
+                "-k",
+                "1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     results = json.loads(capsys.readouterr().out)["results"]
     assert [r["ids"] for r in results] == [["r10"], ["r11"]]  # searched with the adopted rows
     assert [v.version for v in GalleryStore(root).versions("faces")] == ["v1"]
@@ -361,8 +403,14 @@ def test_the_upgrade_job_reads_the_test_rows_of_an_adopted_gallery(tmp_path, ray
     x = rows(30, width=5)
     for k in range(2):
         ids = np.arange(15 * k, 15 * k + 15, dtype=np.int64)
-        write(f"{tmp_path}/t/{k}.parquet", ids, x[15 * k : 15 * k + 15], id_column="row",
-              embedding_column="vec", variable=True)
+        write(
+            f"{tmp_path}/t/{k}.parquet",
+            ids,
+            x[15 * k : 15 * k + 15],
+            id_column="row",
+            embedding_column="vec",
+            variable=True,
+        )
     store = GalleryStore(str(tmp_path / "store"))
     adopt(store, tmp_path / "t", id_column="row", embedding_column="vec")
     wanted = np.array([29, 3, 17])

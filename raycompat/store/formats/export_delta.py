@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from raycompat.io.filesystems import open_backend
-from raycompat.store.adopt_delta import delta_storage_options
 from raycompat.store.errors import StoreError
-from raycompat.store.export import ExportOptionError, check_outside_store
-from raycompat.store.table_formats import require
+from raycompat.store.formats.adopt_delta import delta_storage_options
+from raycompat.store.formats.export import ExportOptionError, check_outside_store
+from raycompat.store.formats.snapshot import require
 
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore

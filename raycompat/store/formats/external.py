@@ -4,7 +4,7 @@ A version published by ``adopt`` (``adopt.py``, ``raycompat adopt``) owns no fil
 gallery. Its record's ``files`` are relative to ``external.root`` (a local folder or an S3
 prefix), and each file is pinned by its byte size and its S3 ETag or local mtime; a Delta or
 Iceberg snapshot also records ``"table": {"format": "delta", "version": 3}`` (its files are
-exactly the snapshot's, ``table_formats.py``)::
+exactly the snapshot's, ``snapshot.py``)::
 
     "external": {"root": "s3://bucket/tables/faces", "id_column": "image_id",
                  "embedding_column": "vec",

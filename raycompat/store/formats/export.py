@@ -43,7 +43,7 @@ class ExportOptionError(UsageError, StoreError):
 
 @dataclass(frozen=True)
 class ExportFormat:
-    """A table format, written by ``raycompat.store.export_<key>``, whose ``write(reader,
+    """A table format, written by ``raycompat.store.formats.export_<key>``, whose ``write(reader,
     target, properties, storage_options, store, **options)`` returns the number of data files
     written (``properties()`` gives the table properties once the reader is drained);
     ``options`` are those it takes, ``required`` those it needs."""
@@ -54,7 +54,9 @@ class ExportFormat:
     required: tuple[str, ...] = ()
 
     def write(self, *args, **options) -> int:
-        return importlib.import_module(f"raycompat.store.export_{self.key}").write(*args, **options)
+        return importlib.import_module(f"raycompat.store.formats.export_{self.key}").write(
+            *args, **options
+        )
 
 
 EXPORTERS: Registry[ExportFormat] = Registry("export format")

@@ -18,7 +18,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from raycompat.store.errors import StoreError
-from raycompat.store.table_formats import (
+from raycompat.store.formats.snapshot import (
     TableSnapshot,
     UnsupportedTableError,
     relative_file,

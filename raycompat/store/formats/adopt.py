@@ -31,16 +31,15 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from raycompat.errors import UsageError
-from raycompat.store.adopt_scan import FileReport
 from raycompat.store.errors import CorruptFileError, PublishConflictError, SchemaError, StoreError
-from raycompat.store.external import ExternalFiles, FilePin, stat_file
+from raycompat.store.formats.external import ExternalFiles, FilePin, stat_file
+from raycompat.store.formats.snapshot import TableSnapshot, parse_as_of, read_snapshot
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo, now_utc, record_path
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.paths import check_name, join
 from raycompat.store.publish import publish_record
-from raycompat.store.table_formats import TableSnapshot, parse_as_of, read_snapshot
 
 CATALOG_PREFIX = "iceberg:"  # iceberg:<namespace>.<table>: a table of an SQL catalog
 
@@ -54,7 +53,7 @@ class AdoptOptionError(UsageError, StoreError):
 class AdoptionPlan:
     """What to adopt: ``files`` (relative to ``root``, a filesystem path; ``uri`` names it).
     For a Delta or Iceberg snapshot, ``table`` is ``{"format", "version"}`` and ``sizes`` the
-    files' bytes as the table's log records them (``table_formats.py``); ``name`` is the
+    files' bytes as the table's log records them (``snapshot.py``); ``name`` is the
     ``iceberg:<namespace>.<table>`` a table was named by in its catalog."""
 
     gallery: str
@@ -82,6 +81,25 @@ class AdoptionPlan:
         return f"{self.name or self.table['format'] + ':' + self.uri}@{self.table['version']}"
 
 
+@dataclass
+class FileReport:
+    """One file, as its scan found it (constant size, whatever the rows)."""
+
+    path: str
+    bytes: int
+    rows: int
+    etag: str | None
+    mtime_ns: int | None
+    ids: IdFingerprint
+    min_id: int | str | None
+    max_id: int | str | None
+    width: int | None  # None: an empty file of variable-length lists
+    dtype: str
+    columns: list[str]  # "name: type" of every column but the embedding
+    not_unit_row: int | None  # first row whose norm is not 1, None if all are
+    ascending: bool  # ids strictly increasing through the file (so unique within it)
+
+
 def plan_adoption(
     store: GalleryStore,
     gallery: str,
@@ -99,7 +117,7 @@ def plan_adoption(
     file, or ``iceberg:<namespace>.<table>`` in the SQL catalog at ``catalog_uri``, with its
     ``warehouse``): a Delta or Iceberg snapshot's data files (the current one, or ``as_of``: a
     version or snapshot number, or an ISO timestamp), or a plain folder's ``*.parquet`` files;
-    other table formats are refused (``table_formats.py``). Then check the version and the
+    other table formats are refused (``snapshot.py``). Then check the version and the
     model's grant; fails before any data file is read (AdoptOptionError: catalog options that
     do not fit ``uri``).
 
@@ -160,7 +178,7 @@ def _catalog_table(
 ) -> tuple[str, TableSnapshot]:
     """The snapshot of the Iceberg table ``uri`` (``iceberg:<namespace>.<table>``) of the SQL
     catalog at ``catalog_uri``, pinned under the table's location."""
-    from raycompat.store import adopt_iceberg
+    from raycompat.store.formats import adopt_iceberg
 
     name = uri[len(CATALOG_PREFIX) :]
     if not catalog_uri:

@@ -14,8 +14,8 @@ import pytest
 
 from raycompat.store import GalleryStore, StoreError, VersionInfo, embedding_table
 from raycompat.store.errors import ManifestError
-from raycompat.store.export import ExportOptionError, export_version
-from raycompat.store.export_iceberg import CATALOG_NAME
+from raycompat.store.formats.adopt_iceberg import CATALOG_NAME
+from raycompat.store.formats.export import ExportOptionError, export_version
 
 deltalake = pytest.importorskip("deltalake")
 WIDTH = 4
@@ -142,8 +142,11 @@ def test_a_version_exported_to_iceberg_reads_back_through_the_catalog(tmp_path, 
     assert json.loads(table.properties["raycompat.source.ids"]) == store.version("faces", "v1").ids
     assert len(table.snapshots()) == 1 and summary.files >= 1
     assert ("(Iceberg has no float16 type)" in summary.line()) == (dtype == "float16")
-    with pytest.raises(StoreError, match=r"already has the table gallery.faces_v1; export to a "
-                       r"new table name"):
+    with pytest.raises(
+        StoreError,
+        match=r"already has the table gallery.faces_v1; export to a "
+        r"new table name",
+    ):
         export_version(store, "faces", "v1", "iceberg", "gallery.faces_v1", **options)
 
 
@@ -173,8 +176,10 @@ def test_the_cli_prints_one_line_or_json_and_exits_2_on_usage_errors(tmp_path, c
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("exported faces v1: 12 rows in 1 file(s) as the")
     assert out[0].endswith("float16 embeddings widened to float32 (Delta has no float16 type)")
-    assert main([*base, "--format", "delta", str(tmp_path / "t"), "--mode", "overwrite",
-                 "--json"]) == 0
+    assert (
+        main([*base, "--format", "delta", str(tmp_path / "t"), "--mode", "overwrite", "--json"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert (out["rows"], out["dtype"], out["exported_dtype"]) == (12, "float16", "float32")
     assert main([*base, "--format", "delta", str(tmp_path / "t")]) == 1
@@ -188,7 +193,7 @@ def test_the_cli_prints_one_line_or_json_and_exits_2_on_usage_errors(tmp_path, c
 
 
 def test_a_delta_export_to_s3_reads_back(s3_bucket):
-    from raycompat.store.adopt_delta import delta_storage_options
+    from raycompat.store.formats.adopt_delta import delta_storage_options
 
     bucket, options = s3_bucket
     store = GalleryStore(f"s3://{bucket}/stores/main", options)
@@ -230,8 +235,11 @@ def test_a_missing_package_names_the_extra(tmp_path, monkeypatch):
     store = GalleryStore(str(tmp_path / "store"))
     publish(store, "v1", 10)
     monkeypatch.setitem(sys.modules, "deltalake", None)  # import deltalake raises ImportError
-    with pytest.raises(StoreError, match=r"^exporting Delta tables needs the deltalake package: "
-                       r"pip install 'raycompat\[delta\]'$"):
+    with pytest.raises(
+        StoreError,
+        match=r"^exporting Delta tables needs the deltalake package: "
+        r"pip install 'raycompat\[delta\]'$",
+    ):
         export_version(store, "faces", "v1", "delta", str(tmp_path / "t"))
 
 

@@ -87,8 +87,8 @@ def _reader(module: str) -> Reader:
 
 EXPORT = "export it to Parquet or Delta first and adopt that"
 FORMATS: dict[str, TableFormat] = {
-    "delta": TableFormat(_has_dir("_delta_log"), _reader("raycompat.store.adopt_delta")),
-    "iceberg": TableFormat(_iceberg, _reader("raycompat.store.adopt_iceberg")),
+    "delta": TableFormat(_has_dir("_delta_log"), _reader("raycompat.store.formats.adopt_delta")),
+    "iceberg": TableFormat(_iceberg, _reader("raycompat.store.formats.adopt_iceberg")),
     "hudi": TableFormat(_has_dir(".hoodie"), advice=EXPORT),
     "lance": TableFormat(_lance, advice=EXPORT),
 }
