@@ -3,8 +3,8 @@
 Everything is the Ray-free core run in process: models come from ``raycompat.nn.models``,
 losses from the ``raycompat.methods`` registry, steps from ``raycompat.engine.train_epoch``
 (under one :class:`~raycompat.engine.StepGuard` per model), FastFill's ``h`` from
-``raycompat.backfill.fit_uncertain_transformation`` and FCT's model and loss from
-``raycompat.fct.transformation``.
+``raycompat.backfill.fit_uncertain_transformation``, FCT's model from
+``raycompat.transformations`` and its loss from ``raycompat.fct.losses``.
 
 A sequence follows the CoReS protocol (as the demo does): model ``t`` trains on the union of the
 classes of steps ``0..t``, initialised by its method's policy (``random``: seed ``s + 1 + t``;
@@ -31,17 +31,13 @@ from torch import nn
 from raycompat.backfill import UncertainTransformation, fit_uncertain_transformation
 from raycompat.backfill.fit import FitRecipe, training_rows
 from raycompat.engine import StepGuard, extract_features, tensor_batches, train_epoch
-from raycompat.fct.transformation import (
-    FCTTransformation,
-    fct_transformation,
-    freeze_batchnorm_statistics,
-    transformation_loss,
-)
+from raycompat.fct.losses import freeze_batchnorm_statistics, transformation_loss
 from raycompat.methods import METHODS, Batch, OldModel, create_method
 from raycompat.methods.base import CompatibilityMethod, CrossEntropyMethod
 from raycompat.nn.models import CompatModel, create_model
 from raycompat.nn.side_info import create_side_info, nt_xent_loss, simclr_views
 from raycompat.train.schedule import warmup_cosine
+from raycompat.transformations import FCTTransformation, fct_transformation
 
 log = logging.getLogger("benchmarks.fidelity")
 

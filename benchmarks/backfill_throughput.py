@@ -42,12 +42,11 @@ from raycompat.cluster.pipelines import (  # noqa: E402
     SourceSpec,
     extract_version,
     partial_backfill_version,
-    save_transformation,
 )
 from raycompat.config.train import ModelSpec  # noqa: E402
-from raycompat.fct.transformation import fct_transformation  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo  # noqa: E402
 from raycompat.train.export import build_model, export_model  # noqa: E402
+from raycompat.transformations import fct_transformation, save_transformation  # noqa: E402
 
 D_OLD, D_NEW, WIDTH = 32, 64, 128
 

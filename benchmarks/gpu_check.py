@@ -4,7 +4,7 @@
         --out benchmarks/results/gpu_check_<device>.json
 
 Needs only torch, torchvision and timm (no Ray, faiss or pyarrow), so it runs on a bare GPU
-image; of raycompat it imports only the leaf module ``raycompat.fct.transformation`` (plain torch).
+image; of raycompat it imports only the leaf module ``raycompat.transformations.fct`` (plain torch).
 Measurements, all on synthetic tensors already on the device (no data loading, no
 host-to-device copies):
 - ``resnet50_train``: torchvision ResNet-50 (random init), channels_last, SGD step on
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.fct.transformation import fct_transformation  # noqa: E402
+from raycompat.transformations.fct import fct_transformation  # noqa: E402
 
 NUM_CLASSES = 1000  # ImageNet heads of both reference models
 

@@ -549,9 +549,13 @@ def transform_compute(h, g, ctx: Context) -> dict:
 
 
 def transform(ctx: Context, out: dict) -> None:
-    from raycompat.cluster.pipelines import RunOptions, save_transformation, transform_version
-    from raycompat.fct.transformation import fct_transformation, side_info_transformation
+    from raycompat.cluster.pipelines import RunOptions, transform_version
     from raycompat.store import VersionInfo
+    from raycompat.transformations import (
+        fct_transformation,
+        save_transformation,
+        side_info_transformation,
+    )
 
     s = ctx.sizes
     torch.manual_seed(0)

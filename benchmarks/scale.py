@@ -51,9 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 from index_scale import BUILD, CENTRES, SEARCH, K, exact_ids, mixture, publish, run, unit  # noqa: E402
 
-from raycompat.fct.export import load_transformation  # noqa: E402
-from raycompat.fct.models import save_transformation  # noqa: E402
-from raycompat.fct.transformation import fct_transformation  # noqa: E402
+from raycompat.transformations import (  # noqa: E402
+    fct_transformation,
+    load_transformation,
+    save_transformation,
+)
 
 STAGES = ("transform", "index", "search")
 RSS_RATIO_TARGET, RECALL_TARGET = 1.2, 0.95

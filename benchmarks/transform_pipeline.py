@@ -50,10 +50,13 @@ from _transform_cpu import TreeCPU  # noqa: E402
 from transform_throughput import make_source  # noqa: E402
 
 from raycompat.cluster.pipelines import RunOptions, transform_version  # noqa: E402
-from raycompat.fct.export import load_transformation  # noqa: E402
-from raycompat.fct.models import save_transformation  # noqa: E402
-from raycompat.fct.transformation import fct_transformation, side_info_transformation  # noqa: E402
 from raycompat.store import VersionInfo  # noqa: E402
+from raycompat.transformations import (  # noqa: E402
+    fct_transformation,
+    load_transformation,
+    save_transformation,
+    side_info_transformation,
+)
 
 # One raw process: its files, batch by batch, through ParquetWriter's defaults.
 RAW_PROCESS = """

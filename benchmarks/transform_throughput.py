@@ -42,10 +42,13 @@ from _machine import emit, machine_info  # noqa: E402
 from _transform_cpu import overheads, pairs  # noqa: E402
 
 from raycompat.cluster.pipelines import RunOptions, apply_transformation, transform_version  # noqa: E402
-from raycompat.fct.export import load_transformation  # noqa: E402
-from raycompat.fct.models import save_transformation  # noqa: E402
-from raycompat.fct.transformation import fct_transformation, side_info_transformation  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo, embedding_table  # noqa: E402
+from raycompat.transformations import (  # noqa: E402
+    fct_transformation,
+    load_transformation,
+    save_transformation,
+    side_info_transformation,
+)
 
 D = 128
 

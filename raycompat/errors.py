@@ -9,8 +9,8 @@ Every error class defined under ``raycompat/`` is a :class:`UsageError` or a :cl
       UsageError   exit 2: the user's input is wrong (ConfigError, UnknownNameError, QueryError,
                    MissingStoreError, GcArgumentError, AdoptOptionError, ExportOptionError)
       DataError    exit 1: stored or input data is bad, or a run failed on it (StoreError and
-                   its family, CorruptDataError, WeightsMismatchError, NonFiniteError,
-                   ZeroNormError, PipelineError)
+                   its family, CorruptDataError, WeightsMismatchError, UnknownKindError,
+                   NonFiniteError, ZeroNormError, PipelineError)
 
 A store error the user fixes (``MissingStoreError``: a mistyped ``--store``) is both a
 ``StoreError``, as callers catch it, and a ``UsageError``; the usage category wins. The

@@ -1,9 +1,10 @@
 """Fit FastFill's transformation: FCT's ``h`` plus a per-row uncertainty (Jaeckle et al., ICLR
 2023).
 
-The model is :class:`~raycompat.fct.transformation.FCTTransformation` built with
-``uncertainty=True`` (one extra Linear on the mixer's hidden features), trained with
-:func:`~raycompat.fct.transformation.uncertain_transformation_loss` by a plain, seeded PyTorch loop
+The model is the ``"fct"`` transformation kind
+(:class:`~raycompat.transformations.fct.FCTTransformation`) built with ``uncertainty=True`` (one
+extra Linear on the mixer's hidden features), trained with
+:func:`~raycompat.fct.losses.uncertain_transformation_loss` by a plain, seeded PyTorch loop
 under :class:`~raycompat.engine.StepGuard`, with FCT appendix D's recipe and defaults: Adam,
 linear warm-up then cosine (evaluated per step), BatchNorm running statistics frozen from half
 the epochs on, full mini-batches only. No Ray: this is the in-process counterpart of
@@ -26,22 +27,21 @@ from torch import nn
 
 from raycompat.config import ConfigError
 from raycompat.engine import StepGuard, mean_values, sync_every
-from raycompat.fct.transformation import (
+from raycompat.fct.losses import (
     UNCERTAINTY_ERRORS,
-    FCTTransformation,
-    fct_transformation,
     freeze_batchnorm_statistics,
     uncertain_transformation_loss,
 )
 from raycompat.index.distances import as_features
 from raycompat.train.schedule import warmup_cosine
+from raycompat.transformations import Transformation, create_transformation
 
 
 @dataclass
 class UncertainTransformation:
     """A fitted ``h`` with its uncertainty head; ``history`` holds each epoch's mean loss terms."""
 
-    model: FCTTransformation
+    model: Transformation
     history: list[dict[str, float]] = field(default_factory=list)
 
     @torch.no_grad()
@@ -178,15 +178,16 @@ def training_rows(old, new, side=None, labels=None, classifier=None) -> Training
 
 def _seeded_transformation(
     rows: TrainingRows, recipe: FitRecipe, seed: int, normalize_output: bool, device
-) -> FCTTransformation:
+) -> Transformation:
     """h with its uncertainty head, initialised from ``seed`` without touching the caller's
     global RNG state."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = fct_transformation(
-            rows.old.shape[1],
-            0 if rows.side is None else rows.side.shape[1],
-            rows.new.shape[1],
+        model = create_transformation(
+            "fct",
+            d_old=rows.old.shape[1],
+            d_side=0 if rows.side is None else rows.side.shape[1],
+            d_new=rows.new.shape[1],
             width=recipe.width,
             normalize_output=normalize_output,
             uncertainty=True,
@@ -195,7 +196,7 @@ def _seeded_transformation(
 
 
 def _train_epoch(
-    model: FCTTransformation,
+    model: Transformation,
     optimizer: torch.optim.Optimizer,
     guard: StepGuard,
     rows: TrainingRows,

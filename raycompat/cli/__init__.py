@@ -1,7 +1,8 @@
 """The ``raycompat`` command and the jobs' shared preamble (entry points, no Ray at import).
 
-``raycompat.cli:main`` is the console script; the commands live in :mod:`raycompat.cli.app`,
-which is imported only when the command runs.
+``raycompat.cli:main`` is the console script; :mod:`raycompat.cli.app` (imported only when the
+command runs) builds its parser from the commands registered in :mod:`raycompat.cli.commands`,
+one module per command group.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ class TransformationSpec:
     width: int = bounded(2048, ge=1)
     normalize_output: bool = False  # set when the new embeddings are L2-normalised
     # FastFill's per-row uncertainty head, trained with the uncertainty-weighted loss
-    # (raycompat.fct.transformation.uncertain_transformation_loss); for partial backfills
+    # (raycompat.fct.losses.uncertain_transformation_loss); for partial backfills
     uncertainty: bool = False
 
 
@@ -147,7 +147,7 @@ class PartialBackfillSpec:
         target: the report gives the budget that reaches ``target`` x the new/new accuracy.
         uncertainty_weight: the weight ``w`` of the discriminative term of FastFill's
             uncertainty loss (the new model's classifier on ``h(phi_old)``;
-            :func:`raycompat.fct.transformation.uncertain_transformation_loss`); 0: the
+            :func:`raycompat.fct.losses.uncertain_transformation_loss`); 0: the
             heteroscedastic MSE alone.
     """
 

@@ -1,7 +1,8 @@
-"""The FCT pieces as files: side-information model, transformations ``h``/``g``, and triples.
+"""FCT's side-information model ``psi`` as files (FCT sec. 3.4).
 
-Like :mod:`raycompat.train.export`, every trained piece is ``<name>.safetensors`` (plain tensors,
-no pickle) plus ``<name>.json`` (what to build), so the upgrade job loads it without Ray and
+Like :mod:`raycompat.train.export` and the transformations ``h``/``g``
+(:mod:`raycompat.transformations.files`), ``psi`` is ``side_info.safetensors`` (plain tensors,
+no pickle) plus ``side_info.json`` (what to build), so the upgrade job loads it without Ray and
 without knowing how it was trained. Nothing here imports Ray.
 """
 
@@ -16,7 +17,6 @@ from torch import nn
 
 from raycompat.config import _build
 from raycompat.config.fct import SideInfoSpec
-from raycompat.fct.transformation import FCTTransformation
 from raycompat.io.weights import load_state_dict, load_state_dict_into
 from raycompat.nn.side_info import create_side_info
 
@@ -59,39 +59,3 @@ def load_side_info(directory: str | Path) -> nn.Module:
     )
     model = create_side_info(info["name"], **dataclasses.asdict(spec))
     return _load_into(model, directory, SIDE_INFO)
-
-
-TRANSFORMATION_KEYS = ("d_old", "d_side", "d_new", "width", "normalize_output")
-# Keys later exports add, with the value an export written before them means.
-OPTIONAL_TRANSFORMATION_KEYS = {"uncertainty": False}  # FastFill's uncertainty head
-
-
-def export_transformation(directory, name: str, state_dict: dict, dims: dict, **info) -> None:
-    """Write ``h`` or ``g``: its state and ``dims`` (``d_old, d_side, d_new, width,
-    normalize_output`` and optionally ``uncertainty``), the arguments
-    :class:`FCTTransformation` is rebuilt from."""
-    missing = [k for k in TRANSFORMATION_KEYS if k not in dims]
-    if missing:
-        raise ValueError(f"export_transformation({name!r}): dims lack {', '.join(missing)}")
-    spec = {k: dims[k] for k in TRANSFORMATION_KEYS}
-    spec.update({k: bool(dims.get(k, v)) for k, v in OPTIONAL_TRANSFORMATION_KEYS.items()})
-    _save(directory, name, state_dict, {**spec, **info})
-
-
-def read_transformation_spec(directory: str | Path, name: str = "h") -> dict:
-    """The builder arguments of ``h`` or ``g`` without loading weights (cheap up-front checks);
-    an export without ``uncertainty`` (written before FastFill) reads as ``uncertainty=False``."""
-    info = _read_info(directory, name)
-    missing = [k for k in TRANSFORMATION_KEYS if not isinstance(info, dict) or k not in info]
-    if missing:
-        raise ValueError(f"{Path(directory) / f'{name}.json'}: lacks {missing}")
-    spec = {k: info[k] for k in TRANSFORMATION_KEYS}
-    spec.update({k: info.get(k, v) for k, v in OPTIONAL_TRANSFORMATION_KEYS.items()})
-    return spec
-
-
-def load_transformation(directory: str | Path, name: str = "h") -> FCTTransformation:
-    """``h`` (or ``g`` with ``name="g"``) from a directory written by the transformation run;
-    with its uncertainty head when it was trained with one."""
-    model = FCTTransformation(**read_transformation_spec(directory, name))
-    return _load_into(model, directory, name)

@@ -10,12 +10,9 @@ import torch
 from torch import nn
 
 from raycompat.config.fct import TransformationTrainConfig
-from raycompat.fct.transformation import (
-    fct_transformation,
-    side_info_transformation,
-    uncertain_transformation_loss,
-)
+from raycompat.fct.losses import uncertain_transformation_loss
 from raycompat.train.export import load_exported_model
+from raycompat.transformations import fct_transformation, side_info_transformation
 
 
 class TransformationPair(nn.Module):

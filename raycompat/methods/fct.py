@@ -1,6 +1,6 @@
 """Forward Compatible Training (FCT, CVPR 2022): the new model is trained independently
 (plain cross-entropy, its accuracy untouched) and compatibility comes afterwards from the
-transformation ``h(phi_old, psi) -> phi_new`` (:mod:`raycompat.fct.transformation`) applied to the
+transformation ``h(phi_old, psi) -> phi_new`` (:mod:`raycompat.transformations.fct`) applied to the
 stored gallery, with side-information from :mod:`raycompat.nn.side_info`.
 """
 

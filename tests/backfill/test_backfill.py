@@ -23,13 +23,9 @@ from raycompat.backfill import (
 )
 from raycompat.config import ConfigError
 from raycompat.evaluation import EvalSet, score
-from raycompat.fct.transformation import (
-    FCTTransformation,
-    fct_transformation,
-    transformation_loss,
-    uncertain_transformation_loss,
-)
+from raycompat.fct.losses import transformation_loss, uncertain_transformation_loss
 from raycompat.metrics.retrieval import cmc, mean_average_precision
+from raycompat.transformations import FCTTransformation, fct_transformation
 
 
 @pytest.fixture(autouse=True)

@@ -58,12 +58,11 @@ def test_search_finds_each_query_image_itself_first(served, capsys):
     code, out = run(
         capsys,
         "search",
+        "digits",
         str(paths[3]),
         str(paths[17]),
         "--store",
         store.uri(),
-        "--gallery",
-        "digits",
         "--model",
         "m1",
         "-k",
@@ -89,11 +88,10 @@ def test_errors_name_what_is_missing(served, capsys, tmp_path):
     code, err = run(
         capsys,
         "search",
+        "digits",
         str(paths[0]),
         "--store",
         store.uri(),
-        "--gallery",
-        "digits",
         "--model",
         "m9",
     )
@@ -102,11 +100,10 @@ def test_errors_name_what_is_missing(served, capsys, tmp_path):
     code, err = run(
         capsys,
         "search",
+        "digits",
         str(tmp_path / "nope.png"),
         "--store",
         store.uri(),
-        "--gallery",
-        "digits",
         "--model",
         "m1",
     )
@@ -127,11 +124,10 @@ def test_search_copies_model_files_out_of_the_store_when_uri_is_remote(served, c
     code, out = run(
         capsys,
         "search",
+        "digits",
         str(paths[5]),
         "--store",
         store.uri(),
-        "--gallery",
-        "digits",
         "--model",
         "m2",
         "-k",
@@ -145,7 +141,7 @@ def test_search_never_searches_nor_rebuilds_a_corrupt_index(served, capsys):
     """A corrupt index is not searched; search (a reader) answers exactly instead and leaves
     the index to ``raycompat index build``."""
     store, paths = served
-    argv = ["search", str(paths[3]), "--store", store.uri(), "--gallery", "digits", "--model", "m1"]
+    argv = ["search", "digits", str(paths[3]), "--store", store.uri(), "--model", "m1"]
     assert main(["index", "build", "digits", "--version", "v1", "--store", store.uri()]) == 0
     capsys.readouterr()
     code, first = run(capsys, *argv, "-k", "2")
@@ -168,7 +164,15 @@ def test_listings_are_aligned_tables_by_default(served, capsys):
     assert lines[0] == "gallery digits"
     header, rule, row = lines[1:4]
     assert header.split() == [
-        "version", "model", "rows", "width", "dtype", "lineage", "query", "models", "created"
+        "version",
+        "model",
+        "rows",
+        "width",
+        "dtype",
+        "lineage",
+        "query",
+        "models",
+        "created",
     ]
     assert set(rule.replace(" ", "")) == {"-"}
     assert row.split()[:5] == ["v1", "m1", "40", "4", "float32"] and " m1 " in row
@@ -176,24 +180,26 @@ def test_listings_are_aligned_tables_by_default(served, capsys):
     assert main(["models", "--store", store.uri()]) == 0
     header, _, row = capsys.readouterr().out.splitlines()[:3]
     assert header.split()[:3] == ["model", "dim", "method"] and row.split()[:3] == [
-        "m1", "4", "independent"
+        "m1",
+        "4",
+        "independent",
     ]
 
 
 def test_search_takes_stored_ids_or_vectors_and_prints_labels(served, capsys, tmp_path):
     store, paths = served
-    base = ["--store", store.uri(), "--gallery", "digits", "--model", "m1", "-k", "2"]
-    code, out = run(capsys, "search", "--ids", "img5", "img9", *base)
+    base = ["--store", store.uri(), "--model", "m1", "-k", "2"]
+    code, out = run(capsys, "search", "digits", "--ids", "img5", "img9", *base)
     assert code == 0 and [r["ids"][0] for r in out["results"]] == ["img5", "img9"]
     assert [r["query"] for r in out["results"]] == ["img5", "img9"]
     stored = store.read("digits", "v1")
     x = np.stack(stored.column("embedding").to_numpy(zero_copy_only=False))
     order = stored.column("id").to_pylist()
     np.save(tmp_path / "q.npy", x[[order.index("img11")]])
-    code, out = run(capsys, "search", "--vectors", str(tmp_path / "q.npy"), *base)
+    code, out = run(capsys, "search", "digits", "--vectors", str(tmp_path / "q.npy"), *base)
     assert code == 0 and out["results"][0]["ids"][0] == "img11"
     assert out["results"][0]["labels"] == [None, None]  # this gallery stores no labels
-    assert main(["search", "--ids", "img5", *base]) == 0  # the table a person reads
+    assert main(["search", "digits", "--ids", "img5", *base]) == 0  # the table a person reads
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("gallery digits version v1 (extracted for model m1)")
     assert printed[1].split() == ["query", "rank", "id", "score", "label"]
@@ -202,13 +208,13 @@ def test_search_takes_stored_ids_or_vectors_and_prints_labels(served, capsys, tm
 
 def test_search_query_errors_are_one_line(served, capsys, tmp_path):
     store, paths = served
-    base = ["--store", store.uri(), "--gallery", "digits", "--model", "m1"]
-    code, err = run(capsys, "search", "--ids", "img999", *base)
+    base = ["--store", store.uri(), "--model", "m1"]
+    code, err = run(capsys, "search", "digits", "--ids", "img999", *base)
     assert code == 1 and "no row with id(s) ['img999']" in err
     np.save(tmp_path / "wide.npy", np.ones((2, 7), np.float32))
-    code, err = run(capsys, "search", "--vectors", str(tmp_path / "wide.npy"), *base)
+    code, err = run(capsys, "search", "digits", "--vectors", str(tmp_path / "wide.npy"), *base)
     assert code == 2 and "wide.npy: expected finite vectors of shape (Q, 4)" in err
-    code, err = run(capsys, "search", str(paths[0]), "--ids", "img1", *base)
+    code, err = run(capsys, "search", "digits", str(paths[0]), "--ids", "img1", *base)
     assert code == 2 and "one of them" in err
 
 
@@ -221,8 +227,11 @@ def two_galleries(tmp_path_factory):
     catalog = Catalog(store)
     for model in ("m1", "m2"):
         catalog.register_model(ModelRecord(model, str(root / model), 4, method="independent"))
-    for gallery, version, model in [("digits", "v1", "m1"), ("digits", "v2", "m2"),
-                                    ("faces", "v1", "m1")]:
+    for gallery, version, model in [
+        ("digits", "v1", "m1"),
+        ("digits", "v2", "m2"),
+        ("faces", "v1", "m1"),
+    ]:
         info = VersionInfo(version, model, 4, False, f"{version} = extract({model})")
         staging = store.begin(gallery, info, staging_name="t")
         staging.write_table(embedding_table([f"{gallery}{i}" for i in range(4)], x), "p.parquet")
@@ -238,10 +247,22 @@ def test_galleries_lists_each_gallery_its_newest_version_and_query_models(two_ga
     code, out = run(capsys, "galleries", "--store", store.uri())
     assert code == 0
     assert out["galleries"] == [
-        {"gallery": "digits", "versions": 2, "newest": "v2", "model_version": "m2", "rows": 4,
-         "query_models": {"m1": "v1", "m2": "v2"}},
-        {"gallery": "faces", "versions": 1, "newest": "v1", "model_version": "m1", "rows": 4,
-         "query_models": {"m1": "v1"}},
+        {
+            "gallery": "digits",
+            "versions": 2,
+            "newest": "v2",
+            "model_version": "m2",
+            "rows": 4,
+            "query_models": {"m1": "v1", "m2": "v2"},
+        },
+        {
+            "gallery": "faces",
+            "versions": 1,
+            "newest": "v1",
+            "model_version": "m1",
+            "rows": 4,
+            "query_models": {"m1": "v1"},
+        },
     ]
     assert main(["galleries", "--store", store.uri()]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -257,18 +278,27 @@ NEAREST_GALLERY = "no gallery '{name}' in {root}: galleries are digits, faces; d
     "argv, message",
     [
         ("versions digts", NEAREST_GALLERY.format(name="digts", root="{root}") + " 'digits'?"),
-        ("search --ids digits1 --gallery digts --model m1", NEAREST_GALLERY.format(
-            name="digts", root="{root}")),
-        ("search --ids digits1 --gallery digits --model m_2", "model 'm_2' is not registered "
-         "in {root}: registered models are m1, m2; did you mean 'm2'?"),
-        ("export /nonexistent/t --gallery faces --version v01 --format delta",
-         "gallery 'faces' has no version 'v01': its versions are v1; did you mean 'v1'?"),
-        ("export /nonexistent/t --gallery face --version v1 --format delta",
-         NEAREST_GALLERY.format(name="face", root="{root}") + " 'faces'?"),
+        (
+            "search digts --ids digits1 --model m1",
+            NEAREST_GALLERY.format(name="digts", root="{root}"),
+        ),
+        (
+            "search digits --ids digits1 --model m_2",
+            "model 'm_2' is not registered "
+            "in {root}: registered models are m1, m2; did you mean 'm2'?",
+        ),
+        (
+            "export faces /nonexistent/t --version v01 --format delta",
+            "gallery 'faces' has no version 'v01': its versions are v1; did you mean 'v1'?",
+        ),
+        (
+            "export face /nonexistent/t --version v1 --format delta",
+            NEAREST_GALLERY.format(name="face", root="{root}") + " 'faces'?",
+        ),
     ],
 )
 def test_unknown_names_list_those_that_exist_and_the_nearest(two_galleries, capsys, argv, message):
-    """Issue 23: `--gallery mnst` read as a missing grant; now every command's lookup says
+    """Issue 23: a gallery `mnst` read as a missing grant; now every command's lookup says
     which names exist, one line, with the exit status these lookups always had (1)."""
     store, _ = two_galleries
     code = main([*argv.split(), "--store", store.uri()])

@@ -1,5 +1,5 @@
 """Every option of every ``raycompat`` subcommand has help text, and every subcommand an example
-that parses (``raycompat/cli/arguments.py``; issue 23, item 4).
+that parses (``raycompat/cli/commands/``; issue 23, item 4).
 
 The walk reads argparse's own tables (``_actions``, the subparsers' ``choices``), so it checks
 every subcommand in the parser, whoever added it, nested ones (``index build``) included.
@@ -13,7 +13,8 @@ import shlex
 import pytest
 
 from raycompat.cli.app import main, parser
-from raycompat.cli.arguments import SUBCOMMANDS, package_version
+from raycompat.cli.arguments import package_version
+from raycompat.cli.commands import REGISTRY
 
 EXAMPLE = "example: raycompat "
 
@@ -66,7 +67,7 @@ def _parse_problem(top: argparse.ArgumentParser, example: str) -> list[str]:
 
 def test_every_option_has_help_and_every_command_a_parsing_example():
     top = parser()
-    assert set(_subcommands(top)) >= set(SUBCOMMANDS)  # the walk sees the whole table
+    assert set(_subcommands(top)) >= set(REGISTRY)  # the walk sees the whole registry
     assert problems(top) == []
 
 
@@ -97,3 +98,41 @@ def test_version_prints_the_installed_version(capsys):
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"raycompat {package_version()}"
     assert package_version()[0].isdigit()  # installed (`pip install -e .`), not "unknown"
+
+
+@pytest.mark.parametrize(
+    "argv, positionals",
+    [
+        ("search g a.png b.png --model m", {"gallery": "g", "images": ["a.png", "b.png"]}),
+        ("search g --model m a.png b.png", {"gallery": "g", "images": ["a.png", "b.png"]}),
+        (
+            "search --gallery g --model m a.png b.png",
+            {"gallery": "g", "images": ["a.png", "b.png"]},
+        ),
+        (
+            "search --gallery=g --ids 1 2 --model m",
+            {"gallery": "g", "images": [], "ids": ["1", "2"]},
+        ),
+        ("adopt g s3://b/t --version v --model m", {"gallery": "g", "uri": "s3://b/t"}),
+        ("adopt s3://b/t --gallery g --version v --model m", {"gallery": "g", "uri": "s3://b/t"}),
+        ("export g /tmp/t --version v --format delta", {"gallery": "g", "target": "/tmp/t"}),
+        (
+            "export --gallery g --version v --format delta /tmp/t",
+            {"gallery": "g", "target": "/tmp/t"},
+        ),
+        ("index build g --version v", {"gallery": "g"}),
+    ],
+)
+def test_the_gallery_is_the_first_positional_and_the_older_flag_still_works(argv, positionals):
+    """One convention (issue 39): GALLERY first, as versions, history, promote and index take it;
+    search, adopt and export still read the older ``--gallery G``; positionals and options mix."""
+    args = vars(parser().parse_args([*argv.split(), "--store", "s"]))
+    assert {key: args[key] for key in positionals} == positionals
+    assert "old_gallery" not in args
+
+
+def test_a_missing_gallery_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["search", "--ids", "1", "--model", "m", "--store", "s"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "the following arguments are required: gallery" in err

@@ -87,7 +87,7 @@ def test_a_corrupt_model_record_is_one_line_naming_the_file(store, capsys):
     assert f"{store.uri('_models', 'm1.json')}: model record key 'embed_dim'" in line
     Path(store.path("_models", "m1.json")).write_text("{half a record")
     code, out, err = cli(
-        capsys, "search", __file__, "--store", store.uri(), "--gallery", "faces", "--model", "m1"
+        capsys, "search", "faces", __file__, "--store", store.uri(), "--model", "m1"
     )
     assert (code, out) == (1, "")
     (line,) = err

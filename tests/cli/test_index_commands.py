@@ -1,5 +1,5 @@
 """``raycompat index build|verify`` and a read-only ``raycompat search`` (issue 23, items 4 and
-6; ``raycompat/cli/index_commands.py``): search never writes to the store, the index is built
+6; ``raycompat/cli/commands/index.py``): search never writes to the store, the index is built
 by ``index build``, and ``index verify`` checks its files and estimates recall@10."""
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def search(capsys, store: GalleryStore, *ids: str) -> tuple[int, str, str]:
-    argv = ["--store", store.uri(), "--gallery", "g", "--model", "m1", "--json"]
-    return cli(capsys, "search", "--ids", *ids, "-k", "3", *argv)
+    argv = ["--store", store.uri(), "--model", "m1", "--json"]
+    return cli(capsys, "search", "g", "--ids", *ids, "-k", "3", *argv)
 
 
 def index(capsys, store: GalleryStore, action: str, *argv: str) -> tuple[int, str, str]:

@@ -37,7 +37,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def searched(capsys, root: str, queries: str) -> tuple[int, str]:
     """``search --vectors`` with m2: the version it searched, or the error line."""
     code, out, err = run(
-        capsys, "search", "--store", root, "--gallery", "g", "--model", "m2", "--vectors",
+        capsys, "search", "g", "--store", root, "--model", "m2", "--vectors",
         queries, "-k", "2", "--json",
     )  # fmt: skip
     return code, json.loads(out)["gallery_version"] if code == 0 else err

@@ -93,23 +93,23 @@ def test_help_and_import_load_no_torch_ray_or_pandas():
 def test_versions_and_vector_or_id_search_load_no_torch_or_ray(store):
     store, queries = store
     build_version_index(store, "g", "v1", use_gpu=False)  # a flat index, built beforehand
-    where = ["--store", store.uri(), "--gallery", "g", "--model", "m1", "--json"]
+    where = ["--store", store.uri(), "--model", "m1", "--json"]
     out = cli_modules(
         ["versions", "g", "--store", store.uri()],
-        ["search", "--vectors", str(queries), *where],
-        ["search", "--vectors", str(queries), "--nprobe", "2", *where],
+        ["search", "g", "--vectors", str(queries), *where],
+        ["search", "g", "--vectors", str(queries), "--nprobe", "2", *where],
     )
     assert out["codes"] == [0, 0, 0]
     assert out["loaded"] == {}, f"heavy modules imported (module: importer): {out['loaded']}"
     # --ids builds Arrow arrays of the ids asked (pyarrow's pa.array imports pandas)
-    out = cli_modules(["search", "--ids", "i3", "i7", *where], heavy=("torch", "ray"))
+    out = cli_modules(["search", "g", "--ids", "i3", "i7", *where], heavy=("torch", "ray"))
     assert out["codes"] == [0] and out["loaded"] == {}, out["loaded"]
 
 
 def test_a_search_without_an_index_reads_exactly_without_torch_or_ray(store):
     store, queries = store
-    where = ["--store", store.uri(), "--gallery", "g", "--model", "m1"]
-    out = cli_modules(["search", "--vectors", str(queries), *where], heavy=("torch", "ray"))
+    where = ["--store", store.uri(), "--model", "m1"]
+    out = cli_modules(["search", "g", "--vectors", str(queries), *where], heavy=("torch", "ray"))
     assert out["codes"] == [0] and out["loaded"] == {}, out["loaded"]
 
 

@@ -1,4 +1,4 @@
-"""Every store command takes the jobs' S3 options (``raycompat/cli/arguments.py``,
+"""Every store command takes the jobs' S3 options (``raycompat/cli/store_options.py``,
 ``add_store_arguments`` and ``storage_options``; issue 37): ``--endpoint-url``, ``--profile``
 and ``--storage-options``, or the endpoint of ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``.
 Run against the moto S3 server (``s3_server``), in this process: ``main([...])``."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from raycompat.cli.app import main, parser
-from raycompat.cli.arguments import StorageOptionsError, storage_options
+from raycompat.cli.store_options import StorageOptionsError, storage_options
 from raycompat.io import credentials
 from raycompat.io.credentials import REDACTED, scrub
 from raycompat.io.s3_options import ENDPOINT_ENV
@@ -178,9 +178,9 @@ def test_export_reaches_an_s3_target_with_the_same_options(s3_store, s3_bucket, 
     root, endpoint = s3_store
     local = store_with_v1(tmp_path).root
     s3_target = f"s3://{s3_bucket[0]}/delta"
-    version = ["--gallery", "mnist", "--version", "v1", "--format", "delta"]
+    version = ["--version", "v1", "--format", "delta"]
     for target, store in ((s3_target, local), (str(tmp_path / "delta"), root)):
-        argv = ["export", target, "--store", store, *version, "--endpoint-url", endpoint]
+        argv = ["export", "mnist", target, "--store", store, *version, "--endpoint-url", endpoint]
         code, out, err = run(capsys, *argv)
         assert code == 0, err
         assert out.startswith("exported mnist v1: 4 rows") and target in out

@@ -248,9 +248,8 @@ def test_transform_job_on_s3_writes_and_logs_no_credential(
     import s3fs
     import torch
 
-    from raycompat.cluster.pipelines import save_transformation
-    from raycompat.fct.transformation import fct_transformation
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
+    from raycompat.transformations import fct_transformation, save_transformation
 
     caplog.set_level(logging.INFO)
     session = SessionLogs(ray_local)

@@ -2,8 +2,9 @@
 
 - :mod:`~raycompat.cluster.pipelines.extract`: images -> model actors -> a new version (backfill,
   initial index).
-- :mod:`~raycompat.cluster.pipelines.transform`: a version -> FCT transformation actors -> a new
-  version; :func:`identity_upgrade` for backward-compatible upgrades (no rewrite).
+- :mod:`~raycompat.cluster.pipelines.transform`: a version -> transformation actors (any kind of
+  ``h``, :mod:`raycompat.transformations`) -> a new version; :func:`identity_upgrade` for
+  backward-compatible upgrades (no rewrite).
 - :mod:`~raycompat.cluster.pipelines.backfill`: a version -> h(old), a budgeted fraction
   re-extracted from the images (FastFill's partial backfill) -> a new version.
 - :mod:`~raycompat.cluster.pipelines.resume`: the per-chunk commit log that makes both resumable.
@@ -24,8 +25,6 @@ from raycompat.cluster.pipelines.transform import (
     transform_version,
 )
 from raycompat.config.pipelines import RunOptions
-from raycompat.fct.export import load_transformation, read_transformation_spec
-from raycompat.fct.models import save_transformation
 
 __all__ = [
     "SOURCES",
@@ -38,9 +37,6 @@ __all__ = [
     "embed",
     "extract_version",
     "identity_upgrade",
-    "load_transformation",
     "partial_backfill_version",
-    "read_transformation_spec",
-    "save_transformation",
     "transform_version",
 ]

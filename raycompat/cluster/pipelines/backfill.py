@@ -71,11 +71,11 @@ from raycompat.cluster.pipelines.weights import (
     transformation_of,
 )
 from raycompat.config.pipelines import RunOptions
-from raycompat.fct.models import H, read_transformation
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.schema import ID_TYPES
 from raycompat.store.vectors import vectors
+from raycompat.transformations import H, read_transformation
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class BackfillChunks(ChunkWorker):
             if self.h.d_side:
                 side = torch.from_numpy(vectors(batch, "side_info")).to(self.device)
             with torch.inference_mode():  # fp32: sigma ranks rows; bf16 would tie most of them
-                if self.h.uncertainty_head is not None:
+                if self.h.has_uncertainty:
                     out, sigma_t = self.h.forward_with_uncertainty(old, side)
                     sigma = sigma_t.float().cpu().numpy()
                 else:

@@ -31,13 +31,12 @@ from raycompat.cluster.pipelines.sources import SourceSpec
 from raycompat.cluster.pipelines.transform import check_transformation
 from raycompat.config import ConfigError
 from raycompat.config.pipelines import RunOptions
-from raycompat.fct.export import read_transformation_spec
-from raycompat.fct.models import H, weights_path
 from raycompat.store import GalleryStore, SchemaError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
 from raycompat.store.part_record import PartRecord, part_record_path
 from raycompat.store.schema import PROVENANCE_FIELD, UNCERTAINTY_FIELD, embedding_schema
 from raycompat.train.export import MODEL_FILE
+from raycompat.transformations import H, read_transformation_spec, weights_path
 
 logger = logging.getLogger(__name__)
 BACKFILL_COLUMNS = ("provenance", "uncertainty")
@@ -175,7 +174,7 @@ def _check_old_source(
             f"transformation h (a directory holding h.safetensors + h.json)"
         )
     check_transformation(source, target, transformation, None)
-    with_uncertainty = bool(read_transformation_spec(transformation, H)["uncertainty"])
+    with_uncertainty = read_transformation_spec(transformation, H).uncertainty
     if order == "uncertainty" and not with_uncertainty:
         raise ConfigError(
             f"order='uncertainty' needs h with an uncertainty head, but "

@@ -52,9 +52,9 @@ def check_model_width(model: str, width: int) -> None:
 def check_transformation_width(directory: str, width: int) -> None:
     """``h`` in ``directory`` maps to ``width``-d features (its ``h.json`` ``d_new``), else one
     error naming the key and both widths."""
-    from raycompat.fct.export import read_transformation_spec
+    from raycompat.transformations import H, read_transformation_spec
 
-    d_new = read_transformation_spec(directory, "h")["d_new"]
+    d_new = read_transformation_spec(directory, H).d_new
     if d_new != width:
         raise ConfigError(
             f"target.width: {width}, but transformation {directory} maps to {d_new}-d features "

@@ -42,12 +42,12 @@ from raycompat.cluster.pipelines.progress import Progress
 from raycompat.cluster.pipelines.runner import ChunkWorker, chunk_worker_kwargs, run_chunks
 from raycompat.cluster.pipelines.weights import Shared, transformation_of
 from raycompat.config.pipelines import RunOptions
-from raycompat.fct.models import H
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
 from raycompat.store.parquet import open_parquet
 from raycompat.store.part_record import hash_ids
 from raycompat.store.vectors import vectors
+from raycompat.transformations import H
 
 logger = logging.getLogger(__name__)
 

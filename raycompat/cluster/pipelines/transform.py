@@ -1,4 +1,5 @@
-"""FCT transformation of a stored gallery version: ``v_new = h(v_old, psi)`` (and ``g`` for psi).
+"""Transformation of a stored gallery version: ``v_new = h(v_old, psi)`` (and ``g`` for psi), for
+any kind of ``h`` (:mod:`raycompat.transformations`; FCT's learned ``h`` is one).
 
     transform_version(store, "faces", "v1", VersionInfo("v2", "resnet50-t2", 128, False,
                       "v2 = h_2(v1)", side_info_width=64), "runs/h2", "runs/g2")
@@ -45,12 +46,18 @@ from raycompat.cluster.pipelines.prefetch import prefetch
 from raycompat.cluster.pipelines.runner import ChunkWorker, run_staged
 from raycompat.cluster.pipelines.weights import Shared, share_transformation, transformation_of
 from raycompat.config.pipelines import RunOptions
-from raycompat.fct.export import read_transformation_spec
-from raycompat.fct.models import G, H, TransformationFiles, read_transformation
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.staging import Staging
 from raycompat.store.vectors import float32_rows
+from raycompat.transformations import (
+    G,
+    H,
+    StoredSpec,
+    TransformationFiles,
+    read_transformation,
+    read_transformation_spec,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +213,7 @@ class TransformChunks(ChunkWorker):
                 yield batch, host_rows(batch, self.h, self.g, pin)
 
 
-def _spec(transformation: TransformationFiles | str, name: str) -> tuple[str, dict]:
+def _spec(transformation: TransformationFiles | str, name: str) -> tuple[str, StoredSpec]:
     """``(where, spec)`` of ``h``/``g`` read already, or of the folder holding it."""
     if isinstance(transformation, TransformationFiles):
         return transformation.location, transformation.spec
@@ -223,34 +230,32 @@ def check_transformation(
     ``h_files``/``g_files``: read by :func:`read_transformation`, or their folders."""
     h_dir, h = _spec(h_files, H)
     expect = [
-        (f"source {source.version} width", source.width, f"{h_dir} d_old", h["d_old"]),
-        (f"target {target.version} width", target.width, f"{h_dir} d_new", h["d_new"]),
+        (f"source {source.version} width", source.width, f"{h_dir} d_old", h.d_old),
+        (f"target {target.version} width", target.width, f"{h_dir} d_new", h.d_new),
     ]
-    if h["d_side"]:
+    if h.d_side:
         expect.append(
             (
                 f"source {source.version} side_info_width",
                 source.side_info_width,
                 f"{h_dir} d_side",
-                h["d_side"],
+                h.d_side,
             )
         )
-    if target.normalized and not h["normalize_output"]:
+    if target.normalized and not h.normalize_output:
         raise SchemaError(
             f"target {target.version} is normalized but {h_dir} does not "
             f"normalise its output (normalize_output=false)"
         )
     if g_files is not None:
         g_dir, g = _spec(g_files, G)
-        expect.append(
-            (f"source {source.version} width", source.width, f"{g_dir} d_old", g["d_old"])
-        )
+        expect.append((f"source {source.version} width", source.width, f"{g_dir} d_old", g.d_old))
         expect.append(
             (
                 f"source {source.version} side_info_width",
                 source.side_info_width,
                 f"{g_dir} d_side",
-                g["d_side"] or None,
+                g.d_side or None,
             )
         )
         expect.append(
@@ -258,7 +263,7 @@ def check_transformation(
                 f"target {target.version} side_info_width",
                 target.side_info_width,
                 f"{g_dir} d_new",
-                g["d_new"],
+                g.d_new,
             )
         )
     elif target.side_info_width is not None:

@@ -20,11 +20,10 @@ from safetensors.torch import load
 from torch import nn
 
 from raycompat.config.train import ModelSpec
-from raycompat.fct.models import TransformationFiles, read_transformation
-from raycompat.fct.transformation import FCTTransformation
 from raycompat.io.uri import open_uri
 from raycompat.io.weights import load_state_dict_into
 from raycompat.train.export import MODEL_FILE, build_model, load_exported_model, read_spec
+from raycompat.transformations import Transformation, TransformationFiles, read_transformation
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,9 @@ def share_model(directory: str | Path) -> Shared:
     return Shared(str(directory), ray.put(ModelFiles(str(directory), spec, weights)))
 
 
-def transformation_of(weights: Shared | str, name: str) -> FCTTransformation:
-    """``h``/``g`` (eval mode, CPU) from a shared reference, or from a folder (in process)."""
+def transformation_of(weights: Shared | str, name: str) -> Transformation:
+    """``h``/``g`` of any kind (eval mode, CPU) from a shared reference, or from a folder (in
+    process)."""
     files = weights.get() if isinstance(weights, Shared) else read_transformation(weights, name)
     return files.build()
 

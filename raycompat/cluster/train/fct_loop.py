@@ -10,14 +10,15 @@ at upgrade time.
   warm-up then cosine, evaluated per step; BN running statistics frozen from epoch
   ``epochs // 2`` on (the paper's "at epoch 40" of 80). With ``h.uncertainty`` set, ``h`` also
   learns FastFill's per-row uncertainty with the uncertainty-weighted loss (Jaeckle et al.,
-  ICLR 2023; :func:`~raycompat.fct.transformation.uncertain_transformation_loss`), plus its
+  ICLR 2023; :func:`~raycompat.fct.losses.uncertain_transformation_loss`), plus its
   discriminative term when ``classifier`` names the new model.
 
 Both are Ray Train V2 ``TorchTrainer`` runs stored under ``<run.storage_path>/<run.name>/``:
 everything is checked before a worker starts, each worker trains on a different seeded shard of
 the rows (DistributedSampler-style), wrapped by a :mod:`raycompat.parallel` strategy, and every
 epoch reports a checkpoint holding the strategy state plus the exported pieces
-(``side_info.*`` or ``h.*``/``g.*``, see :mod:`raycompat.fct.export`). Rerunning the same
+(``side_info.*``, see :mod:`raycompat.fct.export`, or ``h.*``/``g.*``, see
+:mod:`raycompat.transformations.files`). Rerunning the same
 config resumes from the latest checkpoint; failed workers restart from it.
 """
 
@@ -52,25 +53,20 @@ from raycompat.fct.checks import (
     check_transformation_config,
     image_rows,
 )
-from raycompat.fct.export import (
-    export_side_info,
-    export_transformation,
-    load_side_info,
-    load_transformation,
-)
+from raycompat.fct.export import export_side_info, load_side_info
+from raycompat.fct.losses import freeze_batchnorm_statistics, transformation_loss
 from raycompat.fct.pair import build_transformations, fixed_classifier, g_dims, uncertain_h_terms
-from raycompat.fct.transformation import freeze_batchnorm_statistics, transformation_loss
 from raycompat.fct.triples import Triples, compute_triples
 from raycompat.io import run_storage as storage
 from raycompat.nn.side_info import create_side_info, nt_xent_loss, simclr_views
 from raycompat.train.data import load_images, rank_share
+from raycompat.transformations import export_transformation
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "compute_triples",
     "load_side_info",
-    "load_transformation",
     "train_side_info",
     "train_transformation",
 ]
@@ -195,10 +191,10 @@ class TransformationTask(FCTTask):
     def export(self, directory: str, state: dict, metrics: dict) -> None:
         cfg, epoch = self.cfg, metrics["epoch"]
         h = {k[2:]: v for k, v in state.items() if k.startswith("h.")}
-        export_transformation(directory, "h", h, dataclasses.asdict(cfg.h), epoch=epoch)
+        export_transformation(directory, "h", h, dataclasses.asdict(cfg.h), kind="fct", epoch=epoch)
         if cfg.g is not None:
             g = {k[2:]: v for k, v in state.items() if k.startswith("g.")}
-            export_transformation(directory, "g", g, g_dims(cfg), epoch=epoch)
+            export_transformation(directory, "g", g, g_dims(cfg), kind="fct", epoch=epoch)
 
 
 def side_info_loop_per_worker(config: dict) -> None:
@@ -269,6 +265,6 @@ def train_side_info(cfg: SideInfoTrainConfig) -> ray.train.Result:
 
 def train_transformation(cfg: TransformationTrainConfig) -> ray.train.Result:
     """Train ``h`` (and ``g``) on ``cfg.triples``; ``result.checkpoint`` holds ``h.*``
-    (and ``g.*``), loaded with :func:`load_transformation`."""
+    (and ``g.*``), loaded with :func:`raycompat.transformations.load_transformation`."""
     path = check_transformation_config(cfg)
     return fit_run(cfg, "transformation", transformation_loop_per_worker, {"triples": path})

@@ -141,10 +141,10 @@ def transformed_val_matrix(
         transform_features,
         transform_with_uncertainty,
     )
-    from raycompat.fct.export import load_transformation
     from raycompat.train.data import make_splits, open_dataset
     from raycompat.train.export import load_features
     from raycompat.train.scenarios import plan_steps
+    from raycompat.transformations import load_transformation
     from raycompat.upgrade.backfill_eval import backfill_evaluation
 
     matrix = result.val_matrix

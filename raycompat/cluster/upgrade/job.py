@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raycompat.cluster.pipelines import load_transformation
 from raycompat.cluster.train.fct_fit import transform_features, transform_with_uncertainty
 from raycompat.cluster.upgrade import steps
 from raycompat.cluster.upgrade.actions import Candidate, Publisher
@@ -47,6 +46,7 @@ from raycompat.store.errors import StoreError
 from raycompat.store.lease import Lease
 from raycompat.store.model_catalog import Catalog, QueryGrant
 from raycompat.train.export import load_exported_model
+from raycompat.transformations import load_transformation
 from raycompat.upgrade.backfill_eval import backfill_evaluation
 from raycompat.upgrade.evaluate import (
     EvalData,

@@ -26,9 +26,7 @@ from raycompat.cluster.pipelines import (
     PipelineError,
     RunOptions,
     SourceSpec,
-    load_transformation,
     partial_backfill_version,
-    save_transformation,
 )
 from raycompat.cluster.pipelines import backfill as backfill_module
 from raycompat.cluster.pipelines import runner as runner_module
@@ -38,11 +36,11 @@ from raycompat.cluster.pipelines.selection import Selection, Threshold, random_k
 from raycompat.config import ConfigError
 from raycompat.config.train import ModelSpec
 from raycompat.data import create_dataset
-from raycompat.fct.transformation import fct_transformation
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_table
 from raycompat.store.part_record import part_of_file
 from raycompat.store.validate import validate_values
 from raycompat.train.export import build_model, export_model, load_exported_model
+from raycompat.transformations import fct_transformation, load_transformation, save_transformation
 
 D_OLD, D_NEW, ROWS = 8, 6, 600
 IMAGES = SourceSpec(kind="dataset", name="mnist5k", options={"per_class": 60})

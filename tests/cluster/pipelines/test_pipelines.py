@@ -26,8 +26,6 @@ from raycompat.cluster.pipelines import (
     SourceSpec,
     extract_version,
     identity_upgrade,
-    load_transformation,
-    save_transformation,
     transform_version,
 )
 from raycompat.cluster.pipelines import runner as runner_module
@@ -38,7 +36,6 @@ from raycompat.cluster.pipelines.runner import run_chunks
 from raycompat.config import ConfigError
 from raycompat.config.train import ModelSpec
 from raycompat.data import create_dataset, read_image
-from raycompat.fct.transformation import fct_transformation, side_info_transformation
 from raycompat.store import (
     CorruptFileError,
     DuplicateIdError,
@@ -51,6 +48,12 @@ from raycompat.store import (
 )
 from raycompat.store.part_record import part_of_file
 from raycompat.train.export import export_model, load_exported_model
+from raycompat.transformations import (
+    fct_transformation,
+    load_transformation,
+    save_transformation,
+    side_info_transformation,
+)
 
 D_OLD, D_SIDE, D_NEW, D_SIDE_NEW = 32, 8, 16, 8
 

@@ -50,9 +50,8 @@ def test_another_width_is_one_line_naming_the_key_and_both_widths(model_dir):
 
 
 def test_a_transform_target_of_another_width_than_h_is_one_line(tmp_path):
-    from raycompat.fct.models import save_transformation
-    from raycompat.fct.transformation import fct_transformation
     from raycompat.store import VersionInfo, embedding_table
+    from raycompat.transformations import fct_transformation, save_transformation
 
     store = GalleryStore(str(tmp_path / "store"))
     staging = store.begin("g", VersionInfo("v1", "m1", 8, False, "v1"), "init")

@@ -17,17 +17,20 @@ import torch
 from raycompat.cluster.pipelines import (
     RunOptions,
     apply_transformation,
-    load_transformation,
     transform_version,
 )
 from raycompat.cluster.pipelines.inputs import plan_version_chunks
 from raycompat.cluster.pipelines.runner import chunk_worker_kwargs
 from raycompat.cluster.pipelines.transform import TransformChunks, _rows
-from raycompat.fct.models import save_transformation
-from raycompat.fct.transformation import fct_transformation, side_info_transformation
 from raycompat.store import GalleryStore, VersionInfo, embedding_schema, embedding_table
 from raycompat.store.part_record import IdFingerprint, PartRecord, part_of_file
 from raycompat.store.vectors import vectors
+from raycompat.transformations import (
+    fct_transformation,
+    load_transformation,
+    save_transformation,
+    side_info_transformation,
+)
 
 D = 8
 

@@ -16,7 +16,6 @@ import torch
 from raycompat.cluster.train.fct_loop import (
     compute_triples,
     load_side_info,
-    load_transformation,
     train_side_info,
     train_transformation,
 )
@@ -25,11 +24,14 @@ from raycompat.config.fct import SideInfoTrainConfig, TransformationTrainConfig
 from raycompat.config.train import ModelSpec
 from raycompat.data import create_dataset
 from raycompat.evaluation import EvalSet, score
-from raycompat.fct.export import export_transformation
-from raycompat.fct.transformation import fct_transformation
 from raycompat.fct.triples import Triples
 from raycompat.nn.side_info import create_side_info
 from raycompat.train.export import build_model, export_model, load_exported_model
+from raycompat.transformations import (
+    export_transformation,
+    fct_transformation,
+    load_transformation,
+)
 
 IMAGES = "{num_classes: 4, images_per_class: 16, image_size: 28, channels: 1, seed: 0}"
 
@@ -213,14 +215,14 @@ def test_transformation_export_round_trip(tmp_path):
     torch.manual_seed(0)
     h = fct_transformation(4, 3, 5, width=16, normalize_output=True).eval()
     dims = dict(d_old=4, d_side=3, d_new=5, width=16, normalize_output=True)
-    export_transformation(tmp_path, "h", h.state_dict(), dims, epoch=3)
+    export_transformation(tmp_path, "h", h.state_dict(), dims, kind="fct", epoch=3)
     loaded = load_transformation(tmp_path)
     old, side = torch.randn(6, 4), torch.randn(6, 3)
     torch.testing.assert_close(loaded(old, side), h(old, side))
     with pytest.raises(FileNotFoundError, match="g.json"):
         load_transformation(tmp_path, "g")
     with pytest.raises(ValueError, match="width"):
-        export_transformation(tmp_path, "h", h.state_dict(), {"d_old": 4})
+        export_transformation(tmp_path, "h", h.state_dict(), {"d_old": 4}, kind="fct")
 
 
 @pytest.fixture
@@ -322,7 +324,7 @@ def test_uncertain_transformation_export_round_trip(tmp_path):
     torch.manual_seed(0)
     h = fct_transformation(4, 0, 5, width=16, uncertainty=True).eval()
     dims = dict(d_old=4, d_side=0, d_new=5, width=16, normalize_output=False, uncertainty=True)
-    export_transformation(tmp_path, "h", h.state_dict(), dims, epoch=3)
+    export_transformation(tmp_path, "h", h.state_dict(), dims, kind="fct", epoch=3)
     loaded = load_transformation(tmp_path)
     old = torch.randn(6, 4)
     for got, expected in zip(
@@ -331,7 +333,9 @@ def test_uncertain_transformation_export_round_trip(tmp_path):
         torch.testing.assert_close(got, expected)
     # An export written before the flag existed (no "uncertainty" key) loads as plain FCT h.
     plain = fct_transformation(4, 0, 5, width=16).eval()
-    export_transformation(tmp_path / "old", "h", plain.state_dict(), {**dims, "uncertainty": 0})
+    export_transformation(
+        tmp_path / "old", "h", plain.state_dict(), {**dims, "uncertainty": 0}, kind="fct"
+    )
     spec_file = tmp_path / "old" / "h.json"
     info = json.loads(spec_file.read_text())
     del info["uncertainty"]

@@ -356,9 +356,9 @@ def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, 
     recomputed here from the trial's stored features and h with a naive top-1."""
     from raycompat.cluster.train.fct_fit import transform_features
     from raycompat.config.upgrade import UpgradeConfig
-    from raycompat.fct.export import load_transformation
     from raycompat.train.data import make_splits, open_dataset
     from raycompat.train.export import load_features
+    from raycompat.transformations import load_transformation
 
     base = [
         "method=fct",

@@ -332,12 +332,12 @@ def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, 
     import numpy as np
     import torch
 
-    from raycompat.cluster.pipelines import RunOptions, save_transformation
+    from raycompat.cluster.pipelines import RunOptions
     from raycompat.cluster.upgrade.job import Upgrader
     from raycompat.config.upgrade import UpgradeConfig
     from raycompat.evaluation import EvalSet
-    from raycompat.fct.transformation import fct_transformation
     from raycompat.store import VersionInfo, embedding_table
+    from raycompat.transformations import fct_transformation, save_transformation
     from raycompat.upgrade.evaluate import EvalData
     from raycompat.upgrade.policy import Decision
 

@@ -1,60 +1,15 @@
-"""FCT transformation h/g, BN freezing, schedule; SimCLR side-information and NT-Xent."""
+"""FCT training pieces (raycompat/fct/losses.py): BN freezing; the schedule; SimCLR
+side-information and NT-Xent."""
 
 import math
 
 import pytest
 import torch
 
-from raycompat.fct.transformation import (
-    fct_transformation,
-    freeze_batchnorm_statistics,
-    side_info_transformation,
-    transformation_loss,
-)
+from raycompat.fct.losses import freeze_batchnorm_statistics
 from raycompat.nn.side_info import SIDE_INFO, create_side_info, nt_xent_loss, simclr_views
 from raycompat.train.schedule import warmup_cosine
-
-
-def test_transformation_shapes_and_gradients():
-    h = fct_transformation(d_old=8, d_side=4, d_new=6, width=32)
-    old, side = torch.randn(16, 8), torch.randn(16, 4)
-    out = h(old, side)
-    assert out.shape == (16, 6)
-    transformation_loss(out, torch.randn(16, 6))["loss"].backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in h.parameters())
-
-
-def test_transformation_learns_a_linear_map():
-    torch.manual_seed(0)
-    a = torch.randn(6, 4)
-    old = torch.randn(512, 6)
-    target = old @ a
-    h = fct_transformation(6, 0, 4, width=64)
-    opt = torch.optim.Adam(h.parameters(), lr=1e-2)
-    first = None
-    for _ in range(200):
-        loss = transformation_loss(h(old), target)["loss"]
-        first = first if first is not None else float(loss)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert float(loss) < 0.1 * first
-
-
-def test_normalized_output_and_g():
-    h = fct_transformation(3, 2, 5, width=8, normalize_output=True)
-    out = h(torch.randn(4, 3), torch.randn(4, 2))
-    torch.testing.assert_close(out.norm(dim=1), torch.ones(4))
-    g = side_info_transformation(3, 2, 7, width=8)
-    assert g(torch.randn(4, 3), torch.randn(4, 2)).shape == (4, 7)
-
-
-def test_transformation_bad_widths():
-    h = fct_transformation(3, 2, 5, width=8)
-    with pytest.raises(ValueError, match=r"\(N, 3\)"):
-        h(torch.randn(4, 4), torch.randn(4, 2))
-    with pytest.raises(ValueError, match="side-information"):
-        h(torch.randn(4, 3), None)
+from raycompat.transformations import fct_transformation
 
 
 def test_freeze_batchnorm_statistics_keeps_running_stats():

@@ -17,95 +17,20 @@ exit 1. Each prints one line, or a JSON object with ``--json``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from contextlib import ExitStack
 
+from raycompat.cli.arguments import (
+    RAY_ADDRESS_HELP,
+    STORE,
+    add_gallery,
+    global_flags,
+    positive_int,
+)
+from raycompat.cli.command import Command
+from raycompat.cli.store_options import add_store_arguments, open_store
 from raycompat.errors import RaycompatError, UsageError
 
 KINDS = ("auto", "flat", "ivfpq", "sharded_ivf")
-STORE = "outputs/upgrade/store"  # the examples' store, as raycompat.cli.arguments.STORE
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    # imported here: arguments.py imports this module for its SUBCOMMANDS entry
-    from raycompat.cli.arguments import GALLERY_HELP, add_store_arguments
-
-    p.add_argument("gallery", help=GALLERY_HELP)
-    p.add_argument("--version", required=True, help="the published version of the gallery")
-    add_store_arguments(p)
-    p.add_argument("--json", action="store_true", help="JSON instead of one line")
-
-
-def _build_arguments(p: argparse.ArgumentParser) -> None:
-    from raycompat.cli.arguments import RAY_ADDRESS_HELP, positive_int
-
-    _common(p)
-    p.add_argument(
-        "--kind",
-        choices=KINDS,
-        default="auto",
-        help="auto (flat up to 100 000 rows, sharded_ivf above), flat (exact), ivfpq, or "
-        "sharded_ivf (built in shards, searched from disk)",
-    )
-    p.add_argument(
-        "--nlist", type=positive_int, help="IVF kinds: inverted lists (default: by rows)"
-    )
-    p.add_argument(
-        "--nprobe", type=positive_int, help="IVF kinds: lists a search visits by default"
-    )
-    p.add_argument(
-        "--runner",
-        choices=("ray", "local"),
-        default="ray",
-        help="sharded_ivf: run its tasks on Ray (default) or in this process",
-    )
-    p.add_argument(
-        "--workers", type=positive_int, default=2, help="sharded_ivf on Ray: tasks at once"
-    )
-    p.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
-
-
-def _verify_arguments(p: argparse.ArgumentParser) -> None:
-    from raycompat.cli.arguments import positive_int
-
-    _common(p)
-    p.add_argument(
-        "--queries",
-        type=positive_int,
-        default=100,
-        help="stored rows sampled as queries for the recall@10 estimate (default 100)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the query sample (default 0)")
-
-
-ACTIONS = {  # name: (help line, arguments, example)
-    "build": (
-        "build and publish the version's index (the only command that writes one)",
-        _build_arguments,
-        f"raycompat index build mnist --version v1 --store {STORE} --kind flat",
-    ),
-    "verify": (
-        "check the published index's checksums and estimate its recall@10 against exact search",
-        _verify_arguments,
-        f"raycompat index verify mnist --version v1 --store {STORE} --queries 200",
-    ),
-}
-
-
-def add_index_arguments(p: argparse.ArgumentParser) -> None:
-    """``index build`` and ``index verify`` as subcommands of ``p`` (the ``index`` parser)."""
-    from raycompat.cli.arguments import _global_flags  # --debug/--verbose after the action too
-
-    sub = p.add_subparsers(dest="index_command", required=True, metavar="{build,verify}")
-    for name, (line, add, example) in ACTIONS.items():
-        action = sub.add_parser(
-            name,
-            help=line,
-            description=f"{line}\n\nexample: {example}",
-            parents=[_global_flags()],
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        add(action)
 
 
 class IndexOptionsError(UsageError, ValueError):
@@ -113,9 +38,11 @@ class IndexOptionsError(UsageError, ValueError):
     train, an ``m`` that does not divide the width...): the builder's own message, exit 2."""
 
 
+# ---- build -----------------------------------------------------------------------------------
+
+
 def build(args) -> dict | str:
     """Build and publish the index (Ray only for a ``sharded_ivf`` build with ``--runner ray``)."""
-    from raycompat.cli.app import open_store
     from raycompat.index.ivf import SHARDED_IVF
     from raycompat.index.version_index import build_version_index, resolve_kind
     from raycompat.store.lookup import version_record
@@ -151,10 +78,39 @@ def _runner(args, ray_session: ExitStack):
     return RayTasks(workers=args.workers)
 
 
+def _build_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="auto",
+        help="auto (flat up to 100 000 rows, sharded_ivf above), flat (exact), ivfpq, or "
+        "sharded_ivf (built in shards, searched from disk)",
+    )
+    p.add_argument(
+        "--nlist", type=positive_int, help="IVF kinds: inverted lists (default: by rows)"
+    )
+    p.add_argument(
+        "--nprobe", type=positive_int, help="IVF kinds: lists a search visits by default"
+    )
+    p.add_argument(
+        "--runner",
+        choices=("ray", "local"),
+        default="ray",
+        help="sharded_ivf: run its tasks on Ray (default) or in this process",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, default=2, help="sharded_ivf on Ray: tasks at once"
+    )
+    p.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
+
+
+# ---- verify ----------------------------------------------------------------------------------
+
+
 def verify(args) -> dict | str:
     """Checksums (every file, sha256) and a recall@10 estimate; a missing or corrupt index
     raises (``MissingIndexError``, ``CorruptIndexError``: exit 1)."""
-    from raycompat.cli.app import open_store
     from raycompat.index.recall import estimate_recall
     from raycompat.index.stdout import stdout_to_stderr
     from raycompat.index.version_index import load_version_index
@@ -182,18 +138,73 @@ def verify(args) -> dict | str:
     )
 
 
-INDEX_ACTIONS: dict[str, Callable] = {"build": build, "verify": verify}
+def _verify_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument(
+        "--queries",
+        type=positive_int,
+        default=100,
+        help="stored rows sampled as queries for the recall@10 estimate (default 100)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the query sample (default 0)")
+
+
+# ---- the `index` command: its actions --------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_gallery(p)
+    p.add_argument("--version", required=True, help="the published version of the gallery")
+    add_store_arguments(p)
+    p.add_argument("--json", action="store_true", help="JSON instead of one line")
+
+
+ACTIONS = (
+    Command(
+        "build",
+        "build and publish the version's index (the only command that writes one)",
+        _build_arguments,
+        build,
+        example=f"raycompat index build mnist --version v1 --store {STORE} --kind flat",
+    ),
+    Command(
+        "verify",
+        "check the published index's checksums and estimate its recall@10 against exact search",
+        _verify_arguments,
+        verify,
+        example=f"raycompat index verify mnist --version v1 --store {STORE} --queries 200",
+    ),
+)
+_HANDLERS = {action.name: action.handler for action in ACTIONS}
+
+
+def _add_actions(p: argparse.ArgumentParser) -> None:
+    """``index build`` and ``index verify`` as subcommands of ``p`` (the ``index`` parser)."""
+    sub = p.add_subparsers(dest="index_command", required=True, metavar="{build,verify}")
+    for action in ACTIONS:
+        parser = sub.add_parser(
+            action.name,
+            help=action.help,
+            description=f"{action.help}\n\nexample: {action.example}",
+            parents=[global_flags()],  # --debug/--verbose after the action too
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        action.add_arguments(parser)
 
 
 def index(args) -> dict | str:
     """``raycompat index <action>``: the handler of the action named on the command line."""
-    return INDEX_ACTIONS[args.index_command](args)
+    return _HANDLERS[args.index_command](args)
 
 
-SPEC = {  # the `index` entry of raycompat.cli.arguments.SUBCOMMANDS
-    "help": "build a version's faiss index, or verify one (checksums, recall@10)",
-    "add_arguments": add_index_arguments,
-    "as_json": False,  # each action takes --json itself
-    "description": "build or verify a version's faiss index (docs/store.md, Index per version)",
-    "example": ACTIONS["build"][2],
-}
+COMMANDS = (
+    Command(
+        "index",
+        "build a version's faiss index, or verify one (checksums, recall@10)",
+        _add_actions,
+        index,
+        example=ACTIONS[0].example,
+        description="build or verify a version's faiss index (docs/store.md, Index per version)",
+        as_json=False,  # each action takes --json itself
+    ),
+)

@@ -1,0 +1,119 @@
+"""``raycompat history GALLERY``: a gallery's story, one table per section.
+
+Its versions (who wrote each; an adopted one with its source), every decision with its reason
+(``*`` marks the standing one; refused and failed ones too), its query grants
+(``store/history.py``), what each model serves and every alias change (``store/serving.py``).
+Reads the store, never writes it; an unknown gallery is a usage error listing those that exist.
+"""
+
+from __future__ import annotations
+
+from raycompat.cli.arguments import STORE, add_gallery
+from raycompat.cli.command import Command
+from raycompat.cli.store_options import add_store_arguments, open_store
+from raycompat.cli.tables import cell, corrupt_lines, table
+
+
+def history(args) -> dict:
+    from raycompat.store.history import gallery_history
+    from raycompat.store.serving import with_serving
+
+    store = open_store(args)
+    return with_serving(store, args.gallery, gallery_history(store, args.gallery))
+
+
+VERSIONS = [
+    ("version", "version"),
+    ("created", "created"),
+    ("model_version", "model"),
+    ("rows", "rows"),
+    ("width", "width"),
+    ("dtype", "dtype"),
+    ("lineage", "lineage"),
+    ("written_by", "written by"),
+]
+DECISIONS = [
+    ("created", "created"),
+    ("model_version", "model"),
+    ("attempt", "attempt"),
+    ("standing", "stands"),
+    ("outcome", "outcome"),
+    ("against", "against"),
+    ("reason", "reason"),
+]
+GRANTS = [
+    ("model_version", "model"),
+    ("gallery_version", "queries"),
+    ("relation", "relation"),
+    ("created", "created"),
+    ("evidence", "evidence"),
+]
+SERVING = [("model_version", "model"), ("serves", "serves"), ("source", "from")]
+ALIASES = [
+    ("seq", "change"),
+    ("model_version", "model"),
+    ("action", "action"),
+    ("gallery_version", "serves"),
+    ("previous", "was"),
+    ("created", "created"),
+    ("writer", "by"),
+]
+
+
+def _evidence(evidence: dict) -> str:
+    """``{"cross": 0.71, "ecc": True}`` -> ``cross=0.7100 ecc=True`` (one cell)."""
+    return " ".join(f"{k}={cell(v)}" for k, v in evidence.items()) or "-"
+
+
+def _adopted(external: dict) -> str:
+    """``root`` of an adopted version, and ``@delta v3`` for a table snapshot."""
+    snapshot = external.get("table")
+    return external["root"] + (f" @{snapshot['format']} v{snapshot['version']}" if snapshot else "")
+
+
+def _serving_sections(out: dict) -> list[str]:
+    """The "serving" and "alias changes" tables (``store/serving.py``)."""
+    if "serving" not in out:
+        return []
+    serving = table(out["serving"], SERVING, uncut=["source"]) if out["serving"] else "none"
+    changes = out["aliases"]
+    aliases = table(changes, ALIASES, uncut=["writer"]) if changes else "none"
+    return ["serving\n" + serving, "alias changes\n" + aliases]
+
+
+def render_history(out: dict) -> str:
+    versions = [{**v, "written_by": "; ".join(v["written_by"])} for v in out["versions"]]
+    adopted = "".join(
+        f"\nadopted {v['version']} from {_adopted(v['external'])}"
+        for v in versions
+        if v["external"] is not None
+    )
+    decisions = [{**d, "standing": "*" if d["standing"] else ""} for d in out["decisions"]]
+    grants = [{**g, "evidence": _evidence(g["evidence"])} for g in out["grants"]]
+    sections = [
+        f"gallery {out['gallery']}",
+        "versions\n" + table(versions, VERSIONS, uncut=["written_by"]) + adopted,
+        "decisions\n"
+        + (table(decisions, DECISIONS, uncut=["reason"]) if decisions else "none recorded"),
+        "query grants\n" + (table(grants, GRANTS, uncut=["evidence"]) if grants else "none"),
+        *_serving_sections(out),
+    ]
+    return "\n\n".join(sections) + corrupt_lines(out)
+
+
+def _arguments(p) -> None:
+    add_gallery(p, "the gallery's name (an unknown one lists those that exist)")
+    add_store_arguments(p)
+
+
+COMMANDS = (
+    Command(
+        "history",
+        "a gallery's story: versions and who wrote them, every decision (refused and "
+        "failed too) with its reason, and which model queries which version",
+        _arguments,
+        history,
+        render_history,
+        example=f"raycompat history mnist --store {STORE}",
+    ),
+)

@@ -1,0 +1,149 @@
+"""``raycompat promote | rollback | revoke | retire``: which gallery version each model serves.
+
+The handlers write the store's alias log and tombstones (``store/aliases.py``,
+``store/retired.py``) and answer one line, or the record as JSON with ``--json``. An unknown
+gallery or model is a usage error listing those that exist (exit 2); a version the model may
+not serve is one too; a retired model, a conflict with a concurrent writer or nothing to roll
+back to is a data error (exit 1). Imports stay light: the store loads inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from raycompat.cli.arguments import STORE, add_gallery
+from raycompat.cli.command import Command
+from raycompat.cli.store_options import add_store_arguments, open_store
+
+
+def _open(args, gallery: str | None = None):
+    """The store at ``--store`` (MissingStoreError, exit 2, when there is none), with
+    ``gallery`` checked to exist (NotInStoreError listing the galleries, exit 1)."""
+    from raycompat.store.lookup import check_gallery
+
+    store = open_store(args)
+    if gallery is not None:
+        check_gallery(store, gallery)
+    return store
+
+
+def _answer(args, record, line: str) -> dict | str:
+    if not args.json:
+        return line
+    return {"changed": record is not None, "record": asdict(record) if record else None}
+
+
+def promote(args) -> dict | str:
+    from raycompat.store.aliases import promote as promote_alias
+
+    store = _open(args, args.gallery)
+    record = promote_alias(store, args.gallery, args.model, args.version)
+    if record is None:
+        return _answer(args, None, f"{args.model} already serves {args.gallery} {args.version}")
+    was = record.previous or "nothing"
+    how = f"`raycompat rollback {args.gallery} --model {args.model}` returns to {was}"
+    line = (
+        f"{args.model} serves {args.gallery} {args.version} (was {was}; change {record.seq}; {how})"
+    )
+    return _answer(args, record, line)
+
+
+def rollback(args) -> dict | str:
+    from raycompat.store.aliases import rollback as rollback_alias
+
+    store = _open(args, args.gallery)
+    record = rollback_alias(store, args.gallery, args.model)
+    now = record.gallery_version or "nothing (revoked)"
+    was = record.previous or "nothing"
+    line = f"{args.model} serves {args.gallery} {now} again (was {was}; change {record.seq})"
+    return _answer(args, record, line)
+
+
+def revoke(args) -> dict | str:
+    from raycompat.store.aliases import revoke as revoke_alias
+
+    store = _open(args, args.gallery)
+    record = revoke_alias(store, args.gallery, args.model)
+    if record is None:
+        return _answer(args, None, f"{args.model} is already revoked on {args.gallery}")
+    line = (
+        f"{args.model} no longer serves {args.gallery} (served {record.previous}; change "
+        f"{record.seq}); `raycompat rollback` undoes it"
+    )
+    return _answer(args, record, line)
+
+
+def retire(args) -> dict | str:
+    from raycompat.store.lookup import model_record
+    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.retired import retire as retire_model
+
+    store = _open(args)
+    model_record(Catalog(store), args.model)  # an unknown name lists the models (exit 2)
+    record = retire_model(store, args.model, args.reason)
+    line = f"{record.line()}: it serves no gallery and takes no new grant or promote"
+    return _answer(args, record, line)
+
+
+# ---- arguments -------------------------------------------------------------------------------
+
+
+def _model_and_store(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="a registered model version, e.g. m2")
+    add_store_arguments(p)
+
+
+def _promote_arguments(p: argparse.ArgumentParser) -> None:
+    add_gallery(p, "the gallery whose alias for --model changes")
+    p.add_argument(
+        "--version",
+        required=True,
+        help="the gallery version to serve: the model's grant's, or one the model extracted",
+    )
+    _model_and_store(p)
+
+
+def _gallery_arguments(p: argparse.ArgumentParser) -> None:
+    """``rollback`` and ``revoke``: a gallery, ``--model`` and ``--store``."""
+    add_gallery(p, "the gallery the model serves")
+    _model_and_store(p)
+
+
+def _retire_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="the registered model version to retire, e.g. m1")
+    add_store_arguments(p)
+    p.add_argument("--reason", default="", help="why, kept in the tombstone record")
+
+
+COMMANDS = (
+    Command(
+        "promote",
+        "serve another version of a gallery with a model, atomically (the previous one is "
+        "kept for rollback)",
+        _promote_arguments,
+        promote,
+        example=f"raycompat promote mnist --model m2 --version v2 --store {STORE}",
+    ),
+    Command(
+        "rollback",
+        "serve again what a model served before its newest promote or revoke",
+        _gallery_arguments,
+        rollback,
+        example=f"raycompat rollback mnist --model m2 --store {STORE}",
+    ),
+    Command(
+        "revoke",
+        "stop a model serving a gallery (gc may then reclaim what only it served)",
+        _gallery_arguments,
+        revoke,
+        example=f"raycompat revoke mnist --model m1 --store {STORE}",
+    ),
+    Command(
+        "retire",
+        "stop a model serving every gallery, for good: no new grant or promote",
+        _retire_arguments,
+        retire,
+        example=f"raycompat retire m1 --store {STORE} --reason 'replaced by m2'",
+    ),
+)

@@ -1,0 +1,146 @@
+"""``raycompat galleries | versions | models``: what a store holds.
+
+Each lists the readable records and names each corrupt one (file and error); a listing with a
+corrupt record exits 1 (``cli/app.py``). The rows come from ``store/listing.py`` and the model
+catalog; reading never writes the store.
+"""
+
+from __future__ import annotations
+
+from raycompat.cli.arguments import STORE, add_gallery
+from raycompat.cli.command import Command
+from raycompat.cli.store_options import add_store_arguments, open_store
+from raycompat.cli.tables import corrupt_lines, table
+from raycompat.store.errors import StoreError
+
+
+def listing(out: dict, corrupt: list[tuple[str, str]]) -> dict:
+    """``out`` with the unreadable records it skipped, each with its file and error."""
+    if corrupt:
+        out["corrupt"] = [{"file": uri, "error": error} for uri, error in corrupt]
+    return out
+
+
+# ---- galleries -------------------------------------------------------------------------------
+
+
+def galleries(args) -> dict:
+    """Every gallery of the store with its version count, newest version (model, rows) and the
+    version each query model searches (``store/listing.py``)."""
+    from raycompat.store.listing import gallery_summaries
+
+    store = open_store(args)
+    rows, corrupt = gallery_summaries(store)
+    return listing({"store": store.uri(), "galleries": rows}, corrupt)
+
+
+GALLERIES_COLUMNS = [
+    ("gallery", "gallery"),
+    ("versions", "versions"),
+    ("newest", "newest"),
+    ("model_version", "model"),
+    ("rows", "rows"),
+    ("query_models", "query models (-> version)"),
+]
+
+
+def render_galleries(out: dict) -> str:
+    rows = [
+        {**g, "query_models": [f"{m}->{v}" for m, v in g["query_models"].items()]}
+        for g in out["galleries"]
+    ]
+    body = table(rows, GALLERIES_COLUMNS, uncut=["query_models"]) if rows else "no gallery"
+    return f"store {out['store']}\n{body}{corrupt_lines(out)}"
+
+
+# ---- versions --------------------------------------------------------------------------------
+
+
+def versions(args) -> dict:
+    from raycompat.store.listing import version_rows
+    from raycompat.store.lookup import check_gallery
+    from raycompat.store.model_catalog import Catalog
+
+    store = open_store(args)
+    check_gallery(store, args.gallery)  # an unknown name lists the galleries (exit 1)
+    infos, corrupt = store.versions_report(args.gallery)
+    grants, bad_grants = Catalog(store).grants_report(args.gallery)
+    if not infos and not corrupt:
+        raise StoreError(f"gallery {args.gallery!r} has no published version in {args.store}")
+    out = {"gallery": args.gallery, "versions": version_rows(infos, grants)}
+    return listing(out, corrupt + bad_grants)
+
+
+VERSIONS_COLUMNS = [
+    ("version", "version"),
+    ("model_version", "model"),
+    ("rows", "rows"),
+    ("width", "width"),
+    ("dtype", "dtype"),
+    ("lineage", "lineage"),
+    ("queried_by", "query models"),
+    ("created", "created"),
+]
+
+
+def render_versions(out: dict) -> str:
+    body = table(out["versions"], VERSIONS_COLUMNS)
+    return f"gallery {out['gallery']}\n{body}{corrupt_lines(out)}"
+
+
+def _versions_arguments(p) -> None:
+    add_gallery(p)
+    add_store_arguments(p)
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+
+def models(args) -> dict:
+    from raycompat.store.model_catalog import Catalog
+
+    records, corrupt = Catalog(open_store(args)).models_report()
+    return listing({"models": [vars(m) for m in records]}, corrupt)
+
+
+MODELS_COLUMNS = [
+    ("model_version", "model"),
+    ("embed_dim", "dim"),
+    ("method", "method"),
+    ("parent", "parent"),
+    ("created", "created"),
+    ("uri", "files"),
+]
+
+
+def render_models(out: dict) -> str:
+    return table(out["models"], MODELS_COLUMNS) + corrupt_lines(out)
+
+
+COMMANDS = (
+    Command(
+        "galleries",
+        "every gallery of a store: its versions, the newest one's model and rows, and which "
+        "version each query model searches",
+        add_store_arguments,
+        galleries,
+        render_galleries,
+        example=f"raycompat galleries --store {STORE}",
+    ),
+    Command(
+        "versions",
+        "a gallery's versions, lineage and query models",
+        _versions_arguments,
+        versions,
+        render_versions,
+        example=f"raycompat versions mnist --store {STORE}",
+    ),
+    Command(
+        "models",
+        "registered model versions",
+        add_store_arguments,
+        models,
+        render_models,
+        example=f"raycompat models --store {STORE} --json",
+    ),
+)

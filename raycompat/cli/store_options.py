@@ -1,0 +1,132 @@
+"""``--store`` and its S3 options, and the store they name.
+
+Every command that opens a store adds ``--store`` with :func:`add_store_arguments`, which adds
+the S3 options the jobs' configs spell as s3fs ``storage_options`` (``--endpoint-url``,
+``--profile``, ``--storage-options``); :func:`storage_options` turns them into that dict, and
+:func:`open_store` builds the store from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+from raycompat.errors import UsageError
+from raycompat.store import GalleryStore
+
+logger = logging.getLogger(__name__)
+
+STORE_HELP = "store root: a folder or s3://bucket/prefix"
+S3_FLAGS = {"endpoint_url": "--endpoint-url", "profile": "--profile"}
+
+
+class StorageOptionsError(UsageError, ValueError):
+    """``--storage-options`` is no JSON object, or it and ``--endpoint-url`` / ``--profile``
+    name different values (exit 2). The message never repeats the flag's text: it may hold
+    credentials."""
+
+
+def add_store_arguments(p: argparse.ArgumentParser, help: str = STORE_HELP) -> None:
+    """``--store`` (required) and its S3 options, read by :func:`storage_options`."""
+    p.add_argument("--store", required=True, help=help)
+    s3 = p.add_argument_group(
+        "S3 options", "the jobs' s3fs storage_options; ignored for a local --store"
+    )
+    s3.add_argument(
+        "--endpoint-url",
+        metavar="URL",
+        help="an S3-compatible endpoint, e.g. http://127.0.0.1:9000 (storage_options "
+        "client_kwargs.endpoint_url; default: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, "
+        "else AWS)",
+    )
+    s3.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the AWS profile whose credentials are used (s3fs profile; default: the "
+        "environment's credentials or AWS_PROFILE)",
+    )
+    s3.add_argument(
+        "--storage-options",
+        metavar="JSON",
+        help='more s3fs storage_options, a JSON object, e.g. \'{"client_kwargs": '
+        '{"region_name": "eu-west-1"}}\' (credentials are scrubbed from the output)',
+    )
+
+
+def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> GalleryStore:
+    """The store at ``--store``, reached with the command line's S3 options (every store
+    command opens its store here). A mistyped root is a MissingStoreError (exit 2), not an
+    empty listing, unless ``must_exist`` is False (a writer creates the store with its first
+    record)."""
+    store = GalleryStore(args.store, storage_options(args, args.store))
+    if must_exist:
+        store.check_exists()
+    return store
+
+
+def storage_options(args: argparse.Namespace, uri: str) -> dict:
+    """The s3fs ``storage_options`` the S3 flags give ``uri``: ``--storage-options`` with
+    ``--endpoint-url`` (as ``client_kwargs.endpoint_url``) and ``--profile`` set in it, else
+    the environment's endpoint (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``); ``{}`` for a
+    local ``uri``. Credential values are registered for scrubbing first, before anything can
+    print them.
+
+    Raises:
+        StorageOptionsError: see the class (a usage error, exit 2).
+    """
+    from raycompat.io.credentials import register_secrets
+    from raycompat.io.s3_options import (
+        endpoint_of,
+        with_client_endpoint,
+        with_environment_endpoint,
+    )
+    from raycompat.io.uri import split_uri
+
+    options = _json_object(getattr(args, "storage_options", None))
+    register_secrets(options)
+    given = {key: getattr(args, key, None) for key in S3_FLAGS}
+    found = {"endpoint_url": endpoint_of(options), "profile": options.get("profile")}
+    for key, flag in S3_FLAGS.items():
+        if given[key] and found[key] and given[key] != found[key]:
+            raise StorageOptionsError(
+                f"{flag} and --storage-options name different {key.replace('_', ' ')}s; "
+                "give it once"
+            )
+    if split_uri(uri)[0] != "s3":
+        named = [flag for key, flag in S3_FLAGS.items() if given[key]]
+        if options:
+            named.append("--storage-options")
+        if named:
+            logger.info("%s not used for the local folder %s", ", ".join(named), uri)
+        return {}
+    if given["profile"]:
+        options["profile"] = given["profile"]
+    if given["endpoint_url"]:
+        options = with_client_endpoint(options, given["endpoint_url"])
+    return with_environment_endpoint(options)
+
+
+_JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
+
+
+def _json_object(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except ValueError as error:  # its message gives the position, not the text
+        raise StorageOptionsError(f"--storage-options is not valid JSON ({error})") from None
+    if not isinstance(options, dict):
+        kind = _JSON_KINDS.get(type(options), "a value")  # never the value: it may be a secret
+        raise StorageOptionsError(
+            f"--storage-options must be a JSON object of s3fs options, got {kind}"
+        )
+    return options

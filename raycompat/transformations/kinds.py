@@ -1,0 +1,40 @@
+"""The registry of transformation kinds, readable without torch.
+
+Each kind is a :class:`~raycompat.transformations.base.Transformation` subclass registered by
+``"module:Class"`` and imported at its first use, so a config check can list the kinds and
+check a name without importing torch. :func:`create_transformation` builds one from its
+constructor spec; :mod:`raycompat.transformations.files` saves and loads one by the ``kind`` its
+stored spec records.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raycompat.registry import Registry
+
+if TYPE_CHECKING:
+    from raycompat.transformations.base import Transformation
+
+TRANSFORMATIONS: Registry[Transformation] = Registry("transformation kind")
+# FCT's h and g (Ramanujan et al., CVPR 2022), FastFill's uncertainty head optional.
+TRANSFORMATIONS.register_path("fct", "raycompat.transformations.fct:FCTTransformation")
+
+# The kind of a stored spec without a "kind" key: every export written before kinds were
+# recorded is FCT's h or g.
+UNRECORDED_KIND = "fct"
+
+
+def list_transformations() -> list[str]:
+    """The registered kinds, sorted."""
+    return TRANSFORMATIONS.names()
+
+
+def transformation_class(kind: str) -> type[Transformation]:
+    """The class of ``kind``; an unknown kind raises ``UnknownNameError`` listing the kinds."""
+    return TRANSFORMATIONS.get(kind)  # type: ignore[return-value]
+
+
+def create_transformation(kind: str, /, **spec: Any) -> Transformation:
+    """A new ``kind`` transformation built from its constructor ``spec`` (fresh weights)."""
+    return TRANSFORMATIONS.create(kind, **spec)

@@ -1,0 +1,118 @@
+"""A transformation as files (raycompat/transformations/files.py): ``<name>.safetensors`` +
+``<name>.json`` (kind and spec), read into memory from a local folder or S3 and rebuilt to the
+bit; specs written before kinds were recorded read as FCT; an unknown kind is one line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import s3fs
+import torch
+
+from raycompat.errors import DataError
+from raycompat.transformations import (
+    FCTTransformation,
+    Transformation,
+    UnknownKindError,
+    fct_transformation,
+    load_transformation,
+    read_transformation,
+    read_transformation_spec,
+    save_transformation,
+    weights_path,
+)
+
+
+@pytest.fixture
+def h_dir(tmp_path):
+    torch.manual_seed(0)
+    save_transformation(tmp_path / "fct", FCTTransformation(6, 3, 4, width=16), "h")
+    return tmp_path / "fct"
+
+
+def outputs(module: Transformation) -> torch.Tensor:
+    torch.manual_seed(1)
+    with torch.inference_mode():
+        return module(torch.randn(5, 6), torch.randn(5, 3))
+
+
+def rewrite_spec(directory, name: str, change) -> None:
+    path = directory / f"{name}.json"
+    info = json.loads(path.read_text())
+    change(info)
+    path.write_text(json.dumps(info))
+
+
+@pytest.mark.parametrize("uncertainty", [False, True])
+def test_save_load_round_trip_is_bit_identical(tmp_path, uncertainty):
+    torch.manual_seed(0)
+    h = fct_transformation(6, 3, 4, width=16, normalize_output=True, uncertainty=uncertainty)
+    h.train()
+    h(torch.randn(32, 6), torch.randn(32, 3))  # BatchNorm running statistics move off 0 and 1
+    h.eval()
+    save_transformation(tmp_path, h, "h", epoch=7)
+    info = json.loads((tmp_path / "h.json").read_text())
+    assert info["kind"] == "fct" and info["epoch"] == 7 and info["uncertainty"] is uncertainty
+    loaded = load_transformation(tmp_path)
+    assert isinstance(loaded, FCTTransformation) and not loaded.training
+    assert loaded.spec() == h.spec()
+    torch.testing.assert_close(outputs(loaded), outputs(h), rtol=0, atol=0)
+    if uncertainty:
+        old, side = torch.randn(5, 6), torch.randn(5, 3)
+        for got, expected in zip(
+            loaded.forward_with_uncertainty(old, side),
+            h.forward_with_uncertainty(old, side),
+            strict=True,
+        ):
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_read_from_a_folder_builds_what_the_folder_holds(h_dir):
+    files = read_transformation(h_dir, "h")
+    assert files.spec.kind == "fct" and files.spec.d_old == 6
+    assert files.spec.uncertainty is False and files.spec.args["width"] == 16
+    assert files.digest == hashlib.sha256(weights_path(h_dir).read_bytes()).hexdigest()
+    torch.testing.assert_close(outputs(files.build()), outputs(load_transformation(h_dir)))
+
+
+def test_read_from_s3_builds_the_same_module(h_dir, s3_bucket):
+    bucket, options = s3_bucket
+    s3fs.S3FileSystem(**options).put(str(h_dir), f"{bucket}/models/fct", recursive=True)
+    files = read_transformation(f"s3://{bucket}/models/fct", "h", options)
+    torch.testing.assert_close(outputs(files.build()), outputs(load_transformation(h_dir)))
+
+
+def test_a_spec_without_kind_or_uncertainty_loads_as_fct(h_dir):
+    """Directories exported before kinds (and FastFill's flag) were recorded."""
+    expected = outputs(load_transformation(h_dir))
+    rewrite_spec(h_dir, "h", lambda info: (info.pop("kind"), info.pop("uncertainty")))
+    spec = read_transformation_spec(h_dir)
+    assert spec.kind == "fct" and spec.args["uncertainty"] is False
+    loaded = load_transformation(h_dir)
+    assert isinstance(loaded, FCTTransformation) and not loaded.has_uncertainty
+    torch.testing.assert_close(outputs(loaded), expected, rtol=0, atol=0)
+
+
+def test_an_unknown_stored_kind_is_one_line_naming_the_file(h_dir):
+    rewrite_spec(h_dir, "h", lambda info: info.update(kind="procrustes-v9"))
+    with pytest.raises(UnknownKindError) as err:
+        read_transformation(h_dir)
+    message = str(err.value)
+    assert "\n" not in message and isinstance(err.value, DataError)
+    assert message.startswith(f"{h_dir}/h.json: unknown transformation kind 'procrustes-v9'")
+    assert message.endswith("this raycompat reads fct")
+    with pytest.raises(UnknownKindError, match="procrustes-v9"):
+        load_transformation(h_dir)
+
+
+def test_a_spec_lacking_a_key_is_named(h_dir):
+    rewrite_spec(h_dir, "h", lambda info: info.pop("width"))
+    with pytest.raises(ValueError, match=r"h\.json: lacks \['width'\]"):
+        read_transformation_spec(h_dir)
+
+
+def test_a_missing_export_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"fct/g\.json does not exist: not an exported"):
+        read_transformation(tmp_path / "fct", "g")

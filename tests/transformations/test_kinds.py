@@ -1,0 +1,70 @@
+"""The registry of transformation kinds (raycompat/transformations/kinds.py) and the interface
+every kind implements (base.py)."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from raycompat.errors import UsageError
+from raycompat.registry import UnknownNameError
+from raycompat.transformations import (
+    INTERFACE_KEYS,
+    TRANSFORMATIONS,
+    FCTTransformation,
+    Transformation,
+    create_transformation,
+    list_transformations,
+    transformation_class,
+)
+
+# Small constructor specs of every kind (widths 5 -> 3, side-information of 2 where taken).
+SPECS = {"fct": dict(d_old=5, d_side=2, d_new=3, width=8, normalize_output=False)}
+
+
+def test_every_kind_has_a_small_spec_here():
+    assert sorted(SPECS) == list_transformations()
+
+
+def test_lookup_gives_the_kind_class():
+    assert "fct" in TRANSFORMATIONS
+    assert transformation_class("fct") is FCTTransformation
+
+
+def test_an_unknown_kind_lists_the_kinds():
+    with pytest.raises(UnknownNameError, match=r"unknown transformation kind 'procrustez'") as err:
+        create_transformation("procrustez", d_old=4)
+    assert isinstance(err.value, UsageError)
+    assert "valid names: " + ", ".join(list_transformations()) in str(err.value)
+
+
+@pytest.mark.parametrize("kind", TRANSFORMATIONS.names())
+def test_every_kind_implements_the_interface(kind):
+    cls = transformation_class(kind)
+    assert issubclass(cls, Transformation) and cls.kind == kind
+    assert set(INTERFACE_KEYS) <= set(cls.spec_keys)
+    torch.manual_seed(0)
+    h = create_transformation(kind, **SPECS[kind]).eval()
+    assert (h.d_old, h.d_side, h.d_new) == (5, 2, 3)
+    spec = h.spec()
+    assert set(spec) == set(cls.spec_keys) | set(cls.spec_defaults)
+    assert cls.args_of(spec) == spec and cls.missing_keys(spec) == []
+    out = h(torch.randn(4, 5), torch.randn(4, 2) if h.d_side else None)
+    assert out.shape == (4, 3) and torch.isfinite(out).all()
+
+
+def test_a_kind_without_the_interface_keys_is_refused():
+    with pytest.raises(TypeError, match=r"spec_keys lacks the interface keys \['d_side'"):
+
+        class Narrow(Transformation):
+            kind = "narrow"
+            spec_keys = ("d_old", "d_new", "normalize_output")
+
+
+def test_listing_the_kinds_imports_no_torch():
+    code = (
+        "import sys; from raycompat.transformations import list_transformations; "
+        "assert list_transformations(); assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
