@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from _fidelity_train import TrainData
 
-from raycompat.config import ConfigError
 from raycompat.data.mnist import load_mnist5k
 from raycompat.data.splits import holdout_split
 from raycompat.data.synthetic import SyntheticIdentities
+from raycompat.errors import ConfigError
 from raycompat.registry import Registry
 
 PROTOCOLS: Registry = Registry("fidelity protocol")

@@ -51,7 +51,8 @@ from _fidelity_train import (  # noqa: E402
 )
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.config import ConfigError, bounded, load_config, to_dict  # noqa: E402
+from raycompat.config import bounded, load_config, to_dict
+from raycompat.errors import ConfigError
 from raycompat.evaluation import EvalSet, score  # noqa: E402
 from raycompat.methods import list_methods  # noqa: E402
 

@@ -17,7 +17,9 @@ A store error the user fixes (``MissingStoreError``: a mistyped ``--store``) is 
 ``raycompat`` command and the jobs' ``run_main`` print either as one line with its exit status
 (``raycompat/cli/errors.py``); any other exception is a bug and keeps its traceback.
 
-No imports: every layer, the CLI's light startup included, may import this module.
+Every error class the layers share lives here, below all of them (the store's, the config's):
+no imports, so every layer, ``raycompat.io`` and the CLI's light startup included, may import
+this module without a cycle.
 """
 
 from __future__ import annotations
@@ -44,3 +46,67 @@ class DataError(RaycompatError):
 def exit_status(error: BaseException) -> int:
     """2 for a :class:`UsageError` (also one that is a ``DataError`` too), else 1."""
     return USAGE_EXIT if isinstance(error, UsageError) else DATA_EXIT
+
+
+class ConfigError(UsageError, ValueError):
+    """A config key is unknown, missing or of the wrong type; the message names the key."""
+
+
+# The store's errors (raycompat.store). Every one is a StoreError (a ValueError) whose message
+# names the file, manifest record or argument at fault and, for per-row problems, the row; one
+# the user fixes, such as MissingStoreError, is also a UsageError (exit 2).
+class StoreError(DataError, ValueError):
+    """Base class of every store error."""
+
+
+class UnsafePathError(StoreError):
+    """A gallery/version/file name or a manifest path could escape the store prefix."""
+
+
+class SchemaError(StoreError):
+    """A table lacks a column, has the wrong type or width, or holds NaN/inf/null vectors."""
+
+
+class DuplicateIdError(StoreError):
+    """The same ``id`` appears twice in one version (within or across part files)."""
+
+
+class CorruptFileError(StoreError):
+    """A Parquet part file or a manifest record cannot be parsed."""
+
+
+class CorruptIndexError(CorruptFileError):
+    """A version index's pointer or files fail their checksum, size or parse, or disagree with
+    the version; rebuild the index (derived data) from the version."""
+
+
+class PublishConflictError(StoreError):
+    """The version is already published (another publisher won the race)."""
+
+
+class NotInStoreError(StoreError):
+    """A gallery, model or version name the store does not hold; the message lists the names it
+    does hold and the nearest (``raycompat.store.lookup``). Exit 1, as these lookups always were
+    (``versions`` of an unknown gallery, ``search`` with an unregistered model)."""
+
+
+class ManifestError(StoreError):
+    """A version record is missing, or disagrees with the files it lists."""
+
+
+class ChangedFileError(ManifestError):
+    """An external file of an adopted version changed (size, ETag or mtime) or vanished since
+    the version pinned it; the version no longer describes it."""
+
+
+class MissingIndexError(ManifestError):
+    """The version exists but no index was built for it yet."""
+
+
+class VerificationError(StoreError):
+    """The staged rows or ids differ from what the publisher expected."""
+
+
+class MissingStoreError(UsageError, StoreError):
+    """There is no store at the root (a mistyped path): readers refuse it rather than list
+    nothing."""

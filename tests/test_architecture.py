@@ -166,3 +166,41 @@ def test_the_store_imports_no_faiss_even_inside_a_function():
     ]
     assert not offenders, offenders
     assert len(store) > 20
+
+
+def _runtime_imports(path: Path) -> list[tuple[int, str]]:
+    """:func:`_imports` less those under ``if TYPE_CHECKING:`` (types only, never run)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+        for child in block.body
+        for node in ast.walk(child)
+    }
+    return [
+        (line, name)
+        for line, name in _imports(path)
+        if not any(
+            id(node) in typing_only and getattr(node, "lineno", None) == line
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+        )
+    ]
+
+
+def test_errors_sit_below_every_layer_and_io_imports_nothing_above_it():
+    """One error module at the bottom (issue 39): ``raycompat.errors`` imports nothing, and
+    ``raycompat.io`` (which the store and the config import) imports only itself, the errors
+    and the registry, even inside a function, so no cycle needs a deferred import."""
+    assert [name for _, name in _imports(PACKAGE / "errors.py") if name != "__future__"] == []
+    io = sorted((PACKAGE / "io").rglob("*.py"))
+    allowed = ("raycompat.io", "raycompat.errors", "raycompat.registry")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in io
+        for line, name in _runtime_imports(path)
+        if name.startswith("raycompat") and not name.startswith(allowed)
+    ]
+    assert not offenders, offenders
+    assert len(io) > 5

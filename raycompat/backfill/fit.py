@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from raycompat.config import ConfigError
 from raycompat.engine import StepGuard, mean_values, sync_every
+from raycompat.errors import ConfigError
 from raycompat.fct.losses import (
     UNCERTAINTY_ERRORS,
     freeze_batchnorm_statistics,

@@ -28,7 +28,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from raycompat.config import ConfigError, dump_config, load_config
+from raycompat.config import dump_config, load_config
+from raycompat.errors import ConfigError
 
 C = TypeVar("C")
 log = logging.getLogger("raycompat.jobs")

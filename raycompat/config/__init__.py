@@ -19,13 +19,9 @@ from typing import Any, TypeVar
 
 import yaml
 
-from raycompat.errors import UsageError
+from raycompat.errors import ConfigError
 
 C = TypeVar("C")
-
-
-class ConfigError(UsageError, ValueError):
-    """A config key is unknown, missing or of the wrong type; the message names the key."""
 
 
 class ConfigLoader(yaml.SafeLoader):

@@ -12,8 +12,8 @@ import math
 import numbers
 from pathlib import Path
 
-from raycompat.config import ConfigError
 from raycompat.config.train import TrainConfig
+from raycompat.errors import ConfigError
 
 
 def check_eval_split(cfg: TrainConfig, labels=None) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from raycompat.config import ConfigError, bounded, check_ranges
+from raycompat.config import bounded, check_ranges
 from raycompat.config.fct import FCTSpec, PartialBackfillSpec  # Ray-free, for sweeps
 from raycompat.config.pipelines import RunOptions, SourceSpec, StoreSpec
 from raycompat.config.train import (
@@ -26,6 +26,7 @@ from raycompat.config.train import (
     ScenarioSpec,
     TrainConfig,
 )
+from raycompat.errors import ConfigError
 from raycompat.methods.catalog import check_method_options, method_entry
 from raycompat.registry import UnknownNameError
 

@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raycompat.errors import UsageError
+from raycompat.errors import StoreError, UsageError
 from raycompat.index.distances import ZeroNormError
 from raycompat.store import GalleryStore
-from raycompat.store.errors import StoreError
 from raycompat.store.lookup import check_gallery, model_record
 from raycompat.store.model_catalog import Catalog
 

@@ -39,12 +39,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from raycompat.errors import CorruptIndexError, ManifestError
 from raycompat.index.distances import get_distance
 from raycompat.index.factory import INDEX_KINDS
 from raycompat.index.gpu import resolve_gpu
 from raycompat.index.ivf import SHARDED_IVF, quantizer_ef
 from raycompat.index.stdout import stdout_to_stderr
-from raycompat.store.errors import CorruptIndexError, ManifestError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
 from raycompat.store.parquet import iter_file_batches

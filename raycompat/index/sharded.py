@@ -94,6 +94,7 @@ import faiss
 import numpy as np
 import pyarrow.fs as pafs
 
+from raycompat.errors import CorruptIndexError, StoreError
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.gpu import check_use_gpu
 from raycompat.index.ivf import SHARDED_IVF, hnsw_params, ivf_nlist, ivf_nprobe, ivf_quantizer
@@ -119,7 +120,6 @@ from raycompat.index.shard_tasks import (
 )
 from raycompat.index.stdout import stdout_to_stderr
 from raycompat.index.tasks import LocalTasks, TaskRunner
-from raycompat.store.errors import CorruptIndexError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.mapped_ids import MappedIds

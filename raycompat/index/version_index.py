@@ -42,13 +42,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from raycompat.errors import CorruptIndexError, MissingIndexError
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.factory import INDEX_KINDS, build_index
 from raycompat.index.ivf import SHARDED_IVF
 from raycompat.index.search import SearchIndex, real_hits
 from raycompat.index.shard_tasks import MERGED_FILES
 from raycompat.index.sharded import build_sharded_index, load_sharded_index
-from raycompat.store.errors import CorruptIndexError, MissingIndexError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
 from raycompat.store.mapped_ids import MappedIds, int64_values

@@ -35,9 +35,9 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import StoreError
 from raycompat.io.uri import filesystem, s3fs_filesystem, split_uri
 from raycompat.registry import Registry
-from raycompat.store.errors import StoreError
 
 BACKENDS: Registry[Backend] = Registry("store filesystem scheme")
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from raycompat.config.train import RunSpec
 from raycompat.io.uri import filesystem
+
+if TYPE_CHECKING:  # a type only: io/ imports nothing above it
+    from raycompat.config.train import RunSpec
 
 
 def run_filesystem(run: RunSpec) -> tuple[pafs.FileSystem, str]:

@@ -19,6 +19,8 @@ import os
 import warnings
 from collections.abc import Mapping
 
+from raycompat.errors import ConfigError
+
 
 def endpoint_of(options: Mapping | None) -> str | None:
     """The S3-compatible endpoint ``options`` name (``client_kwargs.endpoint_url``, or s3fs's
@@ -73,8 +75,6 @@ def with_endpoint(where: str, storage_options: dict, endpoint_url: str | None) -
     if given == endpoint_url:
         return storage_options
     if given:
-        from raycompat.config import ConfigError
-
         raise ConfigError(
             f"{where}endpoint_url={endpoint_url!r} and {new_key}={given!r} disagree; "
             f"set only {new_key}"

@@ -18,8 +18,8 @@ Bulk I/O on S3 uses pyarrow's native ``S3FileSystem`` by default (``bulk_io="nat
 :func:`~raycompat.io.s3_options.with_environment_endpoint`). Options the native client cannot
 express make ``bulk_io="auto"`` fall back to s3fs behind ``FSSpecHandler``.
 
-The store's errors are imported where they are raised: ``raycompat.store`` imports this layer,
-and this layer loads without it.
+Its errors are ``raycompat.errors``'s (below every layer): ``raycompat.store`` and
+``raycompat.config`` import this layer, and it imports neither.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import IO, Any
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import ConfigError, StoreError
 from raycompat.io.credentials import accept_storage_options
 from raycompat.io.s3_options import with_environment_endpoint
 
@@ -110,14 +111,11 @@ def native_s3_options(options: Mapping) -> dict[str, Any]:
         out["region"] = client.pop("region_name")
     left = sorted(set(opts) - _NATIVE_IGNORED) + [f"client_kwargs.{k}" for k in sorted(client)]
     if left:
-        from raycompat.store.errors import StoreError
-
         raise StoreError(f"storage_options {left} have no pyarrow S3FileSystem equivalent")
     return out
 
 
 def _s3_bulk(options: dict, bulk_io: str) -> pafs.FileSystem:
-    from raycompat.store.errors import StoreError
 
     if bulk_io not in BULK_IO:
         raise StoreError(f"bulk_io must be 'auto', 'native' or 'fsspec', got {bulk_io!r}")
@@ -157,7 +155,6 @@ def open_uri(uri: str, mode: str = "rb", storage_options: dict | None = None) ->
 def check_uri(uri: str, key: str) -> None:
     """Fail before any cluster time when ``uri`` (the value of config ``key``) cannot be opened:
     one ``ConfigError`` naming the key, the path and what to do (no download, no retries)."""
-    from raycompat.config import ConfigError
 
     try:
         open_uri(uri).close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raycompat.config import ConfigError
+from raycompat.errors import ConfigError
 from raycompat.registry import Registry
 
 

@@ -11,7 +11,7 @@
   table.
 """
 
-from raycompat.store.errors import (
+from raycompat.errors import (
     ChangedFileError,
     CorruptFileError,
     CorruptIndexError,

@@ -18,7 +18,7 @@ and recorded in the record; the CLI writes without one (the number is its fence)
   served before it (``back`` links each record to the state it replaced; 0 is the grant).
 - ``current(g, m)``: what m serves: the newest record's version, else its grant (a store
   without aliases serves exactly as before); a revoked or retired model (``retired.py``) is a
-  one-line :class:`~raycompat.store.errors.StoreError`.
+  one-line :class:`~raycompat.errors.StoreError`.
 
 :func:`raycompat.store.serving.serving_map` gives gc the versions live models serve or may roll
 back to.
@@ -31,8 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.errors import UsageError
-from raycompat.store.errors import CorruptFileError, StoreError
+from raycompat.errors import CorruptFileError, StoreError, UsageError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LeaseOwner, LeaseRef
 from raycompat.store.lookup import model_record

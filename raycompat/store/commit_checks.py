@@ -25,7 +25,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raycompat.store.errors import SchemaError, StoreError, VerificationError
+from raycompat.errors import SchemaError, StoreError, VerificationError
 from raycompat.store.parquet import iter_file_batches, open_parquet
 from raycompat.store.part_record import IdFingerprint, PartRecord
 from raycompat.store.paths import join

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.store.errors import CorruptFileError, StoreError
+from raycompat.errors import CorruptFileError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import now_utc
 from raycompat.store.model_catalog import QUERIES_DIR

@@ -19,15 +19,15 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from raycompat.io.credentials import drop_redacted, register_secrets
-from raycompat.io.filesystems import Backend, open_backend
-from raycompat.store.errors import (
+from raycompat.errors import (
     ManifestError,
     MissingStoreError,
     PublishConflictError,
     SchemaError,
     StoreError,
 )
+from raycompat.io.credentials import drop_redacted, register_secrets
+from raycompat.io.filesystems import Backend, open_backend
 from raycompat.store.formats.external import open_adopted
 from raycompat.store.formats.external import root_path as external_root
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner

@@ -47,9 +47,8 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.errors import UsageError
+from raycompat.errors import StoreError, UsageError
 from raycompat.io.filesystems import Backend
-from raycompat.store.errors import StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LEASE_DIR, LeaseRecord, read_newest
 from raycompat.store.manifest import DATA_DIR, INDEX_DIR, VERSIONS_DIR, VersionInfo

@@ -23,9 +23,9 @@ from dataclasses import asdict
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import StoreError
 from raycompat.registry import UnknownNameError
 from raycompat.store.decisions import DECISIONS_DIR, Decisions, standing
-from raycompat.store.errors import StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LEASE_DIR, read_newest
 from raycompat.store.manifest import DATA_DIR, VersionInfo

@@ -49,8 +49,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import StoreError
 from raycompat.io.filesystems import Backend, ChangedError
-from raycompat.store.errors import StoreError
 from raycompat.store.paths import join
 
 logger = logging.getLogger(__name__)

@@ -4,9 +4,9 @@ nearest one (``difflib.get_close_matches``).
 Every ``raycompat`` command looks up the galleries, models and versions it was given through
 :func:`check_gallery`, :func:`model_record` and :func:`version_record`, so ``--gallery mnst``
 answers ``no gallery 'mnst' in ROOT: galleries are mnist; did you mean 'mnist'?``
-(:class:`~raycompat.store.errors.NotInStoreError`, exit 1 as before) instead of a missing grant.
+(:class:`~raycompat.errors.NotInStoreError`, exit 1 as before) instead of a missing grant.
 A record that exists but cannot be read is still a
-:class:`~raycompat.store.errors.CorruptFileError` (exit 1).
+:class:`~raycompat.errors.CorruptFileError` (exit 1).
 :func:`choices` is the tail of any such message (``report`` uses it for run folders).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from raycompat.store.errors import (
+from raycompat.errors import (
     CorruptFileError,
     ManifestError,
     NotInStoreError,

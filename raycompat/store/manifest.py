@@ -26,7 +26,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from raycompat.store.errors import CorruptFileError, ManifestError, StoreError
+from raycompat.errors import CorruptFileError, ManifestError, StoreError
 from raycompat.store.formats.external import ExternalFiles
 from raycompat.store.paths import check_name, check_relative_path, join
 from raycompat.store.records import check_record, load_object

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import CorruptFileError, MissingStoreError
 from raycompat.io.filesystems import Backend
-from raycompat.store.errors import CorruptFileError, MissingStoreError
 from raycompat.store.manifest import VERSIONS_DIR, now_utc
 from raycompat.store.paths import SAFE_NAME, check_name, join
 from raycompat.store.records import load_object

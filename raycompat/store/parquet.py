@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from raycompat.store.errors import ChangedFileError, CorruptFileError, ManifestError
+from raycompat.errors import ChangedFileError, CorruptFileError, ManifestError
 
 ROW_GROUP_BYTES = 64 << 20
 

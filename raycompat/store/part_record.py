@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raycompat.store.errors import CorruptFileError
+from raycompat.errors import CorruptFileError
 from raycompat.store.paths import join
 
 PARTS_DIR = "_parts"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from raycompat.store.errors import UnsafePathError
+from raycompat.errors import UnsafePathError
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,127}")
 

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any
 
-from raycompat.store.errors import CorruptFileError
+from raycompat.errors import CorruptFileError
 
 _NAMES = {
     str: "a string",

@@ -23,8 +23,7 @@ store agree on it. It must be at least :data:`MIN_LEASES` lease timeouts.
 
 from __future__ import annotations
 
-from raycompat.errors import UsageError
-from raycompat.store.errors import StoreError
+from raycompat.errors import StoreError, UsageError
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 MIN_LEASES = 4  # the retention is at least this many lease timeouts

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import pyarrow.fs as pafs
 
-from raycompat.store.errors import CorruptFileError, StoreError
+from raycompat.errors import CorruptFileError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LeaseOwner
 from raycompat.store.manifest import now_utc

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raycompat.store.errors import SchemaError
+from raycompat.errors import SchemaError
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.validate import ARROW_DTYPES
 

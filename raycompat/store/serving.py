@@ -12,8 +12,8 @@ from dataclasses import asdict
 
 import pyarrow.fs as pafs
 
+from raycompat.errors import StoreError
 from raycompat.store.aliases import ALIASES_DIR, RevokedError, current, granted_version, log
-from raycompat.store.errors import StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.model_catalog import Catalog
 from raycompat.store.retired import RetiredModelError, retired

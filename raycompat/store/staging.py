@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from raycompat.errors import PublishConflictError, StoreError
 from raycompat.io.filesystems import Backend
 from raycompat.store.commit_checks import (
     RECORD_READERS,
@@ -48,7 +49,6 @@ from raycompat.store.commit_checks import (
     sum_records,
     written_at,
 )
-from raycompat.store.errors import PublishConflictError, StoreError
 from raycompat.store.lease import LEASE_DIR, Lease, LeaseRef, aborted_through
 from raycompat.store.manifest import VersionInfo, now_utc, record_path, staging_path
 from raycompat.store.parquet import dictionary_columns, group_rows

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raycompat.store.errors import DuplicateIdError, SchemaError
+from raycompat.errors import DuplicateIdError, SchemaError
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.vectors import float32_rows
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from raycompat.store.errors import StoreError
+from raycompat.errors import StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import DEFAULT_TIMEOUT_S, LEASE_DIR, Lease, LeaseHeldError, read_newest
 from raycompat.store.paths import check_name, join

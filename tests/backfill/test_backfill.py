@@ -21,7 +21,7 @@ from raycompat.backfill import (
     random_order,
     value_at_budget,
 )
-from raycompat.config import ConfigError
+from raycompat.errors import ConfigError
 from raycompat.evaluation import EvalSet, score
 from raycompat.fct.losses import transformation_loss, uncertain_transformation_loss
 from raycompat.metrics.retrieval import cmc, mean_average_precision

@@ -219,7 +219,7 @@ def test_a_model_trained_in_one_group_is_loaded_bit_for_bit_by_another(bench, re
 
 
 def test_method_groups_split_the_methods_and_refuse_unknown_names(bench):
-    from raycompat.config import ConfigError
+    from raycompat.errors import ConfigError
 
     main = bench["main"]
     cfg = main.FidelityConfig(
@@ -271,7 +271,7 @@ def test_a_protocol_sets_its_own_batch_and_lr(bench):
 
 
 def test_unknown_method_is_refused(bench):
-    from raycompat.config import ConfigError
+    from raycompat.errors import ConfigError
 
     cfg = bench["main"].FidelityConfig(methods=["bct", "bcx"])
     with pytest.raises(ConfigError, match="unknown 'bcx'"):

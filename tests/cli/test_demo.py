@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from raycompat.cli.demo import main
-from raycompat.config import ConfigError
+from raycompat.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,8 @@ import pytest
 
 from raycompat.cli.app import main
 from raycompat.cli.errors import run_main
-from raycompat.config import ConfigError
+from raycompat.errors import ConfigError, MissingStoreError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.errors import MissingStoreError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 
 REPO = Path(__file__).resolve().parents[2]

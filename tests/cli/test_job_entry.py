@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from raycompat.cli.job_entry import announce_outputs, job_config, job_parser, resolve_outputs
-from raycompat.config import ConfigError, load_config, override_path
+from raycompat.config import load_config, override_path
+from raycompat.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMITTED = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"working_dir": "."}})}

@@ -10,8 +10,7 @@ import pytest
 from raycompat.cli.errors import run_main
 from raycompat.cli.job_entry import JOB_CONFIG_ENV
 from raycompat.cli.job_exit import JobExit, exit_of
-from raycompat.config import ConfigError
-from raycompat.errors import DataError
+from raycompat.errors import ConfigError, DataError
 
 
 def refuse(argv):

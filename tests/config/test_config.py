@@ -5,7 +5,8 @@ from typing import Literal
 
 import pytest
 
-from raycompat.config import ConfigError, load_config, parse_overrides, save_config
+from raycompat.config import load_config, parse_overrides, save_config
+from raycompat.errors import ConfigError
 
 
 @dataclass

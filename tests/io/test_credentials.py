@@ -198,7 +198,7 @@ def test_configure_logging_guards_root_handlers_and_uncaught_errors(monkeypatch,
 
 def test_cli_error_message_is_scrubbed(monkeypatch, capsys):
     from raycompat.cli import app as cli
-    from raycompat.store.errors import StoreError
+    from raycompat.errors import StoreError
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     register_secrets(planted())

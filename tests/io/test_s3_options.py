@@ -7,9 +7,10 @@ import warnings
 
 import pytest
 
-from raycompat.config import ConfigError, dump_config, load_config
+from raycompat.config import dump_config, load_config
 from raycompat.config.train import RunSpec, TrainConfig
 from raycompat.config.tune import SweepConfig
+from raycompat.errors import ConfigError
 from raycompat.io.s3_options import (
     ENDPOINT_ENV,
     endpoint_of,

@@ -9,12 +9,12 @@ import pyarrow.fs as pafs
 import pytest
 
 from raycompat.config.train import RunSpec
+from raycompat.errors import StoreError
 from raycompat.io import credentials
 from raycompat.io.credentials import REDACTED, scrub
 from raycompat.io.run_storage import read_json, run_filesystem, write_json
 from raycompat.io.uri import filesystem, fsspec_filesystem, split_uri
 from raycompat.store import GalleryStore
-from raycompat.store.errors import StoreError
 
 
 @pytest.fixture(autouse=True)

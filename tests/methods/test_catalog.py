@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from raycompat.config import ConfigError
+from raycompat.errors import ConfigError
 from raycompat.methods import METHOD_CATALOG, METHODS, list_methods
 from raycompat.methods.baselines import Independent
 from raycompat.methods.catalog import check_method_options, method_entry

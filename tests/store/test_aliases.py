@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from raycompat.errors import UsageError
+from raycompat.errors import CorruptFileError, NotInStoreError, StoreError, UsageError
 from raycompat.store import GalleryStore, aliases
 from raycompat.store.aliases import (
     AliasConflictError,
@@ -22,7 +22,6 @@ from raycompat.store.aliases import (
     revoke,
     rollback,
 )
-from raycompat.store.errors import CorruptFileError, NotInStoreError, StoreError
 from raycompat.store.gc import collect, make_plan
 from raycompat.store.lease import Lease, LeaseLostError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant

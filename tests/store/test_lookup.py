@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raycompat.errors import DataError, UsageError
+from raycompat.errors import CorruptFileError, DataError, NotInStoreError, UsageError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.errors import CorruptFileError, NotInStoreError
 from raycompat.store.lookup import (
     check_gallery,
     choices,

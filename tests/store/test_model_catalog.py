@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 
+from raycompat.errors import StoreError, UnsafePathError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.errors import StoreError, UnsafePathError
 from raycompat.store.model_catalog import Catalog, CatalogConflictError, ModelRecord, QueryGrant
 
 

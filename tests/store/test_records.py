@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pytest
 
+from raycompat.errors import CorruptFileError, ManifestError, MissingStoreError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.errors import CorruptFileError, ManifestError, MissingStoreError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 
 GOOD = {

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from raycompat.errors import CorruptFileError
 from raycompat.store import GalleryStore
-from raycompat.store.errors import CorruptFileError
 from raycompat.store.model_catalog import Catalog, ModelRecord
 from raycompat.store.relative import resolve, to_record
 

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from raycompat.config import ConfigError, load_config
+from raycompat.config import load_config
 from raycompat.config.train import ModelSpec, ReplacementSpec, TrainConfig
+from raycompat.errors import ConfigError
 from raycompat.train.data import make_splits, rank_share, step_rows, targets_for
 from raycompat.train.scenarios import plan_steps
 

@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from raycompat.config import ConfigError, load_config
+from raycompat.config import load_config
 from raycompat.config.fct import FCTOptimSpec, TransformationTrainConfig
 from raycompat.config.train import OptimSpec
+from raycompat.errors import ConfigError
 from raycompat.train.schedule import lr_at, warmup_cosine
 
 

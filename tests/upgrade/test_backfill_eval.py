@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from raycompat.config import ConfigError, load_config
+from raycompat.config import load_config
 from raycompat.config.upgrade import (
     PartialBackfillSpec,
     PolicySpec,
@@ -22,6 +22,7 @@ from raycompat.config.upgrade import (
     decision_digest,
     partial_backfill_of,
 )
+from raycompat.errors import ConfigError
 from raycompat.evaluation import EvalSet
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.upgrade.backfill_eval import backfill_evaluation

@@ -231,7 +231,7 @@ def test_an_unset_gate_keeps_the_existing_decisions_and_digests():
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5"])
 def test_the_gate_is_a_fraction(value):
-    from raycompat.config import ConfigError
+    from raycompat.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"policy.max_negative_flip_rate must be"):
         load_config(UpgradeConfig, None, [f"policy.max_negative_flip_rate={value}"])

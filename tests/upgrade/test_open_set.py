@@ -12,11 +12,11 @@ import re
 import numpy as np
 import pytest
 
-from raycompat.config import ConfigError, load_config
+from raycompat.config import load_config
 from raycompat.config.train import TrainConfig
 from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config, decision_digest
+from raycompat.errors import ConfigError, CorruptFileError
 from raycompat.store.decisions import DecisionRecord, Decisions
-from raycompat.store.errors import CorruptFileError
 from raycompat.store.model_catalog import Catalog
 from raycompat.train.data import describe_split, make_splits
 from raycompat.upgrade.report import Outcome

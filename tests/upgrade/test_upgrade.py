@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from raycompat.cluster.upgrade.steps import gallery_before, rows_of
-from raycompat.config import ConfigError, load_config, to_dict
+from raycompat.config import load_config, to_dict
 from raycompat.config.upgrade import PolicySpec, UpgradeConfig, check_upgrade_config
+from raycompat.errors import ConfigError, StoreError, UnsafePathError
 from raycompat.evaluation import EvalSet
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.store import GalleryStore
-from raycompat.store.errors import StoreError, UnsafePathError
 from raycompat.store.model_catalog import Catalog, ModelRecord
 from raycompat.upgrade.evaluate import EvalData, evidence, history_matrix
 from raycompat.upgrade.policy import decide

@@ -70,7 +70,7 @@ def _gc_arguments(p) -> None:
 
 def mark_store(args) -> str:
     """Refuses a folder holding no version record and no model catalog unless ``--force``."""
-    from raycompat.store.errors import MissingStoreError
+    from raycompat.errors import MissingStoreError
     from raycompat.store.marker import (
         MARKER_NAME,
         galleries_with_records,

@@ -11,7 +11,7 @@ from raycompat.cli.arguments import STORE, add_gallery
 from raycompat.cli.command import Command
 from raycompat.cli.store_options import add_store_arguments, open_store
 from raycompat.cli.tables import corrupt_lines, table
-from raycompat.store.errors import StoreError
+from raycompat.errors import StoreError
 
 
 def listing(out: dict, corrupt: list[tuple[str, str]]) -> dict:

@@ -18,8 +18,8 @@ import json
 import logging
 
 from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
-from raycompat.config import ConfigError
 from raycompat.config.pipelines import TransformJobConfig
+from raycompat.errors import ConfigError
 from raycompat.io.credentials import configure_logging, register_secrets
 
 logger = logging.getLogger("raycompat.jobs.transform")

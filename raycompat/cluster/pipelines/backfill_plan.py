@@ -29,8 +29,8 @@ from raycompat.cluster.pipelines.parts import Chunk
 from raycompat.cluster.pipelines.selection import ORDERS
 from raycompat.cluster.pipelines.sources import SourceSpec
 from raycompat.cluster.pipelines.transform import check_transformation
-from raycompat.config import ConfigError
 from raycompat.config.pipelines import RunOptions
+from raycompat.errors import ConfigError
 from raycompat.store import GalleryStore, SchemaError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
 from raycompat.store.part_record import PartRecord, part_record_path

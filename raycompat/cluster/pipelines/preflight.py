@@ -12,9 +12,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from raycompat.config import ConfigError
+from raycompat.errors import ConfigError, ManifestError, PublishConflictError
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.errors import ManifestError, PublishConflictError
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,10 @@ from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog
 from raycompat.cluster.train.evaluate import evaluate_step
 from raycompat.cluster.train.loop import train_loop_per_worker
 from raycompat.cluster.train.worker import report_polling, scaling_config
-from raycompat.config import ConfigError, dump_config
+from raycompat.config import dump_config
 from raycompat.config.checks import check_unseen
 from raycompat.config.train import TrainConfig
+from raycompat.errors import ConfigError
 from raycompat.evaluation import EvalSet, grow_matrix, matrix_row
 from raycompat.io import run_storage as storage
 from raycompat.io.weights import load_state_dict, load_state_dict_into

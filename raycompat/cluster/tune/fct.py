@@ -23,10 +23,11 @@ import os
 import numpy as np
 
 from raycompat.cluster.tune.space import trial_overrides
-from raycompat.config import ConfigError, apply_overrides
+from raycompat.config import apply_overrides
 from raycompat.config.fct import FCTSpec, PartialBackfillSpec
 from raycompat.config.train import RunSpec, TrainConfig
 from raycompat.config.tune import SweepConfig
+from raycompat.errors import ConfigError
 from raycompat.evaluation import score
 from raycompat.methods.catalog import method_entry
 from raycompat.metrics.compatibility import CompatibilityMatrix

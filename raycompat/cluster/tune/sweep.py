@@ -44,9 +44,10 @@ from raycompat.cluster.tune.fct import (
 from raycompat.cluster.tune.objectives import PROXY, objective
 from raycompat.cluster.tune.reaper import PlacementGroupReaper
 from raycompat.cluster.tune.space import param_space, trial_overrides
-from raycompat.config import ConfigError, apply_overrides, load_config
+from raycompat.config import apply_overrides, load_config
 from raycompat.config.train import ScalingSpec, TrainConfig
 from raycompat.config.tune import SweepConfig
+from raycompat.errors import ConfigError
 from raycompat.io.uri import filesystem
 from raycompat.metrics.compatibility import CompatibilityMatrix
 

@@ -26,8 +26,8 @@ from raycompat.config.upgrade import (
     gallery_version_of,
     partial_backfill_of,
 )
+from raycompat.errors import VerificationError
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.errors import VerificationError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.upgrade.evaluate import EvalData
 from raycompat.upgrade.policy import Decision

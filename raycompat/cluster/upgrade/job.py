@@ -38,11 +38,11 @@ from raycompat.config.upgrade import (
     gallery_version_of,
     partial_backfill_of,
 )
+from raycompat.errors import StoreError
 from raycompat.methods.catalog import method_entry
 from raycompat.progress import Stages, plural
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions, standing
-from raycompat.store.errors import StoreError
 from raycompat.store.lease import Lease
 from raycompat.store.model_catalog import Catalog, QueryGrant
 from raycompat.train.export import load_exported_model

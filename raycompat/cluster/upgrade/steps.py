@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 
 from raycompat.config.train import OldModelSpec, RunSpec, ScenarioSpec, TrainConfig
 from raycompat.config.upgrade import PartialBackfillSpec, UpgradeConfig, UpgradeSpec
+from raycompat.errors import StoreError
 from raycompat.store import GalleryStore
-from raycompat.store.errors import StoreError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.parquet import open_parquet
 from raycompat.store.vectors import vectors

@@ -30,8 +30,13 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.errors import UsageError
-from raycompat.store.errors import CorruptFileError, PublishConflictError, SchemaError, StoreError
+from raycompat.errors import (
+    CorruptFileError,
+    PublishConflictError,
+    SchemaError,
+    StoreError,
+    UsageError,
+)
 from raycompat.store.formats.external import ExternalFiles, FilePin, stat_file
 from raycompat.store.formats.snapshot import TableSnapshot, parse_as_of, read_snapshot
 from raycompat.store.gallery import GalleryStore

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from raycompat.store.errors import StoreError
+from raycompat.errors import StoreError
 from raycompat.store.formats.snapshot import (
     TableSnapshot,
     UnsupportedTableError,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from raycompat.store.errors import StoreError
+from raycompat.errors import StoreError
 from raycompat.store.formats.snapshot import (
     TableSnapshot,
     UnsupportedTableError,

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raycompat.store.errors import SchemaError, StoreError
+from raycompat.errors import SchemaError, StoreError
 from raycompat.store.formats.adopt import AdoptionPlan, FileReport
 from raycompat.store.formats.external import (
     as_store_columns,

@@ -25,9 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-from raycompat.errors import UsageError
+from raycompat.errors import ManifestError, StoreError, UsageError
 from raycompat.registry import Registry
-from raycompat.store.errors import ManifestError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.part_record import IdFingerprint

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from raycompat.errors import StoreError
 from raycompat.io.filesystems import open_backend
-from raycompat.store.errors import StoreError
 from raycompat.store.formats.adopt_delta import delta_storage_options
 from raycompat.store.formats.export import ExportOptionError, check_outside_store
 from raycompat.store.formats.snapshot import require

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from raycompat.store.errors import StoreError
+from raycompat.errors import StoreError
 from raycompat.store.formats.adopt_iceberg import CATALOG_NAME, iceberg_properties
 from raycompat.store.formats.export import check_outside_store
 from raycompat.store.formats.snapshot import require

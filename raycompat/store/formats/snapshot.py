@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from raycompat.store.errors import StoreError
+from raycompat.errors import StoreError
 
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore

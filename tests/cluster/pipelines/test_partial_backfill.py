@@ -33,9 +33,9 @@ from raycompat.cluster.pipelines import runner as runner_module
 from raycompat.cluster.pipelines import selection as selection_module
 from raycompat.cluster.pipelines.runner import run_chunks
 from raycompat.cluster.pipelines.selection import Selection, Threshold, random_keys
-from raycompat.config import ConfigError
 from raycompat.config.train import ModelSpec
 from raycompat.data import create_dataset
+from raycompat.errors import ConfigError
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_table
 from raycompat.store.part_record import part_of_file
 from raycompat.store.validate import validate_values

@@ -33,9 +33,9 @@ from raycompat.cluster.pipelines import transform as transform_module
 from raycompat.cluster.pipelines.parts import Chunk
 from raycompat.cluster.pipelines.resume import record_plan
 from raycompat.cluster.pipelines.runner import run_chunks
-from raycompat.config import ConfigError
 from raycompat.config.train import ModelSpec
 from raycompat.data import create_dataset, read_image
+from raycompat.errors import ConfigError
 from raycompat.store import (
     CorruptFileError,
     DuplicateIdError,

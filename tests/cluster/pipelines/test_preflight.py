@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from raycompat.cluster.pipelines.preflight import check_inputs, check_model_width
-from raycompat.config import ConfigError
 from raycompat.config.pipelines import StoreSpec, TargetSpec, TransformJobConfig
 from raycompat.config.train import ModelSpec
+from raycompat.errors import ConfigError
 from raycompat.store import GalleryStore
 from raycompat.train.export import build_model, export_model
 

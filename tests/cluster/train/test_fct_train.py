@@ -19,10 +19,11 @@ from raycompat.cluster.train.fct_loop import (
     train_side_info,
     train_transformation,
 )
-from raycompat.config import ConfigError, load_config
+from raycompat.config import load_config
 from raycompat.config.fct import SideInfoTrainConfig, TransformationTrainConfig
 from raycompat.config.train import ModelSpec
 from raycompat.data import create_dataset
+from raycompat.errors import ConfigError
 from raycompat.evaluation import EvalSet, score
 from raycompat.fct.triples import Triples
 from raycompat.nn.side_info import create_side_info

@@ -53,8 +53,9 @@ def test_callback_raises_only_for_a_non_finite_step():
 
 def test_clip_grad_norm_is_refused_where_the_strategy_clips_itself():
     from raycompat.cluster.train.driver import check_clipping
-    from raycompat.config import ConfigError, load_config
+    from raycompat.config import load_config
     from raycompat.config.train import TrainConfig
+    from raycompat.errors import ConfigError
 
     clip = ["optim.clip_grad_norm=1.0"]
     check_clipping(load_config(TrainConfig, None, [*clip, "scaling.strategy=fsdp"]))

@@ -9,8 +9,9 @@ import pytest
 from ray.train.v2._internal.constants import get_env_vars_to_propagate
 
 from raycompat.cluster.train.worker import REPORT_POLL_ENV, report_polling
-from raycompat.config import ConfigError, apply_overrides
+from raycompat.config import apply_overrides
 from raycompat.config.train import RunSpec, TrainConfig
+from raycompat.errors import ConfigError
 
 
 @pytest.mark.parametrize("before", [None, "3.0"], ids=["unset", "set_by_the_user"])

@@ -14,10 +14,11 @@ from raycompat.cluster.tune.fct import check_transformation, split_params, trans
 from raycompat.cluster.tune.objectives import OBJECTIVES
 from raycompat.cluster.tune.results import pareto_front
 from raycompat.cluster.tune.space import param_space, trial_overrides
-from raycompat.config import ConfigError, load_config
+from raycompat.config import load_config
 from raycompat.config.fct import FCTSpec
 from raycompat.config.train import TrainConfig
 from raycompat.config.tune import ParamSpec, SweepConfig
+from raycompat.errors import ConfigError
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.train.scenarios import plan_steps
 from tests.conftest import bucket_objects

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from raycompat.cluster.pipelines.inputs import iter_chunk_batches, plan_version_chunks
+from raycompat.errors import ChangedFileError, PublishConflictError
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import (
     CorruptFileError,
@@ -29,7 +30,6 @@ from raycompat.store import (
     VersionInfo,
     embedding_table,
 )
-from raycompat.store.errors import ChangedFileError, PublishConflictError
 from raycompat.store.gc import collect, plan_gc
 from raycompat.store.model_catalog import Catalog
 from raycompat.store.part_record import IdFingerprint

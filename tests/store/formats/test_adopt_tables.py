@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from raycompat.errors import ChangedFileError
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import CorruptFileError, GalleryStore, StoreError, VersionInfo
-from raycompat.store.errors import ChangedFileError
 from raycompat.store.formats.adopt import plan_adoption
 from raycompat.store.formats.snapshot import UnsupportedTableError
 

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from raycompat.errors import ManifestError
 from raycompat.store import GalleryStore, StoreError, VersionInfo, embedding_table
-from raycompat.store.errors import ManifestError
 from raycompat.store.formats.adopt_iceberg import CATALOG_NAME
 from raycompat.store.formats.export import ExportOptionError, export_version
 
