@@ -25,7 +25,7 @@ import argparse
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from raycompat.config import dump_config, load_config
@@ -90,6 +90,26 @@ def announce_outputs(cfg: Any, outputs: tuple[str, ...]) -> None:
     """Log where the job's outputs go (after its checks, so that a config error stays the
     only line a failing job prints)."""
     log.info("outputs: %s", ", ".join(f"{key}={_get(cfg, key)}" for key in outputs))
+
+
+def log_summary(logger: logging.Logger, summary: dict, label: str = "summary") -> dict:
+    """Log the job's ``summary`` as one JSON line (``summary: {...}``) and return it."""
+    logger.info("%s: %s", label, json.dumps(summary))
+    return summary
+
+
+def console_script(main: Callable[[list[str]], object], name: str) -> Callable[[], None]:
+    """The ``run()`` of a job: the console script ``name`` and the ``__main__`` block of
+    ``jobs/*.py``: ``main``, a config error printed as one line naming the file and key, exit 2
+    (:func:`raycompat.cli.errors.run_main`)."""
+
+    def run() -> None:
+        from raycompat.cli.errors import run_main
+
+        run_main(main)
+
+    run.__doc__ = f"The console script ``{name}``: :func:`main` run by ``run_main``."
+    return run
 
 
 def submitted_working_dir(environ: Mapping[str, str] | None = None) -> str | None:

@@ -12,10 +12,15 @@ the exported model and its features), ``compatibility.json``, ``state.json``, ``
 
 from __future__ import annotations
 
-import json
 import logging
 
-from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
+from raycompat.cli.job_entry import (
+    announce_outputs,
+    console_script,
+    job_config,
+    job_parser,
+    log_summary,
+)
 from raycompat.config.train import TrainConfig
 from raycompat.io.credentials import configure_logging, register_secrets
 
@@ -38,17 +43,10 @@ def main(argv: list[str] | None = None) -> dict:
     announce_outputs(cfg, ("run.storage_path",))
 
     init_ray(args.address, args.verbose)  # quiet console unless --verbose
-    summary = run_training(cfg).summary()
-    logging.getLogger("raycompat.train").info("summary: %s", json.dumps(summary))
-    return summary
+    return log_summary(logging.getLogger("raycompat.train"), run_training(cfg).summary())
 
 
-def run() -> None:
-    """The console script ``raycompat-train`` and ``python jobs/train.py``: :func:`main`,
-    a config error printed as one line naming the file and key, exit 2 (``run_main``)."""
-    from raycompat.cli.errors import run_main
-
-    run_main(main)
+run = console_script(main, "raycompat-train")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,15 @@ source version) are checked before Ray starts.
 
 from __future__ import annotations
 
-import json
 import logging
 
-from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
+from raycompat.cli.job_entry import (
+    announce_outputs,
+    console_script,
+    job_config,
+    job_parser,
+    log_summary,
+)
 from raycompat.config.pipelines import TransformJobConfig
 from raycompat.errors import ConfigError
 from raycompat.io.credentials import configure_logging, register_secrets
@@ -82,11 +87,6 @@ def write_version(cfg: TransformJobConfig, store, target) -> dict:
     return {**result, "version": info.version, "rows": info.rows, "files": len(info.files)}
 
 
-def _report(summary: dict) -> dict:
-    logger.info("summary: %s", json.dumps(summary))
-    return summary
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = job_parser(__doc__, "TransformJobConfig", default=DEFAULT, address=False)
     args = parser.parse_args(argv)
@@ -111,23 +111,18 @@ def main(argv: list[str] | None = None) -> dict:
     gallery = cfg.store.gallery
     if cfg.mode == "identity":
         upgrade = identity_upgrade(store, gallery, cfg.source_version, cfg.target.model_version)
-        return _report({"mode": "identity", **upgrade.__dict__})
+        return log_summary(logger, {"mode": "identity", **upgrade.__dict__})
     target = target_version(cfg)
     done = already_published(store, gallery, target)
     if done is not None:  # a rerun after the publish (e.g. killed before it could report)
         logger.info("%s/%s is already published; nothing to do", gallery, target.version)
         published = {"version": done.version, "rows": done.rows, "files": len(done.files)}
-        return _report({"mode": cfg.mode, "already_published": True, **published})
+        return log_summary(logger, {"mode": cfg.mode, "already_published": True, **published})
     init_ray(cfg.ray_address, args.verbose)  # quiet console unless --verbose
-    return _report({"mode": cfg.mode, **write_version(cfg, store, target)})
+    return log_summary(logger, {"mode": cfg.mode, **write_version(cfg, store, target)})
 
 
-def run() -> None:
-    """The console script ``raycompat-transform`` and ``python jobs/transform.py``: :func:`main`,
-    a config error printed as one line naming the file and key, exit 2 (``run_main``)."""
-    from raycompat.cli.errors import run_main
-
-    run_main(main)
+run = console_script(main, "raycompat-transform")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,15 @@ one training run per trial under ``runs/``, and ``results/`` with ``trials.csv``
 
 from __future__ import annotations
 
-import json
 import logging
 
-from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
+from raycompat.cli.job_entry import (
+    announce_outputs,
+    console_script,
+    job_config,
+    job_parser,
+    log_summary,
+)
 from raycompat.config.tune import SweepConfig
 from raycompat.io.credentials import configure_logging
 
@@ -40,16 +45,10 @@ def main(argv: list[str] | None = None) -> dict:
     init_ray(args.address, args.verbose)  # quiet console unless --verbose
     results = run_sweep(sweep)
     summary = publish_outputs(results, sweep)
-    logging.getLogger("raycompat.cluster.tune").info("sweep summary: %s", json.dumps(summary))
-    return summary
+    return log_summary(logging.getLogger("raycompat.cluster.tune"), summary, "sweep summary")
 
 
-def run() -> None:
-    """The console script ``raycompat-tune`` and ``python jobs/tune.py``: :func:`main`,
-    a config error printed as one line naming the file and key, exit 2 (``run_main``)."""
-    from raycompat.cli.errors import run_main
-
-    run_main(main)
+run = console_script(main, "raycompat-tune")
 
 
 if __name__ == "__main__":

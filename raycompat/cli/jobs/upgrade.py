@@ -28,13 +28,18 @@ for an entry skipped because it failed before).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import time
 
-from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
+from raycompat.cli.job_entry import (
+    announce_outputs,
+    console_script,
+    job_config,
+    job_parser,
+    log_summary,
+)
 from raycompat.config import to_dict
 from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
 from raycompat.io.credentials import configure_logging, register_secrets
@@ -121,18 +126,13 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     directory = os.path.join(cfg.report_dir, cfg.name)
     write_report(directory, report, to_dict(cfg), upgrader.features_2d())
     summary = {**report.summary(), "report": os.path.join(directory, "report.md")}
-    log.info("summary: %s", json.dumps(summary))
+    log_summary(log, summary)
     for line in committed_lines(outcomes, cfg):  # where this run falls in the seeds' spread
         log.info("%s", line)
     return summary
 
 
-def run() -> None:
-    """The console script ``raycompat-upgrade`` and ``python jobs/upgrade.py``: :func:`main`,
-    a config error printed as one line naming the file and key, exit 2 (``run_main``)."""
-    from raycompat.cli.errors import run_main
-
-    run_main(main)
+run = console_script(main, "raycompat-upgrade")
 
 
 if __name__ == "__main__":

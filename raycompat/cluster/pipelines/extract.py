@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import ray
 import torch
 
 from raycompat import engine
@@ -40,10 +39,12 @@ from raycompat.cluster.pipelines.decode import (
 )
 from raycompat.cluster.pipelines.inputs import file_digest
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
+from raycompat.cluster.pipelines.pool import describe_nodes
 from raycompat.cluster.pipelines.runner import (
     DISTRIBUTED_UNIQUE_ROWS,
     ChunkWorker,
     Stage,
+    live_nodes,
     run_staged,
 )
 from raycompat.cluster.pipelines.sources import SourceSpec, open_source
@@ -206,17 +207,12 @@ def extract_version(
 
 def sized_pools(run: RunOptions, chunks: int) -> Pools:
     """Both pools sized from the cluster's live nodes (``decode.plan_pools``), logged."""
-    if not ray.is_initialized():
-        ray.init()  # as Ray Data would for the pipeline's first dataset
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    nodes = live_nodes()
     pools = plan_pools(run, nodes, chunks)
     logger.info(
-        "extraction pools from %d node(s) (%s CPU, %s GPU), %d chunk(s): %d model actor(s) x "
-        "%d CPU x %s GPU, %d decode worker(s) x 1 CPU",
-        len(nodes),
-        sum(n.get("CPU", 0) for n in nodes),
-        sum(n.get("GPU", 0) for n in nodes),
-        chunks,
+        "extraction pools from %s: %d model actor(s) x %d CPU x %s GPU, %d decode worker(s) x "
+        "1 CPU",
+        describe_nodes(nodes, chunks),
         pools.model.actors,
         pools.model.threads_per_actor,
         pools.model.num_gpus_per_actor,

@@ -21,7 +21,7 @@ from typing import TypeVar
 import ray
 
 from raycompat.cluster.pipelines.progress import Progress
-from raycompat.cluster.pipelines.runner import PipelineError, _root_message
+from raycompat.cluster.pipelines.runner import PipelineError, _root_message, live_nodes
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ class RayTasks:
     def node_cpus(self) -> int:
         """CPUs of the cluster's largest live node: what the k-means task reserves (and the
         faiss threads it runs), so it is placed on a whole node."""
-        cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+        cpus = [n.get("CPU", 0) for n in live_nodes()]
         return max(1, int(max(cpus, default=1)))
 
     def task_options(self, gpus: int = 0, cpus: int | None = None) -> dict:

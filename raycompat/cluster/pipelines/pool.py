@@ -48,5 +48,13 @@ def plan_pool(run: RunOptions, nodes: Sequence[Mapping[str, float]], chunks: int
     return dataclasses.replace(run, actors=actors, num_gpus_per_actor=gpus, pool="fixed")
 
 
+def describe_nodes(nodes: Sequence[Mapping[str, float]], chunks: int) -> str:
+    """``"2 node(s) (24.0 CPU, 2.0 GPU), 500 chunk(s)"``: what a pool was sized from, for the
+    line that logs its sizes."""
+    cpus = sum(n.get("CPU", 0) for n in nodes)
+    gpus = sum(n.get("GPU", 0) for n in nodes)
+    return f"{len(nodes)} node(s) ({cpus} CPU, {gpus} GPU), {chunks} chunk(s)"
+
+
 def _actors_on(node: Mapping[str, float], threads_per_actor: int) -> int:
     return int(node.get("CPU", 0) // threads_per_actor)

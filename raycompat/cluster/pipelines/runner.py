@@ -188,6 +188,15 @@ def chunk_dataset(
     return dataset
 
 
+def live_nodes() -> list[dict]:
+    """The resources of the cluster's live nodes (``{"CPU": 16, "GPU": 2}`` each): what a pool
+    is sized from (``pool.py``, ``decode.plan_pools``). Ray is started first if it is not yet,
+    as Ray Data would for a pipeline's first dataset."""
+    if not ray.is_initialized():
+        ray.init()
+    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
 def run_chunks(
     chunks: list[Chunk],
     worker: type[ChunkWorker],

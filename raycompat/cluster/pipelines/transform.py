@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import ray
 import torch
 
 from raycompat.cluster.pipelines.inputs import (
@@ -41,9 +40,9 @@ from raycompat.cluster.pipelines.inputs import (
     plan_version_chunks,
 )
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
-from raycompat.cluster.pipelines.pool import plan_pool
+from raycompat.cluster.pipelines.pool import describe_nodes, plan_pool
 from raycompat.cluster.pipelines.prefetch import prefetch
-from raycompat.cluster.pipelines.runner import ChunkWorker, run_staged
+from raycompat.cluster.pipelines.runner import ChunkWorker, live_nodes, run_staged
 from raycompat.cluster.pipelines.weights import Shared, share_transformation, transformation_of
 from raycompat.config.pipelines import RunOptions
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
@@ -345,17 +344,11 @@ def sized_pool(run: RunOptions, chunks: int) -> RunOptions:
     when ``run.pool`` is ``"auto"`` (``pool.py``; the sizes are logged), else ``run``."""
     if run.pool != "auto":
         return run
-    if not ray.is_initialized():
-        ray.init()  # as Ray Data would for the pipeline's first dataset
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    nodes = live_nodes()
     sized = plan_pool(run, nodes, chunks)
     logger.info(
-        "transform pool from %d node(s) (%s CPU, %s GPU), %d chunk(s): %d actor(s) x "
-        "%d CPU x %s GPU",
-        len(nodes),
-        sum(n.get("CPU", 0) for n in nodes),
-        sum(n.get("GPU", 0) for n in nodes),
-        chunks,
+        "transform pool from %s: %d actor(s) x %d CPU x %s GPU",
+        describe_nodes(nodes, chunks),
         sized.actors,
         sized.threads_per_actor,
         sized.num_gpus_per_actor,

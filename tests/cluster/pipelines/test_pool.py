@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from raycompat.cluster.pipelines.pool import MAX_ACTORS_PER_GPU, plan_pool
+from raycompat.cluster.pipelines.pool import MAX_ACTORS_PER_GPU, describe_nodes, plan_pool
 from raycompat.config.pipelines import RunOptions
 
 AUTO = RunOptions(pool="auto")
@@ -61,3 +61,8 @@ def test_a_gpu_pool_is_capped_at_the_chunks_and_sizing_again_keeps_it():
     sized = plan_pool(AUTO, [{"CPU": 16, "GPU": 1}], chunks=3)
     assert (sized.actors, sized.num_gpus_per_actor) == (3, 0.0625)
     assert plan_pool(sized, [{"CPU": 2}], chunks=100) is sized
+
+
+def test_describe_nodes_names_what_a_pool_was_sized_from():
+    nodes = [{"CPU": 8.0}, {"CPU": 16.0, "GPU": 2.0}]
+    assert describe_nodes(nodes, 500) == "2 node(s) (24.0 CPU, 2.0 GPU), 500 chunk(s)"
