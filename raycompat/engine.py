@@ -19,6 +19,15 @@ from torch import nn
 from raycompat.errors import DataError
 from raycompat.methods import Batch, CompatibilityMethod
 
+__all__ = [
+    "NonFiniteError",
+    "StepGuard",
+    "embed",
+    "extract_features",
+    "tensor_batches",
+    "train_epoch",
+]
+
 log = logging.getLogger(__name__)
 
 # What a diverging run can change: the config keys (``training.`` prefixed in the upgrade job).

@@ -24,6 +24,27 @@ this module without a cycle.
 
 from __future__ import annotations
 
+__all__ = [
+    "ChangedFileError",
+    "ConfigError",
+    "CorruptFileError",
+    "CorruptIndexError",
+    "DataError",
+    "DuplicateIdError",
+    "ManifestError",
+    "MissingIndexError",
+    "MissingStoreError",
+    "NotInStoreError",
+    "PublishConflictError",
+    "RaycompatError",
+    "SchemaError",
+    "StoreError",
+    "UnsafePathError",
+    "UsageError",
+    "VerificationError",
+    "exit_status",
+]
+
 USAGE_EXIT = 2
 DATA_EXIT = 1
 

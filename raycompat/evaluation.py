@@ -24,6 +24,8 @@ from raycompat.metrics.retrieval import cmc, template_identification
 from raycompat.metrics.verification import make_pairs, verification_accuracy
 from raycompat.registry import Registry
 
+__all__ = ["PROTOCOLS", "EvalSet", "grow_matrix", "matrix_row", "score", "verification_eval_set"]
+
 PROTOCOLS: Registry = Registry("evaluation protocol")
 
 

@@ -14,6 +14,8 @@ from typing import Any, Generic, TypeVar
 
 from raycompat.errors import UsageError
 
+__all__ = ["Registry", "UnknownNameError"]
+
 T = TypeVar("T")
 
 

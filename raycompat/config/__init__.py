@@ -4,6 +4,10 @@ Defaults (the dataclass) -> file -> command-line overrides, in that order. Unkno
 values of the wrong type are errors naming the key, so a typo never silently falls back to a
 default. A field declared with :func:`bounded` is range-checked too (``epochs: int = bounded(4,
 ge=1)``), so that a value that type-checks but cannot be meant (0 epochs) fails at load time.
+
+Every job's typed config is exported here too (``from raycompat.config import TrainConfig``); it
+is defined in its own module (:mod:`.train`, :mod:`.fct`, :mod:`.tune`, :mod:`.upgrade`,
+:mod:`.pipelines`), each importing this one, and loads at its first use.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from raycompat._lazy import lazy_exports
 from raycompat.errors import ConfigError
 
 C = TypeVar("C")
@@ -333,3 +338,30 @@ def save_config(config: Any, path: str | Path, header: str = "") -> None:
     from raycompat.io.credentials import write_private
 
     write_private(path, header + dump_config(config))
+
+
+__getattr__, __dir__, _JOB_CONFIGS = lazy_exports(
+    __name__,
+    {
+        "train": ("ModelSpec", "TrainConfig"),
+        "fct": ("FCTSpec", "SideInfoTrainConfig", "TransformationTrainConfig"),
+        "tune": ("SweepConfig",),
+        "upgrade": ("UpgradeConfig",),
+        "pipelines": ("RunOptions", "SourceSpec", "StoreSpec", "TransformJobConfig"),
+    },
+)
+
+__all__ = [
+    "apply_overrides",
+    "bounded",
+    "check_range",
+    "check_ranges",
+    "dump_config",
+    "load_config",
+    "load_yaml",
+    "override_path",
+    "parse_overrides",
+    "save_config",
+    "to_dict",
+    *_JOB_CONFIGS,
+]

@@ -2,8 +2,8 @@
 the transformation ``h`` (and the optional ``g``) that the forward-transform pipelines apply.
 
 The transformation itself is a kind of :mod:`raycompat.transformations` (``"fct"``: the MLP,
-its files); this package is how FCT fits it. It imports nothing at load time, so its Ray-free
-modules stay cheap to import:
+its files); this package is how FCT fits it. It imports nothing at load time (its names load
+at their first use), so its Ray-free modules stay cheap to import:
 
 - :mod:`raycompat.config.fct`: typed configs (``FCTSpec``, ``TransformationTrainConfig``, ...),
   read by the upgrade and Tune configs before Ray starts;
@@ -17,3 +17,19 @@ modules stay cheap to import:
 - :mod:`raycompat.cluster.train.fct_loop`: the Ray Train V2 runs (Ray layer), on the per-worker
   skeleton shared with model training (:mod:`raycompat.cluster.train.worker`).
 """
+
+from raycompat._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "losses": (
+            "freeze_batchnorm_statistics",
+            "transformation_loss",
+            "uncertain_transformation_loss",
+        ),
+        "export": ("export_side_info", "load_side_info"),
+        "pair": ("TransformationPair", "build_transformations"),
+        "triples": ("Triples", "compute_triples"),
+    },
+)

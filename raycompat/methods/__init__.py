@@ -2,14 +2,13 @@
 
 Importing the package loads no torch: the registry, :func:`list_methods` and the config checks
 come from the catalogue, and the torch pieces (:class:`Batch`, :class:`OldModel`,
-:class:`CompatibilityMethod`, :func:`create_method`) load at their first use. A method class
-loads when :data:`METHODS` first gets its name.
+:class:`CompatibilityMethod`, :class:`CrossEntropyMethod`, :func:`create_method`) load at their
+first use. A method class loads when :data:`METHODS` first gets its name.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from raycompat._lazy import lazy_exports
 from raycompat.methods.catalog import (
     METHOD_CATALOG,
     METHODS,
@@ -19,7 +18,10 @@ from raycompat.methods.catalog import (
     method_entry,
 )
 
-_TORCH_NAMES = ("Batch", "CompatibilityMethod", "OldModel", "create_method")
+__getattr__, __dir__, _TORCH_NAMES = lazy_exports(
+    __name__,
+    {"base": ("Batch", "CompatibilityMethod", "CrossEntropyMethod", "OldModel", "create_method")},
+)
 
 __all__ = [
     "METHODS",
@@ -30,11 +32,3 @@ __all__ = [
     "method_entry",
     *_TORCH_NAMES,
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _TORCH_NAMES:
-        from raycompat.methods import base
-
-        return getattr(base, name)
-    raise AttributeError(f"module 'raycompat.methods' has no attribute {name!r}")

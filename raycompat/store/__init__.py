@@ -5,6 +5,7 @@
 - :mod:`~raycompat.store.staging` / :mod:`~raycompat.store.gallery`: write, publish, read.
 - :mod:`~raycompat.store.lease` / :mod:`~raycompat.store.part_record`: one writer per staging
   area, and what each writer says it wrote (checked at commit).
+- :mod:`~raycompat.store.model_catalog`: the models and the versions each one may query.
 - :mod:`~raycompat.index.version_index`: a faiss index per version, and queries that return ids.
 - :mod:`~raycompat.store.formats`: table formats. An existing Parquet, Delta or Iceberg table
   adopted in place (its files pinned by the record), a version exported as a Delta or Iceberg
@@ -25,13 +26,15 @@ from raycompat.errors import (
     VerificationError,
 )
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import LeaseHeldError, LeaseLostError
+from raycompat.store.lease import LeaseHeldError, LeaseLostError, LeaseOwner
 from raycompat.store.manifest import VersionInfo
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.schema import embedding_schema, embedding_table, version_metadata
 from raycompat.store.staging import Staging
 from raycompat.store.validate import validate_schema, validate_table, validate_values
 
 __all__ = [
+    "Catalog",
     "ChangedFileError",
     "CorruptFileError",
     "CorruptIndexError",
@@ -39,9 +42,12 @@ __all__ = [
     "GalleryStore",
     "LeaseHeldError",
     "LeaseLostError",
+    "LeaseOwner",
     "ManifestError",
     "MissingIndexError",
+    "ModelRecord",
     "PublishConflictError",
+    "QueryGrant",
     "SchemaError",
     "Staging",
     "StoreError",

@@ -19,9 +19,7 @@ Importing the package loads no torch; the torch names load at their first use. N
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from raycompat._lazy import lazy_exports
 from raycompat.transformations.kinds import (
     TRANSFORMATIONS,
     UNRECORDED_KIND,
@@ -30,24 +28,26 @@ from raycompat.transformations.kinds import (
     transformation_class,
 )
 
-_TORCH_NAMES = {
-    "Transformation": "base",
-    "INTERFACE_KEYS": "base",
-    "FCTTransformation": "fct",
-    "fct_transformation": "fct",
-    "side_info_transformation": "fct",
-    "G": "files",
-    "H": "files",
-    "StoredSpec": "files",
-    "TransformationFiles": "files",
-    "UnknownKindError": "files",
-    "export_transformation": "files",
-    "load_transformation": "files",
-    "read_transformation": "files",
-    "read_transformation_spec": "files",
-    "save_transformation": "files",
-    "weights_path": "files",
-}
+__getattr__, __dir__, _TORCH_NAMES = lazy_exports(
+    __name__,
+    {
+        "base": ("INTERFACE_KEYS", "Transformation"),
+        "fct": ("FCTTransformation", "fct_transformation", "side_info_transformation"),
+        "files": (
+            "G",
+            "H",
+            "StoredSpec",
+            "TransformationFiles",
+            "UnknownKindError",
+            "export_transformation",
+            "load_transformation",
+            "read_transformation",
+            "read_transformation_spec",
+            "save_transformation",
+            "weights_path",
+        ),
+    },
+)
 
 __all__ = [
     "TRANSFORMATIONS",
@@ -57,10 +57,3 @@ __all__ = [
     "transformation_class",
     *_TORCH_NAMES,
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _TORCH_NAMES:
-        module = importlib.import_module(f"raycompat.transformations.{_TORCH_NAMES[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module 'raycompat.transformations' has no attribute {name!r}")

@@ -8,13 +8,18 @@
 - :mod:`~raycompat.cluster.pipelines.backfill`: a version -> h(old), a budgeted fraction
   re-extracted from the images (FastFill's partial backfill) -> a new version.
 - :mod:`~raycompat.cluster.pipelines.resume`: the per-chunk commit log that makes both resumable.
+- :mod:`~raycompat.cluster.pipelines.adopt`: :func:`adopt_version` registers existing Parquet,
+  Delta or Iceberg tables; :mod:`~raycompat.cluster.pipelines.index`: :class:`RayTasks` builds
+  sharded indexes with Ray tasks.
 
 Both stream (memory bounded by actors x batch rows) and publish only after ``Staging.commit``
 has verified every part. See ``docs/pipelines.md``.
 """
 
+from raycompat.cluster.pipelines.adopt import adopt_version
 from raycompat.cluster.pipelines.backfill import partial_backfill_version
 from raycompat.cluster.pipelines.extract import embed, extract_version
+from raycompat.cluster.pipelines.index import RayTasks
 from raycompat.cluster.pipelines.resume import PlanMismatchError
 from raycompat.cluster.pipelines.runner import PipelineError
 from raycompat.cluster.pipelines.sources import SOURCES, SourceSpec
@@ -31,8 +36,10 @@ __all__ = [
     "IdentityUpgrade",
     "PipelineError",
     "PlanMismatchError",
+    "RayTasks",
     "RunOptions",
     "SourceSpec",
+    "adopt_version",
     "apply_transformation",
     "embed",
     "extract_version",

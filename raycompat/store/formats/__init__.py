@@ -18,32 +18,22 @@ package may not import ``adopt`` or ``export`` (which import the gallery) when i
 
 from __future__ import annotations
 
-import importlib
+from raycompat._lazy import lazy_exports
 
-_MODULES = {
-    "adopt": (
-        "AdoptOptionError",
-        "AdoptionPlan",
-        "FileReport",
-        "plan_adoption",
-        "publish_adopted",
-        "register_adopted",
-        "summarize",
-    ),
-    "adopt_scan": ("proven_unique", "scan_file"),
-    "export": ("ExportOptionError", "export_version"),
-    "snapshot": ("UnsupportedTableError", "parse_as_of"),
-}
-_HOME = {name: module for module, names in _MODULES.items() for name in names}
-
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "adopt": (
+            "AdoptOptionError",
+            "AdoptionPlan",
+            "FileReport",
+            "plan_adoption",
+            "publish_adopted",
+            "register_adopted",
+            "summarize",
+        ),
+        "adopt_scan": ("proven_unique", "scan_file"),
+        "export": ("ExportOptionError", "export_version"),
+        "snapshot": ("UnsupportedTableError", "parse_as_of"),
+    },
+)
