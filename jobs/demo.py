@@ -5,7 +5,8 @@
 The upgrade job (``jobs/upgrade.py``) replaces this as the main entry point in a later issue.
 """
 
-from raycompat.cli.demo import main
+from raycompat.cli.demo import RESUMES, main
+from raycompat.cli.errors import run_main
 
 if __name__ == "__main__":
-    main()
+    run_main(main, resumes=RESUMES)

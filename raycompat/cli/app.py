@@ -59,8 +59,9 @@ that reads or writes a store takes the jobs' S3 options (``cli/store_options.py`
 in it are scrubbed from every line printed); a local ``--store`` ignores them.
 
 Every subcommand's ``--help`` describes each option and ends with an example command. A
-gallery, model or version that does not exist is a usage error (exit 2) listing those that do
-and the nearest name (``store/lookup.py``); a missing report folder lists the runs beside it.
+gallery, model or version that does not exist is one line (exit 1,
+:class:`~raycompat.errors.NotInStoreError`) listing those that do and the nearest name
+(``store/lookup.py``); a missing report folder lists the runs beside it.
 
 Listings print aligned tables (``cli/tables.py``); ``--json`` prints the same data as JSON for
 scripts. ``search`` prints id, score and the stored label of each hit: only items found, so a
@@ -80,25 +81,26 @@ zero-padding), as in training. No Ray: the query path is the core's (``index/que
 
 A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
 name each corrupt one (file and error) and exit 1. Errors are one line (``cli/errors.py``), with
-the exit status of their type (``raycompat/errors.py``): 2 for a usage error (no store at
-``--store``; a gallery, model or version that does not exist; a ``-k`` below 1, an unreadable,
-empty or malformed query file: :class:`~raycompat.index.query.QueryError`), 1 for a store or
-data error; ``--debug`` shows the traceback.
+the exit status of their type (``raycompat/errors.py``; README.md, "Exit status"): 2 for a
+usage error (no store at ``--store``; a ``-k`` below 1, an unreadable, empty or malformed query
+file: :class:`~raycompat.index.query.QueryError`), 1 for a store or data error (a gallery, model
+or version that does not exist among them); ``--debug`` shows the traceback. stderr holds only
+our lines: other libraries' INFO lines (faiss' loader) appear with ``--verbose``
+(:mod:`raycompat.console`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 
 from raycompat.cli.arguments import CommandParser, VersionAction, global_flags, json_flag
 from raycompat.cli.command import PROG
 from raycompat.cli.commands import REGISTRY
 from raycompat.cli.errors import debug_requested, error_line
+from raycompat.console import configure_console
 from raycompat.errors import RaycompatError, exit_status
-from raycompat.io.credentials import configure_logging
 
 # Imports stay light: torch, Ray and faiss load inside the handlers that use them, so --help,
 # versions and search --vectors/--ids start without torch or Ray (tests/cli/test_startup.py).
@@ -128,14 +130,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 for a data error (a corrupt record among those listed, a grant that
-    is missing; any :class:`~raycompat.errors.DataError`) or a missing file, 2 for a usage
-    error (no store at ``--store``, an unknown gallery, model or version, a
-    :class:`~raycompat.index.query.QueryError`;
-    any :class:`~raycompat.errors.UsageError`)."""
-    configure_logging("%(name)s: %(message)s", stream=sys.stderr)  # log lines scrubbed
+    is missing, an unknown gallery, model or version; any
+    :class:`~raycompat.errors.DataError`) or a missing file, 2 for a usage error (no store at
+    ``--store``, a :class:`~raycompat.index.query.QueryError`; any
+    :class:`~raycompat.errors.UsageError`)."""
     args = parser().parse_args(argv)
-    if getattr(args, "verbose", False):
-        logging.getLogger("raycompat").setLevel(logging.DEBUG)
+    # Our lines, scrubbed; faiss', pyiceberg's and other libraries' INFO only with --verbose.
+    configure_console(getattr(args, "verbose", False), "%(name)s: %(message)s", sys.stderr)
     debug = getattr(args, "debug", False) or debug_requested()
     command = REGISTRY[args.command]
     problem = command.check(args) if command.check else None

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from raycompat.config import load_config, save_config
+from raycompat.console import configure_console
 from raycompat.data.mnist import load_mnist5k
 from raycompat.data.splits import holdout_split
 from raycompat.engine import extract_features, tensor_batches, train_epoch
-from raycompat.io.credentials import configure_logging
 from raycompat.methods import METHODS, OldModel, create_method
 from raycompat.metrics.compatibility import (
     CompatibilityMatrix,
@@ -243,9 +243,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--config", help="YAML file with DemoConfig keys")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. epochs=2")
     args = parser.parse_args(argv)
-    configure_logging()
+    configure_console()
     return run(load_config(DemoConfig, args.config, args.overrides))
 
 
+RESUMES = "rerunning starts the demo again (it stores no progress)"
+
 if __name__ == "__main__":
-    main()
+    from raycompat.cli.errors import run_main
+
+    run_main(main, resumes=RESUMES)

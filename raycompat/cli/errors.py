@@ -8,6 +8,11 @@ what to fix; a Python traceback around it only hides that line. So it is printed
 :class:`~raycompat.errors.RaycompatError` (a :class:`~raycompat.errors.DataError`). The
 traceback is shown with ``--debug`` or ``RAYCOMPAT_DEBUG=1``; any other exception is a bug and
 keeps its traceback.
+
+Ctrl-C (a ``KeyboardInterrupt`` raised anywhere in the job: Ray raises it in the driver's
+``ray.get``, and :mod:`raycompat.cluster.train.interrupt` makes Ray Train's own handler end
+that way too) is one line, ``<prog>: interrupted; <what a rerun does>``, and exit status 130
+(128 + SIGINT, as a shell reports it); README.md, "Exit status", lists every status.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from raycompat.io.credentials import scrub
 
 USAGE_ERRORS = (UsageError,)  # exit 2; kept for code that catches this tuple
 DEBUG_FLAG, DEBUG_ENV = "--debug", "RAYCOMPAT_DEBUG"
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
+# What a rerun does after Ctrl-C, for a job that stores no progress (each job names its own).
+RESTARTS = "rerunning starts it again"
 
 
 def debug_requested(argv: Sequence[str] = ()) -> bool:
@@ -42,11 +50,18 @@ def _config_path(argv: list[str]) -> str | None:
     return known.config
 
 
-def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None) -> None:
+def run_main(
+    main: Callable[[list[str]], object],
+    argv: list[str] | None = None,
+    *,
+    resumes: str = RESTARTS,
+) -> None:
     """Run a job's ``main(argv)`` from its ``__main__`` block: a usage error (a config error)
     is one line on stderr naming the config file and the key, and exit status 2; a data error
     (a training run stopped by a non-finite loss, gradient or feature: epoch, step and term) is
-    one line, exit 1. Any other exception keeps its traceback.
+    one line, exit 1; Ctrl-C is one line, ``<prog>: interrupted; <resumes>`` (``resumes``: what
+    rerunning the job does, e.g. resume from what it stored), exit 130. Any other exception
+    keeps its traceback.
 
     ``--debug`` is taken out of ``argv`` (the jobs' parsers do not know it) and, like
     ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback. Under ``ray job submit``
@@ -55,10 +70,10 @@ def run_main(main: Callable[[list[str]], object], argv: list[str] | None = None)
     from raycompat.cli.job_exit import reported_exit
 
     with reported_exit():
-        _run_main(main, argv)
+        _run_main(main, argv, resumes)
 
 
-def _run_main(main: Callable[[list[str]], object], argv: list[str] | None) -> None:
+def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resumes: str) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]
@@ -78,3 +93,10 @@ def _run_main(main: Callable[[list[str]], object], argv: list[str] | None) -> No
             message = f"{config}: {message}"
         print(error_line(prog, message), file=sys.stderr)
         raise SystemExit(status) from None
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        from raycompat.cli.job_exit import JobExit
+
+        print(f"{prog}: interrupted; {resumes}", file=sys.stderr, flush=True)
+        raise JobExit(INTERRUPTED_EXIT, "interrupted") from None

@@ -28,13 +28,13 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from raycompat.cli.job_exit import JOB_CONFIG_ENV  # Ray's job supervisor sets it
 from raycompat.config import dump_config, load_config
 from raycompat.errors import ConfigError
 
 C = TypeVar("C")
 log = logging.getLogger("raycompat.jobs")
 OUTPUT_ROOT_ENV = "RAYCOMPAT_OUTPUT_ROOT"
-JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
 
 
 def job_parser(
@@ -92,21 +92,56 @@ def announce_outputs(cfg: Any, outputs: tuple[str, ...]) -> None:
     log.info("outputs: %s", ", ".join(f"{key}={_get(cfg, key)}" for key in outputs))
 
 
+SUMMARY_ITEM_CHARS = 80  # an entry longer than this stays out of the console's summary line
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)
+
+
+def summary_line(summary: dict) -> str:
+    """``key=value ...`` of the entries of ``summary`` that read on one line: scalars, and
+    mappings and lists of scalars, each up to :data:`SUMMARY_ITEM_CHARS` characters; a matrix,
+    nested records or a sentence are left to the job's files (its report or summary JSON)."""
+    items = []
+    for key, value in summary.items():
+        values = value.values() if isinstance(value, dict) else value
+        nested = isinstance(value, dict | list | tuple) and any(
+            isinstance(v, dict | list | tuple) for v in values
+        )
+        text = f"{key}={_short(value)}"
+        if not nested and len(text) <= SUMMARY_ITEM_CHARS:
+            items.append(text)
+    return " ".join(items)
+
+
 def log_summary(logger: logging.Logger, summary: dict, label: str = "summary") -> dict:
-    """Log the job's ``summary`` as one JSON line (``summary: {...}``) and return it."""
-    logger.info("%s: %s", label, json.dumps(summary))
+    """Log the job's ``summary`` as one short line (``summary: decisions={m1: initial, ...}
+    AC=0.6513 ...``, :func:`summary_line`), the whole of it as JSON at DEBUG (``--verbose``),
+    and return it."""
+    logger.info("%s: %s", label, summary_line(summary))
+    logger.debug("%s (JSON): %s", label, json.dumps(summary, default=str))
     return summary
 
 
-def console_script(main: Callable[[list[str]], object], name: str) -> Callable[[], None]:
+def console_script(
+    main: Callable[[list[str]], object], name: str, resumes: str | None = None
+) -> Callable[[], None]:
     """The ``run()`` of a job: the console script ``name`` and the ``__main__`` block of
-    ``jobs/*.py``: ``main``, a config error printed as one line naming the file and key, exit 2
+    ``jobs/*.py``: ``main``, a config error printed as one line naming the file and key, exit 2,
+    Ctrl-C one line saying what a rerun does (``resumes``), exit 130
     (:func:`raycompat.cli.errors.run_main`)."""
 
     def run() -> None:
-        from raycompat.cli.errors import run_main
+        from raycompat.cli.errors import RESTARTS, run_main
 
-        run_main(main)
+        run_main(main, resumes=resumes or RESTARTS)
 
     run.__doc__ = f"The console script ``{name}``: :func:`main` run by ``run_main``."
     return run

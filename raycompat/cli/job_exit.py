@@ -26,9 +26,9 @@ import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from raycompat.cli.job_entry import JOB_CONFIG_ENV
 from raycompat.io.credentials import scrub
 
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
 EXIT_LINE = "raycompat: exit {code} ({reason})"
 # The reason of a status whose exit gave none (``SystemExit(3)``).
 STATUS_REASONS = {0: "ok", 1: "error", 2: "usage error", 3: "refused", 130: "interrupted"}

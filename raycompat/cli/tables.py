@@ -57,3 +57,19 @@ def corrupt_lines(out: dict) -> str:
     """The corrupt records a listing skipped, one ``CORRUPT file: error`` line each."""
     bad = out.get("corrupt", [])
     return "".join(f"\nCORRUPT {c['file']}: {c['error']}" for c in bad)
+
+
+NO_WEIGHTS = "(no weights)"
+
+
+def mark_no_weights(rows: Sequence[dict], keys: Sequence[str], without: Sequence[str]) -> list:
+    """``rows`` with each model name under ``keys`` (a name or a list of names) that is in
+    ``without`` (models registered without weights, e.g. adopted) shown as ``name (no
+    weights)``."""
+
+    def mark(name):
+        if isinstance(name, list):
+            return [mark(n) for n in name]
+        return f"{name} {NO_WEIGHTS}" if name in without else name
+
+    return [{**row, **{k: mark(row[k]) for k in keys if k in row}} for row in rows]

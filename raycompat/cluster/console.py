@@ -3,9 +3,10 @@
 The jobs start Ray with :func:`init_ray` instead of ``ray.init``. By default the console shows
 our stage announcements (:mod:`raycompat.progress`), one line per epoch per run
 (:mod:`raycompat.cluster.train.epoch_log`), the pipelines' progress lines and Ray's warnings;
-``--verbose`` (or ``RAYCOMPAT_VERBOSE=1``) restores everything. Each library is quieted through
-its own configuration, on the driver and (``worker_process_setup_hook``: :func:`configure_worker`)
-in every worker of the job:
+``--verbose`` (or ``RAYCOMPAT_VERBOSE=1``) restores everything. On the driver, every library's
+INFO lines are left out by the root logger's level (:mod:`raycompat.console`). Each library is
+quieted through its own configuration, on the driver and (``worker_process_setup_hook``:
+:func:`configure_worker`) in every worker of the job:
 
 - Ray Data (:func:`quiet_ray_data`): its ``DataContext`` prints no execution plan
   (``print_on_execution_start``) and no progress (``enable_progress_bars``: the 8-line block every
@@ -36,6 +37,11 @@ in every worker of the job:
   worker output Ray forwards to the driver's console: the one filter by pattern left. They stay
   in Ray's session log files (``/tmp/ray/session_latest/logs``).
 
+- Colour: Ray colours the ``(pid=..., actor)`` prefix of each worker line it forwards; where
+  stdout or stderr is not a terminal (a log written to a file), :func:`plain_prefixes` sets
+  ``RAY_COLOR_PREFIX=0`` and strips the codes from Ray's own lines (the dashboard's address),
+  so the log holds no escape codes.
+
 ``ray.init(logging_config=ray.LoggingConfig(...))`` is not used: it adds a second handler to the
 driver's root logger (every warning of ours printed twice) and drops the ``(pid, actor)`` prefix
 of the workers' lines.
@@ -55,9 +61,10 @@ import re
 import sys
 from collections.abc import Callable
 
+from raycompat.console import VERBOSE_ENV, verbose_requested
+
 log = logging.getLogger(__name__)
 
-VERBOSE_ENV = "RAYCOMPAT_VERBOSE"
 SETUP_HOOK = "raycompat.cluster.console.configure_worker"  # runs in every worker of a job
 # Each logger's level unless verbose (INFO then): Ray's libraries' driver-side lines and faiss'
 # loader at WARNING (Ray Data's console handler: quiet_ray_data); ERROR for two that warn about
@@ -71,6 +78,8 @@ QUIET_LEVELS = {
     "ray.data._internal.progress": logging.ERROR,
     "ray.train.v2._internal.execution.controller.placement_group_cleaner": logging.ERROR,
 }
+COLOR_ENV = "RAY_COLOR_PREFIX"  # "0": Ray prints its workers' line prefixes without colour
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 PRINT_HANDLER = "ray_print_logs"  # the name Ray registers its console printer under
 
 # Ray lines the user can do nothing about, each with why it is harmless. A pattern matches
@@ -85,11 +94,6 @@ HARMLESS_RAY_LINES: tuple[tuple[re.Pattern, str], ...] = (
         "https://github.com/ray-project/ray/issues/53727",
     ),
 )
-
-
-def verbose_requested() -> bool:
-    """``RAYCOMPAT_VERBOSE=1`` in this process's environment (set by a job's ``--verbose``)."""
-    return os.environ.get(VERBOSE_ENV) == "1"
 
 
 def set_log_level(verbose: bool = False) -> None:
@@ -222,6 +226,29 @@ def worker_env(verbose: bool) -> dict | None:
     return ours or None
 
 
+class StripColour(logging.Filter):
+    """Drops the colour codes from a record's message (Ray's "View the dashboard at ...")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\x1b[" in message:
+            record.msg, record.args = ANSI_COLOUR.sub("", message), None
+        return True
+
+
+def plain_prefixes() -> None:
+    """No colour codes where stdout or stderr is not a terminal (a log redirected to a file,
+    a ``ray job logs`` stream): Ray's ``(pid=..., actor)`` prefixes of its workers' lines
+    (``RAY_COLOR_PREFIX=0``, unless set already; Ray reads it at every print) and its own log
+    lines (:class:`StripColour` on the ``ray`` logger's handlers)."""
+    if sys.stdout.isatty() and sys.stderr.isatty():
+        return
+    os.environ.setdefault(COLOR_ENV, "0")
+    for handler in logging.getLogger("ray").handlers:
+        if not any(isinstance(f, StripColour) for f in handler.filters):
+            handler.addFilter(StripColour())
+
+
 def init_ray(address: str | None, verbose: bool = False) -> None:
     """What the jobs call instead of ``ray.init``: log levels set (``--verbose``, or
     ``RAYCOMPAT_VERBOSE=1``), Ray started or joined at ``address`` with the workers' output on
@@ -235,6 +262,7 @@ def init_ray(address: str | None, verbose: bool = False) -> None:
         os.environ[VERBOSE_ENV] = "1"  # this process's trainers, and a local Ray's workers
     set_log_level(verbose)
     quiet_ray_data(verbose)
+    plain_prefixes()
     if ray.is_initialized():
         return
     ray.init(address=address, log_to_driver=True, runtime_env=worker_env(verbose))

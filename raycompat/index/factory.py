@@ -18,7 +18,15 @@ import faiss
 import numpy as np
 
 from raycompat.index.distances import Distance, get_distance
-from raycompat.index.ivf import SHARDED_IVF, hnsw_params, ivf_nlist, ivf_nprobe, ivf_quantizer
+from raycompat.index.ivf import (
+    MIN_POINTS_PER_LIST,
+    SHARDED_IVF,
+    hnsw_params,
+    ivf_nlist,
+    ivf_nprobe,
+    ivf_quantizer,
+    kmeans_shortfall,
+)
 from raycompat.index.search import SearchIndex, to_faiss
 from raycompat.registry import Registry
 
@@ -58,6 +66,18 @@ def _ivfpq(
     index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, nbits, metric)
     index.cp.seed = seed
     index.pq.cp.seed = seed
+    rows = train.shape[0]
+    short = kmeans_shortfall(index.cp, rows, nlist) + kmeans_shortfall(index.pq.cp, rows, 2**nbits)
+    if short:
+        logger.warning(
+            "ivfpq: %d training vectors for %d lists and %d codes per sub-quantizer (k-means "
+            "wants %d per centroid), so its codes may lose recall: `raycompat index verify` "
+            "measures it; --kind flat is exact (what --kind auto builds up to 100 000 rows)",
+            rows,
+            nlist,
+            2**nbits,
+            MIN_POINTS_PER_LIST,
+        )
     return index
 
 
@@ -92,6 +112,15 @@ def _sharded_ivf(
         index.referenced_objects.append(exact)  # alive while C++ points at it
     index.cp.seed = seed
     index.nprobe = ivf_nprobe(nlist)
+    if kmeans_shortfall(index.cp, train.shape[0], nlist):
+        logger.warning(
+            "%s: %d training vectors for nlist=%d lists (k-means wants %d per list), so some "
+            "lists may be poorly placed: a smaller --nlist, or none (its default fits the rows)",
+            SHARDED_IVF,
+            train.shape[0],
+            nlist,
+            MIN_POINTS_PER_LIST,
+        )
     return index
 
 
@@ -150,7 +179,7 @@ def build_index(
         nprobe = min(index.nlist, 16)
     if nprobe is not None:  # sharded_ivf: its builder set ivf_nprobe(nlist)
         out.set_nprobe(nprobe)
-    logger.info(
+    logger.debug(
         "built %s index (%s) of %d x %d on %s",
         kind,
         dist.name,

@@ -17,6 +17,17 @@ MAX_NLIST = 65536
 MIN_POINTS_PER_LIST = 39  # faiss' k-means warns below 39 training points per centroid
 
 
+def kmeans_shortfall(clustering: faiss.ClusteringParameters, rows: int, centroids: int) -> int:
+    """How many training rows short of ``MIN_POINTS_PER_LIST`` per centroid a k-means of
+    ``rows`` into ``centroids`` is (0: none), with faiss' own warning about it turned off in
+    ``clustering`` (an index's ``cp``, a PQ's ``pq.cp``). faiss prints "WARNING clustering N
+    points to K centroids: please provide at least M training points" from C++, past logging,
+    once per k-means (8 lines for a PQ of 8 sub-quantizers); its threshold decides only that
+    print, not the centroids. The builder says it once, in our words, when it matters."""
+    clustering.min_points_per_centroid = 1
+    return max(0, MIN_POINTS_PER_LIST * centroids - rows)
+
+
 def _pow2_at_least(x: float) -> int:
     return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
 

@@ -6,7 +6,8 @@ One home for what a search does between "these are the queries" and "these are t
   its catalog grant; ``store/aliases.py``), after checking both names exist.
 - :func:`query_vectors`: the ``(Q, d)`` queries, from a ``.npy``/Parquet file
   (:func:`read_query_vectors`), from rows stored in that version (:func:`stored_vectors`) or
-  from images embedded with the model (:func:`embed_images`).
+  from images embedded with the model (:func:`embed_images`: an image of another size is
+  resized, with a note; a model registered without weights cannot embed, ``NoWeightsError``).
 - :func:`search_gallery`: the top-k of each query in the version's published index (without a
   valid one, an exact in-memory search of a small version; ``index/version_index.py``), as
   gallery ids with their stored labels, and the notes a caller should show (why a query got
@@ -96,32 +97,46 @@ def query_vectors(
     store: GalleryStore,
     gallery: str,
     version: str,
-    model: str,
+    model: str | None,
     *,
     images: Sequence[str] | None = None,
     vectors: str | None = None,
     ids: Sequence[str] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> np.ndarray:
     """``(Q, d)`` queries of ``model`` from exactly one source: the file ``vectors`` (.npy or a
-    Parquet ``embedding`` column, checked against the model's width), the rows ``ids`` stored in
-    ``gallery``/``version`` (the version the model searches), or ``images`` embedded with it."""
+    Parquet ``embedding`` column, checked against the model's width, or the version's without a
+    model), the rows ``ids`` stored in ``gallery``/``version``, or ``images`` embedded with the
+    model (``on_note`` is told when an image is resized to the model's input size).
+
+    Raises:
+        QueryError: not exactly one source, or images without a model.
+        NoWeightsError: images, and the model was registered without weights (adopted).
+    """
     if sum(map(bool, (images, vectors, ids))) != 1:
         raise QueryError("query_vectors takes images, vectors or ids (one of them)")
     catalog = Catalog(store)
     if vectors:
-        return read_query_vectors(vectors, catalog.model(model).embed_dim)
+        width = catalog.model(model).embed_dim if model else store.version(gallery, version).width
+        return read_query_vectors(vectors, width)
     if ids:
         return stored_vectors(store, gallery, version, list(ids))
+    if model is None:
+        raise QueryError("query images need --model, the model that embeds them")
+    catalog.weights_of(model, "embed query images")
     uri = catalog.model_uri(model)  # a store-relative uri resolves against the store's root
     if Path(uri).is_dir():
-        return embed_images(uri, list(images))
+        return embed_images(uri, list(images), on_note)
     with tempfile.TemporaryDirectory() as local:  # files in an S3 store: copy them out first
-        return embed_images(catalog.fetch_model_files(model, local), list(images))
+        return embed_images(catalog.fetch_model_files(model, local), list(images), on_note)
 
 
-def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
+def embed_images(
+    model_uri: str, paths: list[str], on_note: Callable[[str], None] | None = None
+) -> np.ndarray:
     """``(len(paths), d)`` features of the images with the exported model at ``model_uri``,
-    read as the model's backbone was built (channels and size), unnormalised."""
+    read as the model's backbone was built (channels and size), unnormalised. An image of
+    another size is resized (bilinear), and ``on_note`` gets one line naming those resized."""
     import torch
 
     from raycompat.data.image_folder import read_image
@@ -133,10 +148,36 @@ def embed_images(model_uri: str, paths: list[str]) -> np.ndarray:
     channels = getattr(model.backbone, "in_chans", 3)
     size = getattr(model.backbone, "image_size", None)
     hw = (size, size) if isinstance(size, int) else size
+    if hw is not None and on_note is not None:
+        note = _resized_note(paths, tuple(hw))
+        if note:
+            on_note(note)
     images = torch.stack(
         [read_image(p, mode="L" if channels == 1 else "RGB", size=hw) for p in paths]
     )
     return embed(model.forward_features, images, normalize=False).numpy()
+
+
+def _resized_note(paths: list[str], hw: tuple[int, int]) -> str | None:
+    """One line naming the images whose stored size is not ``hw`` (H, W), or None. Only the
+    headers are read."""
+    from PIL import Image
+
+    other = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                w, h = image.size
+        except OSError:
+            continue  # read_image names an unreadable file
+        if (h, w) != tuple(hw):
+            other.append(f"{path} ({h} x {w})")
+    if not other:
+        return None
+    return (
+        f"resized {len(other)} of {len(paths)} query image(s) to {hw[0]} x {hw[1]} (H x W), "
+        f"the model's input size: {', '.join(other)}"
+    )
 
 
 def read_query_vectors(path: str, width: int) -> np.ndarray:

@@ -8,7 +8,9 @@ create-if-absent primitive (the same one that publishes versions, see ``manifest
                                                      the root: ``relative.py``)
     <root>/_models/<model_version>/                  its files (model.safetensors + model.json,
                                                      and an FCT transformation's h.*), copied in
-                                                     before the record is written
+                                                     before the record is written; none for a
+                                                     model without weights (``uri`` "": adopted,
+                                                     or a transform job's target)
     <root>/<gallery>/_queries/<model_version>.json   a QueryGrant: the gallery version the model
                                                      queries, and why that is allowed
 
@@ -28,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from raycompat.errors import CorruptFileError, StoreError
+from raycompat.errors import CorruptFileError, SchemaError, StoreError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import now_utc
 from raycompat.store.paths import check_name, check_relative_path, join
@@ -42,6 +44,11 @@ RELATIONS = ("extracted", "compatible", "transformed")
 
 class CatalogConflictError(StoreError):
     """A record already exists with different content (a second upgrade under the same name)."""
+
+
+class NoWeightsError(StoreError):
+    """The model is registered without weights (``raycompat adopt``, a transform job's target):
+    it queries with stored or given vectors, but cannot embed images or be trained against."""
 
 
 @dataclass
@@ -65,6 +72,12 @@ class ModelRecord:
     parent: str | None = None
     run: str = ""
     created: str = ""
+
+    @property
+    def has_weights(self) -> bool:
+        """False for a model registered without files (an empty ``uri``): one trained outside
+        raycompat whose vectors were adopted or written by a transform job."""
+        return bool(self.uri)
 
     @classmethod
     def from_json(cls, data: bytes, source: str) -> ModelRecord:
@@ -208,9 +221,17 @@ class Catalog:
                     out.write(handle.read())
         return self.model_files_uri(model_version)
 
-    def fetch_model_files(self, model_version: str, local_dir: str) -> str:
-        """Copy a registered model's stored files into ``local_dir``; returns ``local_dir``."""
-        self.model(model_version)  # StoreError when not registered
+    def fetch_model_files(
+        self, model_version: str, local_dir: str, purpose: str = "load its weights"
+    ) -> str:
+        """Copy a registered model's stored files into ``local_dir``; returns ``local_dir``.
+
+        Raises:
+            StoreError: not registered, or its files are missing.
+            NoWeightsError: it was registered without weights (:attr:`ModelRecord.has_weights`);
+                the message says it cannot ``purpose``.
+        """
+        self.weights_of(model_version, purpose)
         fs = self._backend.filesystem
         selector = pafs.FileSelector(self._files_path(model_version), allow_not_found=True)
         infos = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
@@ -226,6 +247,38 @@ class Catalog:
             with open(os.path.join(local_dir, info.base_name), "wb") as out:
                 out.write(data)
         return local_dir
+
+    def weights_of(self, model_version: str, purpose: str) -> ModelRecord:
+        """The record of a model that has weights, else a one-line :class:`NoWeightsError`
+        saying that it cannot ``purpose`` (e.g. "embed query images")."""
+        record = self.model(model_version)  # StoreError when not registered
+        if not record.has_weights:
+            raise NoWeightsError(
+                f"model {model_version!r} has no weights in {self.store.uri()} (registered "
+                f"without files, method {record.method!r}): it cannot {purpose}; it queries "
+                "with vectors (search --vectors or --ids)"
+            )
+        return record
+
+    def registered_or(self, record: ModelRecord, what: str) -> ModelRecord:
+        """The registered record of ``record.model_version`` when there is one (its width must
+        be ``record.embed_dim``: else a SchemaError saying ``what`` holds), else ``record``."""
+        try:
+            existing = self.model(record.model_version)
+        except CorruptFileError:
+            raise
+        except StoreError:
+            return record
+        if existing.embed_dim != record.embed_dim:
+            raise SchemaError(
+                f"model {record.model_version!r} embeds to {existing.embed_dim}-d but {what} "
+                f"holds {record.embed_dim}-d rows"
+            )
+        return existing
+
+    def without_weights(self) -> list[str]:
+        """The readable registered models that have no weights (corrupt records skipped)."""
+        return [m.model_version for m in self.models_report()[0] if not m.has_weights]
 
     def register_model(self, record: ModelRecord) -> ModelRecord:
         if record.parent is not None:

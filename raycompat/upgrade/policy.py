@@ -22,6 +22,9 @@ rate is above it (or was not measured) becomes ``refuse``. The NFR is that of th
 action serves: the stored one (``compatible``), ``h(gallery)`` (``transform``), the partially
 backfilled test gallery (``partial_backfill``) or the re-extracted one (``backfill``).
 Scores in reasons are percent of the test queries.
+
+:func:`allowed_by` says which decisions the policy allows a run to end with: the job's
+``--fail-on-refuse`` exits 3 only for the others.
 """
 
 from __future__ import annotations
@@ -85,6 +88,18 @@ def decide(
             f"{limit:.2%}: nothing is published",
         )
     return Decision(decision.action, f"{decision.reason}; NFR = {nfr:.2%} <= {limit:.2%}")
+
+
+def allowed_by(action: str, policy: PolicySpec) -> bool:
+    """Whether an entry's decision ``action`` is one ``policy`` allows: every action that
+    publishes, and ``refuse`` where the policy's answer to an incompatible upgrade is to refuse
+    (``on_incompatible=refuse``, the default; its negative-flip gate included). Not allowed:
+    ``refuse`` under ``backfill`` or ``partial_backfill`` (the rewrite the policy asks for could
+    not be made, or failed the gate), and ``failed`` (an entry that failed, this run or an
+    earlier one under the same config)."""
+    if action == "failed":
+        return False
+    return action != "refuse" or policy.on_incompatible == "refuse"
 
 
 SERVED = {  # action -> (evidence, its NFR field) of the gallery the candidate then queries

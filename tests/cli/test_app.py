@@ -313,3 +313,106 @@ def test_a_missing_report_folder_lists_the_runs_beside_it(two_galleries, capsys)
     err = capsys.readouterr().err
     assert "mnist-histroy/report.md does not exist" in err
     assert f"runs in {root / 'runs'} are mnist-history; did you mean 'mnist-history'?" in err
+
+
+def add_version(store: GalleryStore, version: str, model: str, x: np.ndarray) -> None:
+    """Publish ``digits/<version>`` of rows ``x`` (ids ``img<i>``) written by ``model``."""
+    info = VersionInfo(version, model, x.shape[1], False, f"{version} = adopt(/tables/{model})")
+    staging = store.begin("digits", info, staging_name="t")
+    staging.write_table(embedding_table([f"img{i}" for i in range(len(x))], x), "p.parquet")
+    staging.commit(expected_rows=len(x))
+
+
+def test_search_takes_a_version_directly_with_or_without_a_model(served, capsys, tmp_path):
+    """Issue 40, item 8: ``--version V`` searches V as asked. Without ``--model``, ``--ids``
+    and ``--vectors`` (checked against V's width) still work; images need the model; a model
+    that does not serve V gets a note."""
+    store, paths = served
+    add_version(store, "v2", "m2", np.eye(40, 4, dtype=np.float32))  # no model queries it
+    base = ["--store", store.uri(), "-k", "1"]
+    code, out = run(capsys, "search", "digits", "--ids", "img2", "--version", "v2", *base)
+    assert code == 0 and (out["gallery_version"], out["relation"], out["model"]) == (
+        "v2",
+        None,
+        None,
+    )
+    assert out["results"][0]["ids"] == ["img2"]
+    np.save(tmp_path / "q.npy", np.eye(4, dtype=np.float32)[[3]])
+    code, out = run(
+        capsys, "search", "digits", "--vectors", str(tmp_path / "q.npy"), "--version", "v2", *base
+    )
+    assert code == 0 and out["results"][0]["ids"] == ["img3"]
+    code, out = run(
+        capsys, "search", "digits", "--ids", "img5", "--version", "v1", "--model", "m1", *base
+    )
+    assert code == 0 and (out["gallery_version"], out["relation"]) == ("v1", "extracted")
+    argv = ["search", "digits", "--ids", "img1", "--version", "v2", "--model", "m1", *base]
+    assert main(argv) == 0
+    printed, err = capsys.readouterr()
+    assert "model m1 serves v1; searching digits v2 as asked" in err
+    assert printed.splitlines()[0] == "gallery digits version v2 (as asked, queries of model m1)"
+    for argv, message in [
+        ([str(paths[0]), "--version", "v1"], "query images need --model"),
+        (["--ids", "img1"], "search needs --model (searches the version it serves) or --version"),
+    ]:
+        code, err = run(capsys, "search", "digits", *argv, *base)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    code, err = run(capsys, "search", "digits", "--ids", "img1", "--version", "v3", *base)
+    assert code == 1 and "has no version 'v3': its versions are v1, v2" in err
+
+
+def test_a_model_without_weights_is_listed_so_and_searches_with_vectors_only(served, capsys):
+    """Issue 40, item 1: a model registered without weights (``raycompat adopt``) is marked in
+    ``models``, ``versions`` and ``history``; a query image is one line saying it has no
+    weights, while ``--ids`` still searches."""
+    store, paths = served
+    add_version(store, "v2", "ext", np.eye(40, 4, dtype=np.float32))
+    catalog = Catalog(store)
+    catalog.register_model(ModelRecord("ext", "", 4, method="external"))
+    catalog.grant(QueryGrant("digits", "v2", "ext", "extracted"))
+    where = ["--store", store.uri()]
+
+    code, out = run(capsys, "models", *where)
+    assert [(m["model_version"], m["weights"]) for m in out["models"]] == [
+        ("m1", True),
+        ("ext", False),
+    ]
+    assert main(["models", *where]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.split()[:3] == ["ext", "4", "external"] and last.endswith("(no weights)")
+    code, out = run(capsys, "versions", "digits", *where)
+    assert out["without_weights"] == ["ext"]
+    assert main(["versions", "digits", *where]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row.startswith("v2       ext (no weights)") and row.count("ext (no weights)") == 2
+    code, out = run(capsys, "history", "digits", *where)
+    assert code == 0 and out["without_weights"] == ["ext"]
+    assert main(["history", "digits", *where]) == 0
+    text = capsys.readouterr().out
+    assert text.count("ext (no weights)") == 3  # versions, grants, serving
+
+    code, err = run(capsys, "search", "digits", str(paths[0]), "--model", "ext", *where)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "model 'ext' has no weights in" in err and "cannot embed query images" in err
+    code, out = run(
+        capsys, "search", "digits", "--ids", "img2", "--model", "ext", "-k", "1", *where
+    )
+    assert code == 0 and out["results"][0]["ids"] == ["img2"]
+
+
+def test_a_query_image_of_another_size_is_resized_with_a_note(served, capsys, tmp_path):
+    """Issue 40, item 8: the LeNet++ takes 28 x 28; a 30 x 36 image is resized, and stderr says
+    so in one line naming it."""
+    store, paths = served
+    pixels = np.random.default_rng(1).integers(0, 256, size=(30, 36), dtype=np.uint8)
+    Image.fromarray(pixels, mode="L").save(tmp_path / "wide.png")
+    argv = ["search", "digits", str(tmp_path / "wide.png"), str(paths[1]), "--model", "m1"]
+    code, out = run(capsys, *argv, "--store", store.uri(), "-k", "1")
+    assert code == 0 and len(out["results"]) == 2
+    code = main([*argv, "--store", store.uri(), "--json"])
+    err = capsys.readouterr().err.splitlines()
+    note = [line for line in err if "resized" in line]
+    assert note == [
+        f"raycompat: note: resized 1 of 2 query image(s) to 28 x 28 (H x W), the model's input "
+        f"size: {tmp_path / 'wide.png'} (30 x 36)"
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,65 @@ def test_a_job_with_debug_shows_the_traceback(tmp_path):
     result = job("transform.py", config, "bogus.key=1", "--debug")
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "ConfigError" in result.stderr
+
+
+# ---- Ctrl-C (issue 40, item 7) ------------------------------------------------------------------
+
+SLEEPER = """
+import sys, time
+from raycompat.cli.errors import run_main
+
+def main(argv):
+    print("ready", flush=True)
+    time.sleep(60)
+
+run_main(main, resumes="rerunning resumes from the last checkpoint")
+"""
+
+
+def interrupted(command: list[str], ready, timeout: float = 120) -> tuple[int, list[str]]:
+    """Start ``command``, wait until ``ready(line)`` holds for a line of its stderr or stdout,
+    send SIGINT: ``(exit status, the stderr lines printed after the signal)``."""
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stream = proc.stdout if ready.__name__ == "stdout" else proc.stderr
+        for line in stream:
+            if ready(line):
+                break
+        else:
+            raise AssertionError(f"{command} ended before it was ready: {proc.wait()}")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err.splitlines()
+
+
+def test_ctrl_c_in_a_job_is_one_line_and_exit_130():
+    def stdout(line: str) -> bool:
+        return line.strip() == "ready"
+
+    code, lines = interrupted([sys.executable, "-c", SLEEPER], stdout)
+    assert code == 130, lines
+    assert lines == ["-c: interrupted; rerunning resumes from the last checkpoint"], lines
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_demo_is_one_line_and_exit_130(tmp_path):
+    """``python jobs/demo.py`` interrupted while it trains its first model."""
+
+    def stderr(line: str) -> bool:
+        return "[1/" in line and "training on" in line
+
+    command = [sys.executable, "jobs/demo.py", "methods=[ift]", "epochs=200", "threads=1",
+               f"output_dir={tmp_path}"]  # fmt: skip
+    code, lines = interrupted(command, stderr)
+    assert code == 130, lines
+    assert len(lines) <= 2, lines  # an epoch line may come before the signal lands
+    assert lines[-1] == (
+        "demo.py: interrupted; rerunning starts the demo again (it stores no progress)"
+    ), lines

@@ -270,6 +270,32 @@ def test_metrics_log_appends_rank_0s_report_to_the_run_directory(tmp_path):
     ]
 
 
+def test_rays_prefixes_are_plain_unless_both_streams_are_a_terminal(monkeypatch):
+    """A log redirected to a file gets no colour codes from Ray's ``(pid=...)`` prefixes."""
+    monkeypatch.delenv(ray_console.COLOR_ENV, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    ray_console.plain_prefixes()
+    assert ray_console.COLOR_ENV not in os.environ  # a terminal: Ray's colours stay
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    ray_console.plain_prefixes()
+    assert os.environ[ray_console.COLOR_ENV] == "0"
+    monkeypatch.setenv(ray_console.COLOR_ENV, "1")
+    ray_console.plain_prefixes()
+    assert os.environ[ray_console.COLOR_ENV] == "1"  # the user's choice stands
+    record = logging.LogRecord(
+        "ray",
+        logging.INFO,
+        __file__,
+        1,
+        "View the dashboard at %s%s%s",
+        ("\x1b[1m", "h:1", "\x1b[39m"),
+        None,
+    )
+    assert ray_console.StripColour().filter(record)
+    assert record.getMessage() == "View the dashboard at h:1"
+
+
 # ---- real job runs ------------------------------------------------------------------------------
 
 TOY = [
@@ -417,6 +443,10 @@ def test_the_upgrade_console_announces_its_stages_and_holds_no_noise_and_verbose
                 job.communicate()
     for noise in NOISE:
         assert noise not in out, f"{noise!r} in the quiet console:\n{out}"
+    assert "\x1b[" not in out + verbose, "colour codes in a log that is not a terminal"
+    assert "row of the compatibility matrix" not in out, out  # one line per stage
+    (summary,) = [line for line in out.splitlines() if "raycompat.jobs.upgrade: summary: " in line]
+    assert len(summary) < 300 and "decisions={m1: initial, m2: refuse}" in summary, summary
     announced = [
         line.split("raycompat.progress: ", 1)[1]
         for line in out.splitlines()

@@ -7,9 +7,15 @@ import threading
 import numpy as np
 import pytest
 
-from raycompat.errors import StoreError, UnsafePathError
+from raycompat.errors import SchemaError, StoreError, UnsafePathError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, CatalogConflictError, ModelRecord, QueryGrant
+from raycompat.store.model_catalog import (
+    Catalog,
+    CatalogConflictError,
+    ModelRecord,
+    NoWeightsError,
+    QueryGrant,
+)
 
 
 def publish(store: GalleryStore, gallery: str, version: str, width: int, model: str) -> None:
@@ -95,6 +101,32 @@ def test_bad_grants_are_refused_with_the_reason(catalog):
         catalog.queryable_version("faces", "wide")
     with pytest.raises(StoreError, match="parent"):
         catalog.register_model(ModelRecord("orphan", "/m", 8, parent="missing"))
+
+
+def test_a_model_registered_without_weights_says_so_when_its_files_are_asked(catalog, tmp_path):
+    """Issue 40, item 1: an adopted model (no files) is a NoWeightsError naming what cannot be
+    done, not "registered but has no files"; one with files is fetched as before."""
+    catalog.register_model(ModelRecord("ext", "", 8, method="external"))
+    (tmp_path / "m1").mkdir()
+    (tmp_path / "m1" / "model.json").write_text("{}")
+    catalog.register_model(
+        ModelRecord("m1", catalog.put_model_files("m1", str(tmp_path / "m1")), 8)
+    )
+    assert [m.has_weights for m in catalog.models()] == [False, True]
+    assert catalog.without_weights() == ["ext"]
+    with pytest.raises(
+        NoWeightsError,
+        match=r"^model 'ext' has no weights in .*: it cannot be "
+        r"trained against; it queries with vectors \(search --vectors or --ids\)$",
+    ):
+        catalog.fetch_model_files("ext", str(tmp_path / "out"), "be trained against")
+    assert catalog.fetch_model_files("m1", str(tmp_path / "out")) == str(tmp_path / "out")
+    assert not (tmp_path / "out" / "ext").exists()
+    # the registered record wins over a new one of the same width; another width is refused
+    assert catalog.registered_or(ModelRecord("m1", "", 8), "v2") == catalog.model("m1")
+    assert catalog.registered_or(ModelRecord("m9", "", 4), "v2").model_version == "m9"
+    with pytest.raises(SchemaError, match="'m1' embeds to 8-d but v2 holds 4-d rows"):
+        catalog.registered_or(ModelRecord("m1", "", 4), "v2")
 
 
 def test_names_cannot_escape_the_store(catalog):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from raycompat.cli.arguments import STORE, add_gallery
 from raycompat.cli.command import Command
 from raycompat.cli.store_options import add_store_arguments, open_store
-from raycompat.cli.tables import cell, corrupt_lines, table
+from raycompat.cli.tables import cell, corrupt_lines, mark_no_weights, table
 
 
 def history(args) -> dict:
@@ -19,7 +19,19 @@ def history(args) -> dict:
     from raycompat.store.serving import with_serving
 
     store = open_store(args)
-    return with_serving(store, args.gallery, gallery_history(store, args.gallery))
+    out = with_serving(store, args.gallery, gallery_history(store, args.gallery))
+    return {**out, **_without_weights(store, out)}
+
+
+def _without_weights(store, out: dict) -> dict:
+    """``{"without_weights": [...]}``: the models the history names that were registered
+    without weights (adopted: they query with vectors only); ``{}`` when none."""
+    from raycompat.store.model_catalog import Catalog
+
+    sections = ("versions", "grants", "serving")
+    named = {row["model_version"] for key in sections for row in out.get(key, [])}
+    without = sorted(named & set(Catalog(store).without_weights()))
+    return {"without_weights": without} if without else {}
 
 
 VERSIONS = [
@@ -49,6 +61,7 @@ GRANTS = [
     ("evidence", "evidence"),
 ]
 SERVING = [("model_version", "model"), ("serves", "serves"), ("source", "from")]
+MARKED = ("versions", "grants", "serving")  # sections whose model column marks "(no weights)"
 ALIASES = [
     ("seq", "change"),
     ("model_version", "model"),
@@ -82,6 +95,11 @@ def _serving_sections(out: dict) -> list[str]:
 
 
 def render_history(out: dict) -> str:
+    without = out.get("without_weights", [])
+    out = {
+        k: mark_no_weights(out[k], ["model_version"], without) if k in MARKED else v
+        for k, v in out.items()
+    }
     versions = [{**v, "written_by": "; ".join(v["written_by"])} for v in out["versions"]]
     adopted = "".join(
         f"\nadopted {v['version']} from {_adopted(v['external'])}"

@@ -32,12 +32,14 @@ def search(args) -> dict:
 
 
 def _search(args) -> dict:
-    from raycompat.index.query import query_vectors, search_gallery, served_version
+    from raycompat.index.query import query_vectors, search_gallery
 
     store = open_store(args)
-    # unknown names list those that exist; the model's alias, else its grant (store/aliases.py)
-    served = served_version(store, args.gallery, args.model)
-    version = served.gallery_version
+
+    def note(line: str) -> None:
+        print(f"{PROG}: note: {line}", file=sys.stderr)
+
+    version, relation = _searched_version(store, args, note)
     queries = query_vectors(
         store,
         args.gallery,
@@ -46,6 +48,7 @@ def _search(args) -> dict:
         images=args.images,
         vectors=args.vectors,
         ids=args.ids,
+        on_note=note,
     )
     names = args.images or args.ids or [f"{args.vectors}[{q}]" for q in range(len(queries))]
     # Read-only: the published index, else an exact in-memory search of a small version.
@@ -58,12 +61,12 @@ def _search(args) -> dict:
         version=version,
         nprobe=args.nprobe,
         names=names,
-        on_note=lambda note: print(f"{PROG}: note: {note}", file=sys.stderr),
+        on_note=note,
     )
     return {
         "gallery": args.gallery,
         "gallery_version": version,
-        "relation": served.relation,
+        "relation": relation,
         "model": args.model,
         "results": [
             {
@@ -79,10 +82,42 @@ def _search(args) -> dict:
     }
 
 
+def _searched_version(store, args, note) -> tuple[str, str | None]:
+    """``(version, relation)``: the version ``--model`` serves (its alias, else its grant) and
+    how it relates to it; or ``--version`` as asked, with the relation when the model serves
+    it (else None, and a note when a model was given)."""
+    from raycompat.errors import StoreError
+    from raycompat.index.query import served_version
+    from raycompat.store.lookup import model_record, version_record
+    from raycompat.store.model_catalog import Catalog
+
+    # unknown names list those that exist; the model's alias, else its grant (store/aliases.py)
+    if args.version is None:
+        served = served_version(store, args.gallery, args.model)
+        return served.gallery_version, served.relation
+    version_record(store, args.gallery, args.version)
+    if args.model is None:
+        return args.version, None
+    model_record(Catalog(store), args.model)
+    try:
+        served = served_version(store, args.gallery, args.model)
+    except StoreError:  # no grant, revoked or retired there: --version searches regardless
+        served = None
+    if served is not None and served.gallery_version == args.version:
+        return args.version, served.relation
+    serves = f"serves {served.gallery_version}" if served else "serves no version of it"
+    note(f"model {args.model} {serves}; searching {args.gallery} {args.version} as asked")
+    return args.version, None
+
+
 def check_queries(args) -> str | None:
-    """One kind of query, and every image there."""
+    """One kind of query, and every image there; a model or a version to search."""
     if sum(map(bool, (args.images, args.vectors, args.ids))) != 1:
         return "search takes images, --vectors or --ids (one of them)"
+    if args.model is None and args.version is None:
+        return "search needs --model (searches the version it serves) or --version"
+    if args.images and args.model is None:
+        return "query images need --model, the model that embeds them"
     missing = [p for p in args.images if not Path(p).is_file()]
     return f"query image(s) not found: {', '.join(missing)}" if missing else None
 
@@ -96,25 +131,29 @@ def render_search(out: dict) -> str:
         for r in out["results"]
         for rank, (i, s, label) in enumerate(zip(r["ids"], r["scores"], r["labels"], strict=True))
     ]
-    head = (
-        f"gallery {out['gallery']} version {out['gallery_version']} "
-        f"({out['relation']} for model {out['model']})"
-    )
+    if out["relation"] is not None:
+        how = f"{out['relation']} for model {out['model']}"
+    else:
+        how = "as asked" + (f", queries of model {out['model']}" if out["model"] else "")
+    head = f"gallery {out['gallery']} version {out['gallery_version']} ({how})"
     return head + "\n" + table(rows, COLUMNS + [("label", "label")])
 
 
 def _arguments(p) -> None:
     add_gallery(p, old_flag=True)
-    p.add_argument(
-        "images", nargs="*", default=[], help="query images, embedded with --model"
-    )
+    p.add_argument("images", nargs="*", default=[], help="query images, embedded with --model")
     p.add_argument("--vectors", help="query vectors of --model: a .npy (Q, d) or a Parquet file")
-    p.add_argument("--ids", nargs="+", help="query with rows stored in the version --model queries")
+    p.add_argument("--ids", nargs="+", help="query with rows stored in the version searched")
     add_store_arguments(p)
     p.add_argument(
         "--model",
-        required=True,
-        help="a registered model version; searches the gallery version it may query",
+        help="a registered model version: embeds the query images, and without --version the "
+        "gallery version it serves is searched",
+    )
+    p.add_argument(
+        "--version",
+        help="search this gallery version directly (with --vectors or --ids, --model may be "
+        "left out; a model that does not serve it gets a note)",
     )
     p.add_argument("-k", type=int, default=5, help="hits per query (default 5)")
     p.add_argument(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from raycompat.cli.arguments import STORE, add_gallery
 from raycompat.cli.command import Command
 from raycompat.cli.store_options import add_store_arguments, open_store
-from raycompat.cli.tables import corrupt_lines, table
+from raycompat.cli.tables import NO_WEIGHTS, corrupt_lines, mark_no_weights, table
 from raycompat.errors import StoreError
 
 
@@ -67,8 +67,19 @@ def versions(args) -> dict:
     grants, bad_grants = Catalog(store).grants_report(args.gallery)
     if not infos and not corrupt:
         raise StoreError(f"gallery {args.gallery!r} has no published version in {args.store}")
-    out = {"gallery": args.gallery, "versions": version_rows(infos, grants)}
+    rows = version_rows(infos, grants)
+    out = {"gallery": args.gallery, "versions": rows, **_without_weights(store, rows)}
     return listing(out, corrupt + bad_grants)
+
+
+def _without_weights(store, rows: list[dict]) -> dict:
+    """``{"without_weights": [...]}``: the models of ``rows`` (writers and query models)
+    registered without weights (adopted: they query with vectors only); ``{}`` when none."""
+    from raycompat.store.model_catalog import Catalog
+
+    named = {r["model_version"] for r in rows} | {m for r in rows for m in r["queried_by"]}
+    without = sorted(named & set(Catalog(store).without_weights()))
+    return {"without_weights": without} if without else {}
 
 
 VERSIONS_COLUMNS = [
@@ -84,7 +95,10 @@ VERSIONS_COLUMNS = [
 
 
 def render_versions(out: dict) -> str:
-    body = table(out["versions"], VERSIONS_COLUMNS)
+    rows = mark_no_weights(
+        out["versions"], ["model_version", "queried_by"], out.get("without_weights", [])
+    )
+    body = table(rows, VERSIONS_COLUMNS)
     return f"gallery {out['gallery']}\n{body}{corrupt_lines(out)}"
 
 
@@ -100,7 +114,8 @@ def models(args) -> dict:
     from raycompat.store.model_catalog import Catalog
 
     records, corrupt = Catalog(open_store(args)).models_report()
-    return listing({"models": [vars(m) for m in records]}, corrupt)
+    rows = [{**vars(m), "weights": m.has_weights} for m in records]
+    return listing({"models": rows}, corrupt)
 
 
 MODELS_COLUMNS = [
@@ -114,7 +129,9 @@ MODELS_COLUMNS = [
 
 
 def render_models(out: dict) -> str:
-    return table(out["models"], MODELS_COLUMNS) + corrupt_lines(out)
+    """A model registered without weights (adopted) shows ``(no weights)`` as its files."""
+    rows = [{**m, "uri": m["uri"] if m["weights"] else NO_WEIGHTS} for m in out["models"]]
+    return table(rows, MODELS_COLUMNS) + corrupt_lines(out)
 
 
 COMMANDS = (

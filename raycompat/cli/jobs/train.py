@@ -22,7 +22,8 @@ from raycompat.cli.job_entry import (
     log_summary,
 )
 from raycompat.config.train import TrainConfig
-from raycompat.io.credentials import configure_logging, register_secrets
+from raycompat.console import configure_console
+from raycompat.io.credentials import register_secrets
 
 # What runs without --config (named in --help and logged at start).
 DEFAULT = "the built-in TrainConfig defaults (TrainConfig() in raycompat/config/train.py)"
@@ -30,7 +31,7 @@ DEFAULT = "the built-in TrainConfig defaults (TrainConfig() in raycompat/config/
 
 def main(argv: list[str] | None = None) -> dict:
     args = job_parser(__doc__, "TrainConfig", default=DEFAULT).parse_args(argv)
-    configure_logging()  # every log line scrubbed of credentials
+    configure_console(args.verbose)  # every log line scrubbed of credentials
     cfg = job_config(TrainConfig, args, default=DEFAULT, outputs=("run.storage_path",))
     register_secrets(cfg)
 
@@ -46,7 +47,11 @@ def main(argv: list[str] | None = None) -> dict:
     return log_summary(logging.getLogger("raycompat.train"), run_training(cfg).summary())
 
 
-run = console_script(main, "raycompat-train")
+run = console_script(
+    main,
+    "raycompat-train",
+    resumes="rerunning the same command resumes from the run's last checkpoint",
+)
 
 
 if __name__ == "__main__":

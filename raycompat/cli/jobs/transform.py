@@ -6,7 +6,10 @@
 
 ``mode: transform`` maps ``store.gallery/source_version`` through h (and g) into
 ``target.version``; ``mode: extract`` embeds ``images`` with ``model``; ``mode: identity``
-checks the source version and writes nothing (backward-compatible upgrade). Run it again with
+checks the source version and writes nothing (backward-compatible upgrade). A written version
+is granted to ``target.model_version``, registered if new (an extraction's model with its files,
+a transform's without weights: it queries with vectors; ``store/query_access.py``), so
+``raycompat search G --model M`` searches it. Run it again with
 the same config after a failure or a kill: finished part files are kept and skipped; after the
 version was published it reports "already published" and exits 0. Inputs (h, the model, the
 source version) are checked before Ray starts.
@@ -24,8 +27,9 @@ from raycompat.cli.job_entry import (
     log_summary,
 )
 from raycompat.config.pipelines import TransformJobConfig
+from raycompat.console import configure_console
 from raycompat.errors import ConfigError
-from raycompat.io.credentials import configure_logging, register_secrets
+from raycompat.io.credentials import register_secrets
 
 logger = logging.getLogger("raycompat.jobs.transform")
 
@@ -90,7 +94,7 @@ def write_version(cfg: TransformJobConfig, store, target) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = job_parser(__doc__, "TransformJobConfig", default=DEFAULT, address=False)
     args = parser.parse_args(argv)
-    configure_logging()  # every log line scrubbed of credentials
+    configure_console(args.verbose)  # every log line scrubbed of credentials
     cfg = job_config(TransformJobConfig, args, default=DEFAULT, outputs=("store.root",))
     register_secrets(cfg)
     for key in ("root", "gallery"):
@@ -116,13 +120,34 @@ def main(argv: list[str] | None = None) -> dict:
     done = already_published(store, gallery, target)
     if done is not None:  # a rerun after the publish (e.g. killed before it could report)
         logger.info("%s/%s is already published; nothing to do", gallery, target.version)
+        grant_target(cfg, store, done)  # a no-op unless the run was killed before its grant
         published = {"version": done.version, "rows": done.rows, "files": len(done.files)}
         return log_summary(logger, {"mode": cfg.mode, "already_published": True, **published})
     init_ray(cfg.ray_address, args.verbose)  # quiet console unless --verbose
-    return log_summary(logger, {"mode": cfg.mode, **write_version(cfg, store, target)})
+    summary = write_version(cfg, store, target)
+    grant_target(cfg, store, store.version(gallery, target.version))
+    return log_summary(logger, {"mode": cfg.mode, **summary})
 
 
-run = console_script(main, "raycompat-transform")
+def grant_target(cfg: TransformJobConfig, store, info) -> None:
+    """The target model queries the published version (``store/query_access.py``): an
+    extraction's model with its files copied into the store, a transform's without weights."""
+    from raycompat.store.query_access import grant_written
+    from raycompat.train.export import MODEL_FILE, SPEC_FILE
+
+    relation = "transformed" if cfg.mode == "transform" else "extracted"
+    model_dir = cfg.model if cfg.mode == "extract" else None
+    line = grant_written(
+        store, cfg.store.gallery, info, relation, model_dir, (MODEL_FILE, SPEC_FILE)
+    )
+    logger.info("%s", line)
+
+
+run = console_script(
+    main,
+    "raycompat-transform",
+    resumes="rerunning the same command resumes from the parts already written",
+)
 
 
 if __name__ == "__main__":

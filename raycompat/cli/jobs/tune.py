@@ -24,7 +24,7 @@ from raycompat.cli.job_entry import (
     log_summary,
 )
 from raycompat.config.tune import SweepConfig
-from raycompat.io.credentials import configure_logging
+from raycompat.console import configure_console
 
 # What runs without --config (named in --help and logged at start).
 DEFAULT = "the built-in SweepConfig defaults (a grid over configs/train_mnist_cores.yaml)"
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = job_parser(__doc__, "SweepConfig", default=DEFAULT).parse_args(argv)
     # Scrubs the environment's credentials (a sweep config holds none: its ParamSpec.key
     # is a config key, not an access key, so the config is not registered).
-    configure_logging()
+    configure_console(args.verbose)
     sweep = job_config(SweepConfig, args, default=DEFAULT, outputs=("storage_path",))
 
     from raycompat.cluster.console import init_ray
@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> dict:
     return log_summary(logging.getLogger("raycompat.cluster.tune"), summary, "sweep summary")
 
 
-run = console_script(main, "raycompat-tune")
+run = console_script(
+    main,
+    "raycompat-tune",
+    resumes="rerunning the same command restores the sweep: finished trials are kept",
+)
 
 
 if __name__ == "__main__":

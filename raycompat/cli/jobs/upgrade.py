@@ -22,8 +22,9 @@ recorded in the store and skipped while their config is unchanged (``--retry`` j
 again). One job per gallery at a time: a second job on the gallery while one is live is refused
 at start, naming the live one (``raycompat/upgrade/lock.py``). The report lands in
 ``<report_dir>/<name>/`` (``report.md``, ``matrix.png``, ``report.json``...). A refusal is a
-decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given (then 3, also
-for an entry skipped because it failed before).
+decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given and a decision
+is one the policy does not allow (then 3: an entry refused although ``policy.on_incompatible``
+asks for a backfill, or one that failed, before too; README.md, "Exit status").
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from raycompat.cli.job_entry import (
     log_summary,
 )
 from raycompat.config import to_dict
-from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
-from raycompat.io.credentials import configure_logging, register_secrets
+from raycompat.config.upgrade import PolicySpec, UpgradeConfig, check_upgrade_config
+from raycompat.console import configure_console
+from raycompat.io.credentials import register_secrets
 
 log = logging.getLogger("raycompat.jobs.upgrade")
 REFUSED_EXIT = 3
@@ -56,7 +58,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--fail-on-refuse",
         action="store_true",
-        help=f"exit with status {REFUSED_EXIT} when an upgrade was refused (for automation)",
+        help=f"exit with status {REFUSED_EXIT} when an entry failed, or was refused although "
+        "policy.on_incompatible asks for a backfill (for automation); a refusal under "
+        "on_incompatible=refuse is the policy's own answer (exit 0)",
     )
     parser.add_argument(
         "--retry",
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         "config (by default they are skipped, and the log says so)",
     )
     args = parser.parse_args(argv)
-    configure_logging()  # every log line scrubbed of credentials
+    configure_console(args.verbose)  # every log line scrubbed of credentials
     outputs = ("store.root", "report_dir", "work_dir", "training.run.storage_path")
     cfg = job_config(UpgradeConfig, args, default=DEFAULT, outputs=outputs)
     register_secrets(cfg)
@@ -85,12 +89,26 @@ def main(argv: list[str] | None = None) -> dict:
             summary = run_history(args, cfg, store, lease, began)
     except UpgradeRunningError as error:
         raise SystemExit(error_line(os.path.basename(sys.argv[0]) or "upgrade", error)) from None
-    refused = [m for m, d in summary["decisions"].items() if d in ("refuse", "failed")]
-    if args.fail_on_refuse and refused:
+    if args.fail_on_refuse:
+        fail_on_refuse(summary["decisions"], cfg.policy)
+    return summary
+
+
+def fail_on_refuse(decisions: dict[str, str], policy: PolicySpec) -> None:
+    """``--fail-on-refuse``: exit :data:`REFUSED_EXIT` when a decision is one the policy does
+    not allow (:func:`raycompat.upgrade.policy.allowed_by`): an entry that failed, or one refused
+    although ``policy.on_incompatible`` asks for a backfill. A refusal under
+    ``on_incompatible=refuse`` is the policy's own answer: the shipped history's m2 ends 0."""
+    from raycompat.upgrade.policy import allowed_by
+
+    against = [m for m, action in decisions.items() if not allowed_by(action, policy)]
+    if against:
         from raycompat.cli.job_exit import JobExit
 
-        raise JobExit(REFUSED_EXIT, f"refused: {', '.join(refused)} (--fail-on-refuse)")
-    return summary
+        done = {"refuse": "refused", "failed": "failed"}
+        which = ", ".join(f"{m} {done.get(decisions[m], decisions[m])}" for m in against)
+        reason = f"{which} (policy.on_incompatible={policy.on_incompatible}; --fail-on-refuse)"
+        raise JobExit(REFUSED_EXIT, reason)
 
 
 def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
@@ -132,7 +150,12 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     return summary
 
 
-run = console_script(main, "raycompat-upgrade")
+run = console_script(
+    main,
+    "raycompat-upgrade",
+    resumes="rerunning the same command resumes: published entries are kept and training "
+    "goes on from its last checkpoint",
+)
 
 
 if __name__ == "__main__":

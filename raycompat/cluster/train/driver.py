@@ -305,7 +305,7 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
         checkpoints[plan.name], metrics[plan.name] = checkpoint, chosen
         if plan.in_matrix:
             rows = {split: b.add(plan.name, checkpoint) for split, b in builders.items()}
-            log.info(
+            log.debug(  # compatibility.json has it; the console keeps one line per stage
                 "%s row of the compatibility matrix: %s",
                 plan.name,
                 " ".join(f"{v:.4f}" for v in rows["test"]),

@@ -35,7 +35,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig
 from ray.train.torch import TorchTrainer
 
 from raycompat.cluster.console import set_log_level, train_logging_config
-from raycompat.cluster.train import task_run
+from raycompat.cluster.train import interrupt, task_run
 from raycompat.cluster.train.epoch_log import METRICS_FILE, MetricsLog, images_per_s
 from raycompat.cluster.train.worker import (
     EpochTraining,
@@ -235,7 +235,7 @@ def fit_run(cfg, kind: str, loop, loop_config: dict):
         keep = task_run.Keep(cfg.run.checkpoints_to_keep)
         return task_run.fit_in_task(loop, config, cfg, fs, run_path, kind, keep)
     with report_polling(cfg.run):
-        return start_run(cfg, kind, loop, config, fs, run_path).fit()
+        return interrupt.fit(start_run(cfg, kind, loop, config, fs, run_path))
 
 
 def start_run(cfg, kind: str, loop, config: dict, fs, run_path: str) -> TorchTrainer:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ray.train
 
+from raycompat.cluster.train import interrupt
 from raycompat.engine import NonFiniteError
 
 
@@ -55,7 +56,7 @@ def fit(trainer) -> ray.train.Result:
     """``trainer.fit()`` (the trainer built with :class:`StopOnNonFinite` among its callbacks);
     a non-finite step raises as the worker's :class:`NonFiniteError`, its message alone."""
     try:
-        return trainer.fit()
+        return interrupt.fit(trainer)  # Ctrl-C: KeyboardInterrupt, not Ray Train's exit 0
     except ray.train.TrainingFailedError as error:
         found = cause(error)
         if found is None:

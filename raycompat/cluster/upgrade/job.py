@@ -44,7 +44,7 @@ from raycompat.progress import Stages, plural
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions, standing
 from raycompat.store.lease import Lease
-from raycompat.store.model_catalog import Catalog, QueryGrant
+from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.train.export import load_exported_model
 from raycompat.transformations import load_transformation
 from raycompat.upgrade.backfill_eval import backfill_evaluation
@@ -114,20 +114,48 @@ class Upgrader:
         self.features[name] = features
 
     def load_registered(self) -> None:
-        """Every model the catalog already holds gets its row, in registration order."""
+        """Every model of this gallery's history the catalog already holds gets its row, in
+        registration order: those the config names and those granted a version of the
+        gallery. A model of another gallery is not loaded (its weights are not this job's),
+        and one registered without weights (adopted) has no features to score: no row."""
+        names = {u.model_version for u in self.cfg.upgrades}
+        names |= {g.model_version for g in self.catalog.grants(self.gallery)}
         for record in self.catalog.models():
-            self._add(record.model_version, self.stored_features(record.model_version))
+            if record.model_version in names:
+                self._add_stored(record)
+
+    def _add_stored(self, record: ModelRecord) -> None:
+        """The registered model's row (its cached or stored features), unless it has none."""
+        name = record.model_version
+        if record.has_weights or os.path.isfile(self._features_cache(name)):
+            self._add(name, self.stored_features(name))
+            return
+        log.info("%s: registered without weights (adopted vectors): no row in the matrix", name)
+
+    def _features_cache(self, model_version: str) -> str:
+        return os.path.join(self.work, "features", f"{model_version}.npy")
 
     def stored_features(self, model_version: str) -> np.ndarray:
         """Test features of a registered model, from its stored files (cached in the work dir)."""
-        cache = os.path.join(self.work, "features", f"{model_version}.npy")
+        cache = self._features_cache(model_version)
         if os.path.isfile(cache):
             return np.load(cache, allow_pickle=False)
         parent = steps.parent_of(self.catalog, model_version, self.work)
         features = model_features(load_exported_model(parent.directory)[0], self.data)
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        np.save(cache, features)
+        self._cache_features(model_version, features)
         return features
+
+    def _cache_features(self, model_version: str, features: np.ndarray) -> None:
+        """Keep the test features a published model was scored with, so that a rerun scores its
+        row from the same numbers (re-embedding in another process may round differently and
+        flip near-ties). Written once, whole (a temporary file renamed)."""
+        cache = self._features_cache(model_version)
+        if os.path.isfile(cache):
+            return
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        partial = f"{cache}.{os.getpid()}.tmp.npy"
+        np.save(partial, features)
+        os.replace(partial, cache)
 
     def features_2d(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         labels = np.asarray(self.data.eval_set.labels)
@@ -176,6 +204,8 @@ class Upgrader:
             self._record_failure(spec, f"{type(error).__name__}: {error}", current)
             raise
         refused = outcome.action == "refuse"
+        if not refused and spec.model_version in self.features:
+            self._cache_features(spec.model_version, self.features[spec.model_version])
         evidence = outcome.evidence if refused else {}
         self._record(spec, "refused" if refused else "published", outcome.reason, current, evidence)
         return outcome
@@ -241,8 +271,8 @@ class Upgrader:
         self._say(
             spec, f"already published ({grant.relation} {grant.gallery_version}); nothing to do"
         )
-        self._add(spec.model_version, self.stored_features(spec.model_version))
         record = self.catalog.model(spec.model_version)
+        self._add_stored(record)
         # "extracted" is the initial model's grant (no parent) or a backfill's (a parent);
         # "transformed" an FCT rewrite, partial when its evidence says so.
         action = {"compatible": "compatible", "transformed": "transform"}.get(

@@ -43,9 +43,12 @@ class Parent:
 
 
 def parent_of(catalog: Catalog, model_version: str, work_dir: str) -> Parent:
+    """The registered model's files, copied once into the work dir. A model registered
+    without weights (adopted) is a ``NoWeightsError``: nothing can be trained against it."""
     directory = os.path.join(work_dir, "models", model_version)
     if not os.path.isfile(os.path.join(directory, MODEL_FILE)):
-        catalog.fetch_model_files(model_version, directory)
+        purpose = "be scored or trained against by the upgrade job"
+        catalog.fetch_model_files(model_version, directory, purpose)
     _, info = read_spec(directory)
     classes = max(int(c) for c in info["label_map"]) + 1
     return Parent(model_version, directory, classes)

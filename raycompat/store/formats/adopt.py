@@ -437,15 +437,5 @@ def register_adopted(
 
 def _model_record(catalog: Catalog, model: str, width: int) -> ModelRecord:
     """The registered record of ``model`` (its width must be ``width``), or a new one for a
-    model trained outside raycompat (no files: it can search with vectors, not images)."""
-    try:
-        record = catalog.model(model)
-    except CorruptFileError:
-        raise
-    except StoreError:
-        return ModelRecord(model, "", width, method="external")
-    if record.embed_dim != width:
-        raise SchemaError(
-            f"model {model!r} embeds to {record.embed_dim}-d but the table holds {width}-d rows"
-        )
-    return record
+    model trained outside raycompat (no weights: it searches with vectors, not images)."""
+    return catalog.registered_or(ModelRecord(model, "", width, method="external"), "the table")

@@ -425,6 +425,16 @@ def test_transform_job_main(small, tmp_path, ray_local):
     schema = store.read("g", "v2").schema
     assert schema.field("embedding").type == pa.list_(pa.float16(), D_NEW)
     assert schema.field("side_info").type == pa.list_(pa.float32(), D_SIDE_NEW)
+    # m2 queries what the job wrote (issue 40, item 8), registered without weights (the job
+    # has h, not m2), so `raycompat search g --model m2` searches it with stored ids or vectors
+    from raycompat.cli.app import main as cli
+    from raycompat.store.model_catalog import Catalog
+
+    catalog = Catalog(store)
+    assert not catalog.model("m2").has_weights
+    assert catalog.queryable_version("g", "m2").gallery_version == "v2"
+    searched = ["search", "g", "--ids", "4", "--model", "m2", "-k", "1", "--store", store.root]
+    assert cli(searched) == 0
     summary = job.main(
         [
             "--config",
