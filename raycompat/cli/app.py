@@ -27,6 +27,13 @@
     raycompat revoke GALLERY --model M --store ROOT
                                                   M serves nothing on the gallery
     raycompat retire M --store ROOT [--reason R]  M serves no gallery, takes no new grant
+    raycompat alias set GALLERY NAME --version V --model M --store ROOT
+                                                  the named alias (prod) points at a
+                                                  compatible (version, query model) pair
+    raycompat alias rollback|list GALLERY [NAME] --store ROOT
+                                                  undo its newest change; list the aliases
+    raycompat search GALLERY --alias NAME ...     search what a named alias points at
+    raycompat status [GALLERY] --store ROOT       live leases, staging areas, their progress
     raycompat adopt GALLERY URI --store ROOT --version V --model M
         [--id-column C] [--embedding-column C]    publish an existing Parquet table (folder or
                                                   s3:// prefix) as a version, in place; Ray

@@ -52,3 +52,47 @@ class Command:
         """Its ``--help`` text: the description (or help line), then the example."""
         text = self.description or textwrap.fill(self.help, 78)
         return f"{text}\n\nexample: {self.example}" if self.example else text
+
+
+def command_group(
+    name: str,
+    help: str,
+    actions: tuple[Command, ...],
+    *,
+    description: str,
+    render: Callable[[dict], str] | None = None,
+) -> Command:
+    """A command whose first argument names one of ``actions`` (``raycompat index build``,
+    ``raycompat alias set``): each action a subparser with its own arguments, ``--json`` and
+    example; the group's handler dispatches to the action named."""
+    from raycompat.cli.arguments import global_flags
+
+    dest = f"{name}_command"
+    handlers = {action.name: action.handler for action in actions}
+    names = ",".join(handlers)
+
+    def add_actions(p: argparse.ArgumentParser) -> None:
+        sub = p.add_subparsers(dest=dest, required=True, metavar=f"{{{names}}}")
+        for action in actions:
+            parser = sub.add_parser(
+                action.name,
+                help=action.help,
+                description=f"{action.help}\n\nexample: {action.example}",
+                parents=[global_flags()],  # --debug/--verbose after the action too
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+            action.add_arguments(parser)
+
+    def dispatch(args: argparse.Namespace) -> dict | str:
+        return handlers[getattr(args, dest)](args)
+
+    return Command(
+        name,
+        help,
+        add_actions,
+        dispatch,
+        render,
+        example=actions[0].example,
+        description=description,
+        as_json=False,  # each action takes --json itself
+    )

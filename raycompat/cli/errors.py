@@ -80,7 +80,9 @@ def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resum
     prog = os.path.basename(sys.argv[0]) or "raycompat"
     config = _config_path(argv)
     if config is not None and not Path(config).is_file() and not debug:
-        print(error_line(prog, f"config file {config} does not exist"), file=sys.stderr)
+        from raycompat.config import missing_config_file
+
+        print(error_line(prog, missing_config_file(config)), file=sys.stderr)
         raise SystemExit(2)
     try:
         main(argv)

@@ -9,11 +9,12 @@
 - ``--config FILE`` and ``key.sub=value`` overrides (list entries too: ``upgrades.0.epochs=1``
   or ``upgrades[0].epochs=1``); without ``--config`` the job says which default it runs.
 - ``--print-config`` prints the merged, validated config (credentials redacted) and exits 0.
-- Outputs never land in Ray's temporary copy of the working dir: a job started by
-  ``ray job submit --working-dir`` runs inside that copy, which Ray deletes, so a relative local
-  output path there is refused with one line saying what to pass, unless ``--output-root DIR``
-  (or ``RAYCOMPAT_OUTPUT_ROOT``) resolves relative outputs against ``DIR``. The job logs
-  where its outputs go before it starts (:func:`announce_outputs`).
+- Every input and output path follows one rule (:mod:`raycompat.cli.job_paths`): relative
+  outputs go under ``--output-root DIR`` (or ``RAYCOMPAT_OUTPUT_ROOT``) and are refused in Ray's
+  temporary working-dir copy without one; relative inputs are looked up under ``DIR``, then in
+  the current dir. The job logs where its outputs go before it starts (:func:`announce_outputs`).
+- ``--dry-run``: validate the config, resolve and check every input and output location, print
+  the plan, exit 0; nothing is run or written (:func:`announce_outputs`).
 
 This module imports neither torch nor Ray: ``--help``, ``--print-config`` and a config typo
 answer before either loads.
@@ -25,26 +26,42 @@ import argparse
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from raycompat.cli.job_exit import JOB_CONFIG_ENV  # Ray's job supervisor sets it
+from raycompat.cli.job_exit import JOB_CONFIG_ENV  # noqa: F401 (imported from here too)
+from raycompat.cli.job_paths import (
+    OUTPUT_ROOT_ENV,
+    check_output_location,
+    get_key,
+    job_paths,
+    resolve_paths,
+)
 from raycompat.config import dump_config, load_config
-from raycompat.errors import ConfigError
 
 C = TypeVar("C")
 log = logging.getLogger("raycompat.jobs")
-OUTPUT_ROOT_ENV = "RAYCOMPAT_OUTPUT_ROOT"
 
 
 def job_parser(
-    doc: str, config_type: str, *, address: bool = True, default: str | None = None
+    doc: str,
+    config_type: str,
+    *,
+    address: bool = True,
+    default: str | None = None,
+    examples: Sequence[str] = (),
 ) -> argparse.ArgumentParser:
     """The arguments every job takes (``address``: whether it has ``--address``; ``default``:
-    what the job runs without ``--config``, named in ``--help``)."""
+    what the job runs without ``--config``, named in ``--help``; ``examples``: command lines
+    shown under ``examples:`` in ``--help``, each of which must load, which
+    ``tests/cli/test_help_examples.py`` checks)."""
+    shown = "".join(f"\n  {line}" for line in examples)
     parser = argparse.ArgumentParser(
         description=doc.splitlines()[0],
-        epilog="Overrides reach list entries: upgrades.0.epochs=1 (or upgrades[0].epochs=1).",
+        epilog=(f"examples:{shown}\n\n" if examples else "")
+        + "Overrides set any key of the config, list entries by index:\n"
+        "KEY.0.SUB=1 (or KEY[0].SUB=1).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # one example a line
     )
     without = f"without it: {default}" if default else "without it the job runs its defaults"
     parser.add_argument("--config", help=f"YAML file with {config_type} keys ({without})")
@@ -61,35 +78,67 @@ def job_parser(
     parser.add_argument(
         "--output-root",
         default=os.environ.get(OUTPUT_ROOT_ENV),
-        help=f"resolve relative local output paths against this folder (env {OUTPUT_ROOT_ENV}); "
-        "needed for relative paths under `ray job submit --working-dir`",
+        help=f"resolve relative output paths against this folder, and look relative inputs up "
+        f"there first (env {OUTPUT_ROOT_ENV}); needed for relative outputs under "
+        "`ray job submit --working-dir` (docs/cluster.md, 'Paths of a submitted job')",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config, resolve and check every input and output location, print "
+        "the plan and exit 0; runs and writes nothing",
     )
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an error (RAYCOMPAT_DEBUG=1)"
     )
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. epochs=2")
+    parser.add_argument(
+        "overrides", nargs="*", help=f"key.sub=value overrides of the {config_type} keys"
+    )
     return parser
 
 
 def job_config(
-    cls: type[C], args: argparse.Namespace, *, default: str, outputs: tuple[str, ...] = ()
+    cls: type[C],
+    args: argparse.Namespace,
+    *,
+    default: str,
+    outputs: Sequence[str] = (),
+    inputs: Callable[[C], Sequence[str]] | None = None,
 ) -> C:
-    """Load ``cls`` from ``args``; handle ``--print-config`` (prints, then ``SystemExit(0)``)
-    and the output paths named by ``outputs`` (dotted keys, see :func:`resolve_outputs`)."""
+    """Load ``cls`` from ``args``; resolve ``--config``, the output paths named by ``outputs``
+    and the input paths ``inputs(cfg)`` names (dotted keys; :mod:`raycompat.cli.job_paths`);
+    handle ``--print-config`` (prints, then ``SystemExit(0)``)."""
+    paths = job_paths(args.output_root)
     if args.config is None:
         log.info("no --config given: running %s", default)
+    else:
+        args.config = paths.input("--config", args.config)
     cfg = load_config(cls, args.config, args.overrides)
-    cfg = resolve_outputs(cfg, outputs, args.output_root)
+    cfg = resolve_paths(cfg, paths, outputs, inputs(cfg) if inputs else ())
     if args.print_config:
         print(dump_config(cfg), end="")
         raise SystemExit(0)
     return cfg
 
 
-def announce_outputs(cfg: Any, outputs: tuple[str, ...]) -> None:
+def announce_outputs(
+    cfg: Any, outputs: Sequence[str], *, inputs: Sequence[str] = (), dry_run: bool = False
+) -> None:
     """Log where the job's outputs go (after its checks, so that a config error stays the
-    only line a failing job prints)."""
-    log.info("outputs: %s", ", ".join(f"{key}={_get(cfg, key)}" for key in outputs))
+    only line a failing job prints). ``dry_run`` (``--dry-run``): check that every output
+    location can be written, print the plan (``inputs`` and ``outputs``, resolved) and exit 0."""
+    log.info("outputs: %s", ", ".join(f"{key}={get_key(cfg, key)}" for key in outputs))
+    if not dry_run:
+        return
+    lines = ["dry run: the config is valid; nothing was run or written"]
+    found = [(k, get_key(cfg, k)) for k in inputs if get_key(cfg, k)]
+    lines += [f"  input  {k}={v if '://' in v else os.path.abspath(v)}" for k, v in found]
+    for key in outputs:
+        value = get_key(cfg, key)
+        where = value if "://" in value else os.path.abspath(value)
+        lines.append(f"  output {key}={where} ({check_output_location(key, value)})")
+    print("\n".join(lines), flush=True)
+    raise SystemExit(0)
 
 
 SUMMARY_ITEM_CHARS = 80  # an entry longer than this stays out of the console's summary line
@@ -145,49 +194,3 @@ def console_script(
 
     run.__doc__ = f"The console script ``{name}``: :func:`main` run by ``run_main``."
     return run
-
-
-def submitted_working_dir(environ: Mapping[str, str] | None = None) -> str | None:
-    """Ray's temporary copy of the working dir this process runs in (a job submitted with a
-    ``working_dir``), or None."""
-    raw = (os.environ if environ is None else environ).get(JOB_CONFIG_ENV)
-    if not raw:
-        return None
-    try:
-        runtime_env = json.loads(raw).get("runtime_env") or {}
-    except (ValueError, AttributeError):
-        return None
-    return os.getcwd() if runtime_env.get("working_dir") else None
-
-
-def resolve_outputs(
-    cfg: C, keys: tuple[str, ...], output_root: str | None, environ: Mapping[str, str] | None = None
-) -> C:
-    """Make the local output paths named by ``keys`` absolute against ``output_root``; without
-    one, refuse a relative path when the job runs in Ray's temporary working-dir copy."""
-    copy = submitted_working_dir(environ)
-    for key in keys:
-        value = _get(cfg, key)
-        if not isinstance(value, str) or not value or "://" in value or os.path.isabs(value):
-            continue
-        if output_root:
-            _set(cfg, key, os.path.abspath(os.path.join(output_root, value)))
-        elif copy is not None:
-            raise ConfigError(
-                f"{key}={value!r} is relative, and this job runs in Ray's temporary copy of "
-                f"its working dir ({copy}), which Ray deletes: pass an absolute path or s3:// "
-                f"URI ({key}=/shared/...), or --output-root DIR (env {OUTPUT_ROOT_ENV})"
-            )
-    return cfg
-
-
-def _get(cfg: Any, dotted: str) -> Any:
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
-
-
-def _set(cfg: Any, dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    setattr(_get(cfg, ".".join(parents)) if parents else cfg, last, value)

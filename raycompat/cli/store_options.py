@@ -3,7 +3,9 @@
 Every command that opens a store adds ``--store`` with :func:`add_store_arguments`, which adds
 the S3 options the jobs' configs spell as s3fs ``storage_options`` (``--endpoint-url``,
 ``--profile``, ``--storage-options``); :func:`storage_options` turns them into that dict, and
-:func:`open_store` builds the store from it.
+:func:`open_store` builds the store from it and reaches it once: a store it cannot reach (no
+server at the endpoint, no credentials, access denied) is one line naming the store and the
+endpoint, exit 1 (:class:`StoreUnreachableError`), not botocore's or pyarrow's traceback.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 
-from raycompat.errors import UsageError
+from raycompat.errors import DataError, UsageError
 from raycompat.store import GalleryStore
 
 logger = logging.getLogger(__name__)
@@ -25,6 +28,12 @@ class StorageOptionsError(UsageError, ValueError):
     """``--storage-options`` is no JSON object, or it and ``--endpoint-url`` / ``--profile``
     name different values (exit 2). The message never repeats the flag's text: it may hold
     credentials."""
+
+
+class StoreUnreachableError(DataError):
+    """The store named by ``--store`` could not be reached: a connection refused or timed
+    out, missing credentials, access denied. One line naming the store, the endpoint and the
+    cause (exit 1); ``--debug`` shows the traceback."""
 
 
 def add_store_arguments(p: argparse.ArgumentParser, help: str = STORE_HELP) -> None:
@@ -54,15 +63,53 @@ def add_store_arguments(p: argparse.ArgumentParser, help: str = STORE_HELP) -> N
     )
 
 
-def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> GalleryStore:
+def open_store(
+    args: argparse.Namespace, *, must_exist: bool = True, gallery: str | None = None
+) -> GalleryStore:
     """The store at ``--store``, reached with the command line's S3 options (every store
     command opens its store here). A mistyped root is a MissingStoreError (exit 2), not an
     empty listing, unless ``must_exist`` is False (a writer creates the store with its first
-    record)."""
-    store = GalleryStore(args.store, storage_options(args, args.store))
-    if must_exist:
-        store.check_exists()
+    record). With ``gallery``, that gallery must exist (NotInStoreError listing the galleries,
+    exit 1)."""
+    options = storage_options(args, args.store)
+    store = GalleryStore(args.store, options)
+    try:
+        present = store.exists()  # the command's first request: an unreachable store fails here
+    except Exception as error:
+        if not _unreachable(error):
+            raise
+        raise StoreUnreachableError(_unreachable_line(args.store, options, error)) from error
+    if must_exist and not present:
+        store.check_exists()  # MissingStoreError, naming the root
+    if gallery is not None:
+        from raycompat.store.lookup import check_gallery
+
+        check_gallery(store, gallery)
     return store
+
+
+def _unreachable(error: BaseException) -> bool:
+    """An I/O error (pyarrow's native S3 client, s3fs's translations, a local disk) or one of
+    botocore's own (s3fs passes a refused connection or missing credentials on as those).
+    botocore is looked up, not imported: its errors exist only once it is loaded."""
+    botocore = sys.modules.get("botocore.exceptions")
+    return isinstance(error, OSError) or (
+        botocore is not None and isinstance(error, botocore.BotoCoreError)
+    )
+
+
+def _unreachable_line(uri: str, options: dict, error: BaseException) -> str:
+    from raycompat.io.s3_options import endpoint_of
+    from raycompat.io.uri import split_uri
+
+    cause = " ".join(str(error).split()) or type(error).__name__
+    if split_uri(uri)[0] != "s3":
+        return f"{uri}: storage error ({cause})"
+    endpoint = endpoint_of(options) or "AWS (no --endpoint-url)"
+    return (
+        f"{uri}: storage error at endpoint {endpoint} ({cause}); check --store, "
+        "--endpoint-url and the credentials (--debug shows the traceback)"
+    )
 
 
 def storage_options(args: argparse.Namespace, uri: str) -> dict:

@@ -73,3 +73,13 @@ def mark_no_weights(rows: Sequence[dict], keys: Sequence[str], without: Sequence
         return f"{name} {NO_WEIGHTS}" if name in without else name
 
     return [{**row, **{k: mark(row[k]) for k in keys if k in row}} for row in rows]
+
+
+def change_answer(args, record, line: str) -> dict | str:
+    """A serving or alias change's answer: ``line``, or with ``--json`` whether anything changed
+    and the change's record (``record`` None: it already was so)."""
+    from dataclasses import asdict
+
+    if not args.json:
+        return line
+    return {"changed": record is not None, "record": asdict(record) if record else None}

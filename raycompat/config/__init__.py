@@ -25,6 +25,7 @@ import yaml
 
 from raycompat._lazy import lazy_exports
 from raycompat.errors import ConfigError
+from raycompat.registry import did_you_mean
 
 C = TypeVar("C")
 
@@ -153,6 +154,7 @@ def _build(cls: type[C], data: dict, prefix: str = "") -> C:
         raise ConfigError(
             f"unknown config key(s) {', '.join(prefix + u for u in unknown)}; "
             f"valid keys here: {', '.join(prefix + f for f in fields)}"
+            + (did_you_mean(unknown, fields, prefix) or getattr(cls, "UNKNOWN_KEY_HINT", ""))
         )
     kwargs = {}
     for name, value in data.items():
@@ -287,6 +289,15 @@ def _defaults(cls: type) -> dict:
         return {}
 
 
+def missing_config_file(path: str | Path) -> str:
+    """``config file configs/upgrad.yaml does not exist; did you mean
+    'configs/upgrade_mnist.yaml'?`` (the closest YAML file in that folder, if one is close)."""
+    folder = Path(path).parent
+    names = sorted(p.name for p in folder.glob("*.y*ml")) if folder.is_dir() else []
+    prefix = "" if str(folder) == "." else f"{folder}/"
+    return f"config file {path} does not exist" + did_you_mean(Path(path).name, names, prefix)
+
+
 def load_config(
     cls: type[C], path: str | Path | None = None, overrides: list[str] | None = None
 ) -> C:
@@ -299,7 +310,7 @@ def load_config(
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"config file {path} does not exist")
+            raise FileNotFoundError(missing_config_file(path))
         loaded = load_yaml(path.read_text()) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
@@ -359,6 +370,7 @@ __all__ = [
     "dump_config",
     "load_config",
     "load_yaml",
+    "missing_config_file",
     "override_path",
     "parse_overrides",
     "save_config",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from raycompat.config.fct import FCTSpec, PartialBackfillSpec
 from raycompat.io.s3_options import with_endpoint
@@ -36,6 +36,11 @@ class ASHASpec:
 
 @dataclass
 class SweepConfig:
+    # What an unknown key with no near miss is told: a training key is not a sweep key.
+    UNKNOWN_KEY_HINT: ClassVar[str] = (
+        "; a key of the training config (epochs, optim.lr, ...) goes in overrides, applied to "
+        "base for every trial: overrides=[epochs=2]"
+    )
     base: str = "configs/train_mnist_cores.yaml"  # a jobs/train.py config
     overrides: list[str] = field(default_factory=list)  # applied to base for every trial
     space: list[ParamSpec] = field(default_factory=list)

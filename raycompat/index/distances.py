@@ -133,11 +133,15 @@ class Distance:
         name: registry name.
         normalize: whether ``prepare`` L2-normalises rows (cosine).
         squared_l2: score is ``-||q - g||^2`` instead of ``q . g``.
+        score_range: the scores the distance can give: ``[-1, 1]`` for cosine, ``<= 0`` for
+            ``l2``. A quantized index (IVF-PQ) approximates them and may step outside it
+            (a cosine of 1.0004); :meth:`from_faiss` clips its answers back in.
     """
 
     name: str
     normalize: bool
     squared_l2: bool
+    score_range: tuple[float, float] = (-np.inf, np.inf)
 
     @property
     def faiss_metric(self) -> int:
@@ -182,8 +186,10 @@ class Distance:
         return -sq.clamp_min(0.0)
 
     def from_faiss(self, raw: np.ndarray) -> np.ndarray:
-        """Turn faiss' output (squared L2 for METRIC_L2, inner product otherwise) into scores."""
-        return -raw if self.squared_l2 else raw
+        """Turn faiss' output (squared L2 for METRIC_L2, inner product otherwise) into scores,
+        clipped to :attr:`score_range` (faiss's padding, ``-inf``, becomes its low end: the
+        caller marks padded rows itself)."""
+        return np.clip(-raw if self.squared_l2 else raw, *self.score_range)
 
 
 DISTANCES: Registry[Distance] = Registry("distance")
@@ -191,12 +197,12 @@ DISTANCES: Registry[Distance] = Registry("distance")
 
 @DISTANCES.register("cosine")
 def cosine() -> Distance:
-    return Distance("cosine", normalize=True, squared_l2=False)
+    return Distance("cosine", normalize=True, squared_l2=False, score_range=(-1.0, 1.0))
 
 
 @DISTANCES.register("l2")
 def l2() -> Distance:
-    return Distance("l2", normalize=False, squared_l2=True)
+    return Distance("l2", normalize=False, squared_l2=True, score_range=(-np.inf, 0.0))
 
 
 @DISTANCES.register("inner_product")

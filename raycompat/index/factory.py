@@ -71,8 +71,9 @@ def _ivfpq(
     if short:
         logger.warning(
             "ivfpq: %d training vectors for %d lists and %d codes per sub-quantizer (k-means "
-            "wants %d per centroid), so its codes may lose recall: `raycompat index verify` "
-            "measures it; --kind flat is exact (what --kind auto builds up to 100 000 rows)",
+            "wants %d per centroid), so its codes may lose recall (`raycompat index build` "
+            "reports its recall@10, `raycompat index verify` measures it again); --kind flat "
+            "is exact (what --kind auto builds up to 100 000 rows)",
             rows,
             nlist,
             2**nbits,

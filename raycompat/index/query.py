@@ -4,6 +4,8 @@ One home for what a search does between "these are the queries" and "these are t
 
 - :func:`served_version`: the version a model searches on a gallery (its newest alias, else
   its catalog grant; ``store/aliases.py``), after checking both names exist.
+- :func:`aliased_version`: the version and query model a named alias (``prod``) points at
+  (``store/named_aliases.py``); search that version with that model's queries.
 - :func:`query_vectors`: the ``(Q, d)`` queries, from a ``.npy``/Parquet file
   (:func:`read_query_vectors`), from rows stored in that version (:func:`stored_vectors`) or
   from images embedded with the model (:func:`embed_images`: an image of another size is
@@ -91,6 +93,23 @@ def served_version(store: GalleryStore, gallery: str, model: str) -> Serving:
     check_gallery(store, gallery)
     model_record(Catalog(store), model)
     return current(store, gallery, model)
+
+
+def aliased_version(store: GalleryStore, gallery: str, alias: str) -> Serving:
+    """What the named alias ``alias`` of ``gallery`` points at: ``gallery_version`` searched
+    with the queries of ``model_version`` (``source``: ``"alias prod (change 3)"``).
+
+    Raises:
+        NotInStoreError: no such gallery, or no such alias (lists the gallery's aliases).
+        StoreError: the alias's model was retired, or revoked on the gallery.
+    """
+    from raycompat.store.aliases import Serving
+    from raycompat.store.named_aliases import resolve
+
+    check_gallery(store, gallery)
+    record = resolve(store, gallery, alias)
+    source = f"alias {alias} (change {record.seq})"
+    return Serving(gallery, record.model_version, record.gallery_version, record.relation, source)
 
 
 def query_vectors(

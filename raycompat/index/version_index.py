@@ -22,8 +22,10 @@ builds an in-memory IVF-PQ, trained on ``train_size`` (default 100 000) rows sam
 Readers never write: :func:`open_search_index` (``raycompat search``) loads the published
 index, and without a valid one searches exactly in memory (:func:`exact_version_index`) up to
 ``EXACT_SEARCH_MAX_ROWS`` rows; above that it is an :class:`IndexNeededError` naming
-``raycompat index build``. Only :func:`build_version_index` (``raycompat index build``, the jobs
-that publish) and :func:`open_version_index` with ``rebuild=True`` write an index.
+``raycompat index build``. Only :func:`build_version_index` (the jobs that publish),
+``raycompat index build`` (:mod:`raycompat.index.measured_build`: :func:`stage_version_index`,
+its recall measured, then :func:`publish_version_index` unless the published index is better)
+and :func:`open_version_index` with ``rebuild=True`` write an index.
 """
 
 from __future__ import annotations
@@ -136,7 +138,18 @@ def _sample(
     return rows_at(store, gallery, info, rows, batch_size)
 
 
-def build_version_index(
+def build_version_index(store: GalleryStore, gallery: str, version: str, **options: Any) -> str:
+    """Build, save and publish the index of ``gallery/version``; return the build's URI.
+
+    ``options``: as :func:`stage_version_index`. ``raycompat index build`` publishes through
+    :func:`raycompat.index.measured_build.build_measured_index` instead, which measures the new
+    build's recall first and keeps a better published index.
+    """
+    pointer = stage_version_index(store, gallery, version, **options)
+    return publish_version_index(store, gallery, store.version(gallery, version), pointer)
+
+
+def stage_version_index(
     store: GalleryStore,
     gallery: str,
     version: str,
@@ -149,8 +162,9 @@ def build_version_index(
     seed: int = 0,
     use_gpu: bool | str = "auto",
     **options: Any,
-) -> str:
-    """Build, save and publish the index of ``gallery/version``; return the build's URI.
+) -> dict:
+    """Build and save the index of ``gallery/version`` in a build folder of its own; return the
+    pointer that :func:`publish_version_index` publishes (nothing is published here).
 
     Args:
         distance: default ``"cosine"`` for a ``normalized`` version, ``"l2"`` (FCT) otherwise.
@@ -164,7 +178,7 @@ def build_version_index(
     dist = get_distance(distance or default_distance(info))
     kind = resolve_kind(info, kind, flat_max_rows)
     if kind == SHARDED_IVF:  # built by tasks into its own folder: no in-memory index here
-        pointer = build_sharded_index(
+        return build_sharded_index(
             store,
             gallery,
             info,
@@ -175,7 +189,6 @@ def build_version_index(
             use_gpu=use_gpu,
             **options,
         )
-        return _publish(store, gallery, info, pointer)
     index, ids = _index_rows(
         store, gallery, info, dist, kind, train_size or 100_000, batch_size, seed, use_gpu, options
     )
@@ -194,14 +207,13 @@ def build_version_index(
                 source_filesystem=pafs.LocalFileSystem(),
                 destination_filesystem=store.filesystem,
             )
-    pointer = {
+    return {
         "build": build,
         "kind": kind,
         "distance": dist.name,
         "rows": index.ntotal,
         "files": files,
     }
-    return _publish(store, gallery, info, pointer)
 
 
 def default_distance(info: VersionInfo) -> str:
@@ -247,8 +259,11 @@ def _index_rows(
     return index, pa.concat_arrays(ids)
 
 
-def _publish(store: GalleryStore, gallery: str, info: VersionInfo, pointer: dict) -> str:
-    """Replace the version's pointer with ``pointer``; return the build's URI."""
+def publish_version_index(
+    store: GalleryStore, gallery: str, info: VersionInfo, pointer: dict
+) -> str:
+    """Replace the version's pointer with ``pointer`` (from :func:`stage_version_index`); return
+    the build's URI."""
     version, build = info.version, pointer["build"]
     store.backend.replace(_pointer_path(store, gallery, version), json.dumps(pointer).encode())
     logger.info(
@@ -298,6 +313,23 @@ def _read_pointer(store: GalleryStore, path: str, gallery: str, version: str) ->
     return pointer
 
 
+def published_pointer(store: GalleryStore, gallery: str, version: str) -> dict | None:
+    """The version's published pointer, or None when no index is published.
+
+    Raises:
+        CorruptIndexError: the pointer is unreadable.
+    """
+    try:
+        return _read_pointer(store, _pointer_path(store, gallery, version), gallery, version)
+    except MissingIndexError:
+        return None
+
+
+def pointer_uri(store: GalleryStore, gallery: str, version: str) -> str:
+    """The URI of the version's pointer (named in messages)."""
+    return store.backend.uri(_pointer_path(store, gallery, version))
+
+
 def _files_of(pointer: dict) -> tuple[str, ...]:
     return MERGED_FILES if pointer.get("kind") == SHARDED_IVF else _FILES
 
@@ -337,8 +369,23 @@ def load_version_index(
             version (rows, width). The message names the file.
     """
     info, path = store.version(gallery, version), _pointer_path(store, gallery, version)
-    source = store.backend.uri(path)
     pointer = _read_pointer(store, path, gallery, version)
+    source = store.backend.uri(path)
+    return load_pointer_index(store, gallery, info, pointer, source, use_gpu, verify)
+
+
+def load_pointer_index(
+    store: GalleryStore,
+    gallery: str,
+    info: VersionInfo,
+    pointer: dict,
+    source: str,
+    use_gpu: bool | str = "auto",
+    verify: str = "auto",
+) -> VersionIndex:
+    """:func:`load_version_index` of the build ``pointer`` names, published or only staged
+    (:func:`stage_version_index`); ``source`` names the pointer in messages."""
+    version = info.version
     build, files = pointer["build"], pointer.get("files")
     if files is None:
         logger.warning(

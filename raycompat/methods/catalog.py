@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raycompat.errors import ConfigError
-from raycompat.registry import Registry
+from raycompat.registry import Registry, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -70,12 +70,12 @@ def list_methods() -> list[str]:
 
 
 def check_method_options(name: str, options: dict, key: str = "method_options") -> None:
-    """Reject option names the method does not take (a :class:`ConfigError` naming ``key``),
-    without importing or constructing the method."""
+    """Reject option names the method does not take (a :class:`ConfigError` naming ``key`` and
+    the nearest valid option), without importing or constructing the method."""
     valid = method_entry(name).options
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ConfigError(
             f"{key}: {name!r} takes no option(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(valid) or 'none'}"
+            f"valid: {', '.join(valid) or 'none'}{did_you_mean(unknown, valid)}"
         )

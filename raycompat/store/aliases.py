@@ -79,6 +79,7 @@ class AliasRecord:
     writer: str
     lease: dict = field(default_factory=dict)
     created: str = ""
+    by: dict | None = None  # asdict(LeaseOwner) of the writer; None in older records
 
     @classmethod
     def from_json(cls, data: bytes, source: str) -> AliasRecord:
@@ -107,25 +108,32 @@ def _dir(store: GalleryStore, gallery: str, model: str) -> str:
 def log(store: GalleryStore, gallery: str, model: str) -> list[AliasRecord]:
     """The model's alias records on the gallery, oldest first; a corrupt or missing one raises
     ``CorruptFileError`` naming it (a gap would break the rollback links)."""
-    directory, fs = _dir(store, gallery, model), store.filesystem
+    return numbered_log(
+        store, _dir(store, gallery, model), AliasRecord.from_json,
+        lambda record: (record.gallery, record.model_version), (gallery, model), "alias record",
+    )  # fmt: skip
+
+
+def numbered_log(store: GalleryStore, directory: str, parse, key, expected: tuple, what: str):
+    """The records ``00000001.json``, ``00000002.json``... of an append-only log, oldest first,
+    each read with ``parse(data, source)``. A gap, or a record whose ``key(record)`` is not
+    ``expected`` or whose ``seq`` is not its number, raises ``CorruptFileError`` naming it."""
+    fs = store.filesystem
     found = []
     for entry in fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
         stem = entry.base_name.removesuffix(".json")
-        if (
-            entry.type == pafs.FileType.File
-            and entry.base_name.endswith(".json")
-            and stem.isdigit()
-        ):
-            found.append((int(stem), entry.path))
+        if entry.type == pafs.FileType.File and entry.base_name.endswith(".json"):
+            if stem.isdigit():
+                found.append((int(stem), entry.path))
     records = []
-    for expected, (seq, path) in enumerate(sorted(found), start=1):
+    for number, (seq, path) in enumerate(sorted(found), start=1):
         source = store.backend.uri(path)
-        if seq != expected:
-            raise CorruptFileError(f"{source}: alias record {expected} of this log is missing")
+        if seq != number:
+            raise CorruptFileError(f"{source}: {what} {number} of this log is missing")
         with fs.open_input_stream(path) as stream:
-            record = AliasRecord.from_json(stream.read(), source)
-        if (record.gallery, record.model_version, record.seq) != (gallery, model, seq):
-            raise CorruptFileError(f"{source}: the record names another gallery, model or seq")
+            record = parse(stream.read(), source)
+        if (*key(record), record.seq) != (*expected, seq):
+            raise CorruptFileError(f"{source}: the {what} names another log or seq")
         records.append(record)
     return records
 
@@ -193,8 +201,9 @@ def _append(
     if lease is not None:
         lease.check(store.backend, f"{action} {model} on {gallery}")
     stamp = {"generation": lease.generation, "token": lease.token} if lease else {}
-    writer = LeaseOwner().describe()
-    record = AliasRecord(*change[:2], seq, action, version, served, back, writer, stamp, now_utc())
+    owner = LeaseOwner()
+    writer, at, by = owner.describe(), now_utc(), asdict(owner)
+    record = AliasRecord(*change[:2], seq, action, version, served, back, writer, stamp, at, by)
     path = join(_dir(store, gallery, model), f"{seq:08d}.json")
     store.mark()  # gc manages only marked stores (marker.py)
     try:

@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 
 from raycompat.errors import CorruptFileError, StoreError
 from raycompat.store.gallery import GalleryStore
+from raycompat.store.lease import LeaseOwner
 from raycompat.store.manifest import now_utc
 from raycompat.store.model_catalog import QUERIES_DIR
 from raycompat.store.paths import check_name, join
@@ -50,7 +51,8 @@ class DecisionRecord:
 
     ``outcome``: ``refused`` (the evidence said no), ``failed`` (the upgrade raised) or
     ``published``; ``reason``: the decision or the error, one line; ``digest``: of the config it
-    ran under; ``attempt``: its number among the entry's attempts (set when recorded).
+    ran under; ``attempt``: its number among the entry's attempts (set when recorded); ``by``:
+    who recorded it, ``asdict(LeaseOwner)`` (set when recorded; None in older records).
     """
 
     gallery: str
@@ -62,6 +64,7 @@ class DecisionRecord:
     evidence: dict = field(default_factory=dict)
     created: str = ""
     attempt: int = 0
+    by: dict | None = None
 
     @classmethod
     def from_json(cls, data: bytes, source: str) -> DecisionRecord:
@@ -161,6 +164,7 @@ class Decisions:
         earlier = self.attempts(record.gallery, record.model_version)
         record.attempt = earlier[-1].attempt + 1 if earlier else 1
         record.created = now_utc()
+        record.by = asdict(LeaseOwner())
         directory = self._dir(record.gallery, record.model_version)
         path = join(directory, f"{record.attempt:08d}.json")
         data = json.dumps(asdict(record), indent=2, default=str).encode()

@@ -4,12 +4,17 @@ written to it.
 Three sections, each oldest first:
 
 - **versions**: what each published version holds (model, rows, width, dtype, lineage), when it
-  was created, who wrote it (the owner of the newest lease generation of each staging area its
-  record lists, ``_data/<v>/<staging>/_lease/``, or ``"unknown"`` once gc removed it, for an
-  adopted version, or for an unreadable lease), and for an adopted version its external root
-  and table snapshot (``external.table``, e.g. ``{"format": "delta", "version": 3}``);
+  was created, the operation that made it and its parameters (``operation``: ``"transform"``,
+  ``parameters``: ``{"source": "faces/v1@...", "h": <digest>, ...}``, as Delta's ``DESCRIBE
+  HISTORY`` gives them; None in records older than that), who wrote it (``by``, the record's
+  writer: Ray submission id, host, pid, OS user; for a record older than that, the owner of
+  the newest lease generation of each staging area it lists, ``_data/<v>/<staging>/_lease/``,
+  or ``"unknown"`` once gc removed it, or for an unreadable lease), and for an adopted version
+  its external root and table snapshot (``external.table``, e.g. ``{"format": "delta",
+  "version": 3}``);
 - **decisions**: every recorded attempt under ``_decisions/<model>/`` (``decisions.py``),
-  refused and failed ones with their reasons, and which attempt stands;
+  refused and failed ones with their reasons, which attempt stands, and who recorded it
+  (``by``);
 - **grants**: which model may query which version, the relation and its evidence
   (``catalog.py``).
 
@@ -18,21 +23,18 @@ A corrupt record is listed under ``corrupt`` (file and error) instead of hiding 
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import asdict
 
 import pyarrow.fs as pafs
 
 from raycompat.errors import StoreError
-from raycompat.registry import UnknownNameError
+from raycompat.registry import UnknownNameError, did_you_mean
 from raycompat.store.decisions import DECISIONS_DIR, Decisions, standing
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import LEASE_DIR, read_newest
+from raycompat.store.lease import LEASE_DIR, UNKNOWN, LeaseOwner, read_newest
 from raycompat.store.manifest import DATA_DIR, VersionInfo
 from raycompat.store.model_catalog import Catalog
 from raycompat.store.paths import SAFE_NAME, check_name
-
-UNKNOWN = "unknown"
 
 
 def gallery_history(store: GalleryStore, gallery: str) -> dict:
@@ -65,11 +67,9 @@ def check_gallery(store: GalleryStore, gallery: str) -> None:
     known = sorted(set(store.galleries()) | set(_decided_galleries(store)))
     if gallery in known:
         return
-    nearest = difflib.get_close_matches(gallery, known, n=1)
-    hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
     raise UnknownNameError(
         f"no gallery {gallery!r} in {store.uri()}: galleries are "
-        f"{', '.join(known) or '(none)'}{hint}"
+        f"{', '.join(known) or '(none)'}{did_you_mean(gallery, known)}"
     )
 
 
@@ -89,7 +89,9 @@ def _is_dir(store: GalleryStore, path: str) -> bool:
 
 
 def version_row(store: GalleryStore, gallery: str, info: VersionInfo) -> dict:
-    """One version: its record's fields, ``written_by`` and, if adopted, ``external``."""
+    """One version: its record's fields, ``operation``, ``parameters``, ``written_by`` (one line
+    per writer), ``by`` (the record's writer as a dict, None in older records) and, if adopted,
+    ``external``."""
     external = None
     if info.external is not None:
         external = {"root": info.external["root"], "table": info.external.get("table")}
@@ -101,14 +103,20 @@ def version_row(store: GalleryStore, gallery: str, info: VersionInfo) -> dict:
         "width": info.width,
         "dtype": info.dtype,
         "lineage": info.lineage,
+        "operation": info.operation,
+        "parameters": info.parameters,
         "written_by": writers(store, gallery, info),
+        "by": info.by,
         "external": external,
     }
 
 
 def writers(store: GalleryStore, gallery: str, info: VersionInfo) -> list[str]:
-    """Who wrote the version: the newest lease generation's owner of each staging area whose
-    files the record lists, or ``["unknown"]`` when none is left (gc, adopted, unreadable)."""
+    """Who wrote the version: the writer its record names (``by``); for an older record, the
+    newest lease generation's owner of each staging area whose files it lists, or
+    ``["unknown"]`` when none is left (gc, adopted, unreadable)."""
+    if info.by is not None:
+        return [describe(info.by)]
     if info.external is not None:
         return [UNKNOWN]
     stagings = []
@@ -129,6 +137,19 @@ def writers(store: GalleryStore, gallery: str, info: VersionInfo) -> list[str]:
     return found or [UNKNOWN]
 
 
+def describe(by: dict | None, short: bool = False) -> str:
+    """A record's ``by`` in words (``job 'walk-up-1' on host 'vm' (pid 7) as user 'ana'``, or
+    ``short``: ``walk-up-1 (ana@vm)``); ``"unknown"`` when the record has none or it cannot be
+    read."""
+    try:
+        owner = None if by is None else LeaseOwner.from_dict(by)
+    except TypeError:
+        owner = None
+    if owner is None:
+        return UNKNOWN
+    return owner.short() if short else owner.describe()
+
+
 def decision_rows(store: GalleryStore, gallery: str) -> tuple[list[dict], list[tuple[str, str]]]:
     """Every decision attempt of every model (oldest first), each with ``standing`` (whether
     a rerun acts on it), and ``(uri, error)`` for each model whose attempts cannot be read."""
@@ -140,7 +161,10 @@ def decision_rows(store: GalleryStore, gallery: str) -> tuple[list[dict], list[t
             corrupt.append((store.uri(gallery, DECISIONS_DIR, model), str(error)))
             continue
         stands = standing(attempts)
-        rows += [{**asdict(a), "standing": a is stands} for a in attempts]
+        rows += [
+            {**asdict(a), "standing": a is stands, "recorded_by": describe(a.by, short=True)}
+            for a in attempts
+        ]
     rows.sort(key=lambda r: (r["created"], r["model_version"], r["attempt"]))
     return rows, corrupt
 

@@ -2,8 +2,12 @@
 
 A lease is a sequence of *generation* files under ``<staging>/_lease/``::
 
-    _lease/00000001.json   {"generation": 1, "token": ..., "owner": {job, host, pid},
+    _lease/00000001.json   {"generation": 1, "token": ..., "owner": {job, host, pid, user},
                             "heartbeat": <UTC time>, "timeout_s": 120, "released": false}
+
+The owner (:class:`LeaseOwner`) is the Ray submission id of the job (``ray job submit
+--submission-id``), its host, pid and OS user; every record that names a writer (versions,
+decisions, alias changes) keeps the same dict as its ``by``.
 
 - **Acquire**: create generation 1 with create-if-absent (``Backend.create_exclusive``: an
   ``O_EXCL``-style hard link locally, a PutObject with ``If-None-Match: *`` on S3). Of two
@@ -36,6 +40,7 @@ well within ``timeout_s``.
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import os
@@ -43,6 +48,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +63,10 @@ logger = logging.getLogger(__name__)
 LEASE_DIR = "_lease"
 LEASE_FORMAT = "raycompat.lease/1"
 DEFAULT_TIMEOUT_S = 120.0
+UNKNOWN = "unknown"  # a field a record written before it existed does not give
+RAY_JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor (cli/job_exit)
+RAY_SUBMISSION_ID_KEY = "job_submission_id"  # Ray's JOB_ID_METADATA_KEY
+RAYCOMPAT_JOB_ENV = "RAYCOMPAT_JOB"
 
 
 class LeaseHeldError(StoreError):
@@ -71,26 +81,71 @@ def _now() -> float:
     return time.time()
 
 
-def _iso(t: float) -> str:
+def iso_utc(t: float) -> str:
+    """A POSIX time as ISO-8601 UTC, to the second (how lease records and messages give it)."""
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+def _ray_submission_id(environ: Mapping[str, str]) -> str | None:
+    """The submission id of the Ray job this process is the entrypoint of, or None.
+
+    Ray's job supervisor gives the entrypoint of a submitted job (``ray job submit
+    --submission-id=walk-up-1``) its JobConfig as JSON in ``RAY_JOB_CONFIG_JSON_ENV_VAR``, whose
+    ``metadata.job_submission_id`` is the id (``ray/dashboard/modules/job/job_supervisor.py``,
+    ``_get_driver_env_vars``; Ray's own ``dashboard/modules/job/utils.py`` reads it back so).
+    Ray sets no ``RAY_JOB_SUBMISSION_ID``."""
+    raw = environ.get(RAY_JOB_CONFIG_ENV)
+    if not raw:
+        return None
+    try:
+        submission = json.loads(raw).get("metadata", {}).get(RAY_SUBMISSION_ID_KEY)
+    except (ValueError, AttributeError):
+        return None
+    return submission if isinstance(submission, str) and submission else None
+
+
+def job_id(environ: Mapping[str, str] | None = None) -> str:
+    """Who this process runs for: the Ray submission id when Ray's job supervisor started it,
+    else ``RAYCOMPAT_JOB``, else ``pid-<pid>``."""
+    environ = os.environ if environ is None else environ
+    return _ray_submission_id(environ) or environ.get(RAYCOMPAT_JOB_ENV) or f"pid-{os.getpid()}"
+
+
+def os_user() -> str:
+    """The OS user this process runs as (``uid-<n>`` where the uid has no name)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no USER/LOGNAME and no passwd entry (a bare container)
+        return f"uid-{os.getuid()}"
 
 
 @dataclass
 class LeaseOwner:
-    """Who holds a lease: the Ray job (or process), host and pid, named in every error."""
+    """Who holds a lease or wrote a record: the Ray job (its submission id, see :func:`job_id`),
+    host, pid and OS user, named in every error. ``asdict(LeaseOwner())`` is what records keep
+    as their ``by``; :meth:`from_dict` reads one back (a record older than a field: unknown)."""
 
-    job: str = field(
-        default_factory=lambda: (
-            os.environ.get("RAY_JOB_SUBMISSION_ID")
-            or os.environ.get("RAYCOMPAT_JOB")
-            or f"pid-{os.getpid()}"
-        )
-    )
+    job: str = field(default_factory=job_id)
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
+    user: str = field(default_factory=os_user)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> LeaseOwner:
+        """An owner as a record keeps it; ``user`` (added later) missing is ``"unknown"``.
+
+        Raises:
+            TypeError: an unknown key, or a missing job, host or pid.
+        """
+        return cls(**{"user": UNKNOWN, **raw})
+
+    def short(self) -> str:
+        """``walk-up-1 (ana@vm)``: the job, and the user and host, for a table cell."""
+        return f"{self.job} ({self.user}@{self.host})"
 
     def describe(self) -> str:
-        return f"job {self.job!r} on host {self.host!r} (pid {self.pid})"
+        user = "" if self.user == UNKNOWN else f" as user {self.user!r}"
+        return f"job {self.job!r} on host {self.host!r} (pid {self.pid}){user}"
 
     def is_dead_here(self) -> bool:
         """True only when the holder is provably gone: same host, and no such process."""
@@ -114,9 +169,10 @@ class LeaseRecord:
     timeout_s: float
     released: bool = False
     aborted: bool = False  # released by abort(): no later writer adopts this or older parts
+    released_at: float | None = None  # when release() marked it (None: unreleased, or older)
 
     def to_json(self) -> bytes:
-        raw = {"format": LEASE_FORMAT, **asdict(self), "heartbeat_utc": _iso(self.heartbeat)}
+        raw = {"format": LEASE_FORMAT, **asdict(self), "heartbeat_utc": iso_utc(self.heartbeat)}
         return json.dumps(raw, indent=1).encode()
 
     @classmethod
@@ -126,7 +182,7 @@ class LeaseRecord:
             if raw.pop("format") != LEASE_FORMAT:
                 raise ValueError(f"not a {LEASE_FORMAT} record")
             raw.pop("heartbeat_utc", None)
-            raw["owner"] = LeaseOwner(**raw["owner"])
+            raw["owner"] = LeaseOwner.from_dict(raw["owner"])
             record = cls(**raw)
             float(record.heartbeat), float(record.timeout_s), int(record.generation)
         except (ValueError, KeyError, TypeError) as error:
@@ -145,8 +201,29 @@ class LeaseRecord:
     def describe(self) -> str:
         return (
             f"{self.owner.describe()}, generation {self.generation}, last heartbeat "
-            f"{_iso(self.heartbeat)} ({self.age_s():.0f} s ago, timeout {self.timeout_s:g} s)"
+            f"{iso_utc(self.heartbeat)} ({self.age_s():.0f} s ago, timeout {self.timeout_s:g} s)"
         )
+
+
+def _log_takeover(uri: str, previous: LeaseRecord) -> None:
+    """Say how the lease came free: a released one is the normal end of the previous run (the
+    time it released, or its last heartbeat in a record older than ``released_at``); a stale
+    one was taken from a writer that stopped beating or died, which an operator should know."""
+    if previous.released:
+        ended = previous.released_at if previous.released_at is not None else previous.heartbeat
+        how = "was aborted" if previous.aborted else "finished"
+        logger.info(
+            "%s: the previous run (job %r on host %r) %s at %s; this run takes the lease "
+            "(generation %d)",
+            uri,
+            previous.owner.job,
+            previous.owner.host,
+            how,
+            iso_utc(ended),
+            previous.generation + 1,
+        )
+    else:
+        logger.warning("%s: took over the lease from %s", uri, previous.describe())
 
 
 def _gen_path(lease_dir: str, generation: int) -> str:
@@ -288,7 +365,7 @@ class Lease:
                 f"first. Wait for that job or use another staging name"
             ) from None
         if current is not None:
-            logger.warning("%s: took over the lease from %s", uri, current.describe())
+            _log_takeover(uri, current)
         lease = cls(backend, lease_dir, record, stamp)
         lease._start()
         return lease
@@ -392,7 +469,7 @@ class Lease:
         self.stop()
         if self._lost is not None:
             return
-        released = replace(self.record, released=True, aborted=aborted)
+        released = replace(self.record, released=True, aborted=aborted, released_at=_now())
         try:
             path = _gen_path(self.lease_dir, released.generation)
             self._stamp = self._backend.replace_if(path, released.to_json(), self._stamp)

@@ -1,5 +1,5 @@
 """Names a user typed that name nothing: a one-line error listing the names that exist and the
-nearest one (``difflib.get_close_matches``).
+nearest one (:func:`raycompat.registry.did_you_mean`, the hint every unknown name gets).
 
 Every ``raycompat`` command looks up the galleries, models and versions it was given through
 :func:`check_gallery`, :func:`model_record` and :func:`version_record`, so ``--gallery mnst``
@@ -12,7 +12,6 @@ A record that exists but cannot be read is still a
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 
 from raycompat.errors import (
@@ -22,6 +21,7 @@ from raycompat.errors import (
     StoreError,
     UnsafePathError,
 )
+from raycompat.registry import did_you_mean
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
 from raycompat.store.model_catalog import Catalog, ModelRecord
@@ -29,9 +29,7 @@ from raycompat.store.model_catalog import Catalog, ModelRecord
 
 def choices(name: str, known: Sequence[str], plural: str) -> str:
     """``"<plural> are a, b; did you mean 'a'?"`` (the hint only when one is close)."""
-    nearest = difflib.get_close_matches(name, list(known), n=1)
-    hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
-    return f"{plural} are {', '.join(known) or '(none)'}{hint}"
+    return f"{plural} are {', '.join(known) or '(none)'}{did_you_mean(name, known)}"
 
 
 def unknown_name(what: str, name: str, known: Sequence[str], plural: str) -> NotInStoreError:

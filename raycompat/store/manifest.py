@@ -42,6 +42,7 @@ _META_FIELDS = (
     "dtype",
 )
 EMBEDDING_DTYPES = ("float32", "float16")
+_OMIT_IF_NONE = ("external", "file_info", "operation", "parameters", "by")
 VERSIONS_DIR, DATA_DIR, INDEX_DIR = "_versions", "_data", "_index"
 _HEX64 = re.compile(r"[0-9a-f]{1,16}")
 
@@ -71,6 +72,12 @@ class VersionInfo:
             of ``files`` (same order), from the part records; readers refuse a file whose size
             differs. None in records written before it existed, and for adopted versions
             (their pins play that part).
+        operation / parameters: what made the version (``"transform"``, ``"extract"``,
+            ``"partial_backfill"``, ``"adopt"``) and its small inputs (source, digests of
+            the weights, budget...), as Delta's ``DESCRIBE HISTORY`` gives them
+            (``publish.with_operation``; credentials never). None in older records.
+        by: who published it, ``asdict(LeaseOwner)`` (job, host, pid, user); filled in by
+            ``publish.publish_record``. None in older records.
     """
 
     version: str
@@ -86,6 +93,9 @@ class VersionInfo:
     dtype: str = "float32"
     external: dict | None = None
     file_info: list[dict] | None = None
+    operation: str | None = None
+    parameters: dict | None = None
+    by: dict | None = None
 
     def __post_init__(self) -> None:
         check_name("version", self.version)
@@ -112,7 +122,7 @@ class VersionInfo:
 
     def to_json(self) -> bytes:
         raw = asdict(self)
-        for optional in ("external", "file_info"):  # absent rather than null, as before
+        for optional in _OMIT_IF_NONE:  # absent rather than null, as before
             if raw[optional] is None:
                 del raw[optional]
         return json.dumps({"format": RECORD_FORMAT, **raw}, indent=1).encode()

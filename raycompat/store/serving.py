@@ -3,7 +3,9 @@
 Read by gc (``gc.py``: a version a live model serves or may roll back to is kept) and by
 ``raycompat history`` (one row per model: what it serves, from where, or why it serves
 nothing). Live means: it holds a grant or an alias log on the gallery, was not revoked there
-(``aliases.py``) and was not retired (``retired.py``). Reads the store, never writes it.
+(``aliases.py``) and was not retired (``retired.py``). Every version a named alias
+(``named_aliases.py``: ``prod``) points at or may roll back to is in the map too, whatever
+became of its model: an alias is the operator's to move. Reads the store, never writes it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from raycompat.errors import StoreError
 from raycompat.store.aliases import ALIASES_DIR, RevokedError, current, granted_version, log
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.model_catalog import Catalog
+from raycompat.store.named_aliases import NAMED_DIR
+from raycompat.store.named_aliases import log as named_log
+from raycompat.store.named_aliases import names as named_aliases
+from raycompat.store.named_aliases import reachable as named_reachable
 from raycompat.store.retired import RetiredModelError, retired
 
 
@@ -45,9 +51,10 @@ def reachable(store: GalleryStore, gallery: str, model: str) -> tuple[str | None
 
 
 def serving_map(store: GalleryStore, gallery: str) -> dict[str, dict[str, list[str]]]:
-    """``{version: {"queried by": [models], "a rollback target of": [models]}}`` for the
-    live models of ``gallery`` (grants and aliases, less revoked and retired ones). A
-    corrupt grant, alias or tombstone raises: gc must not guess."""
+    """``{version: {"queried by": [models], "a rollback target of": [models], "aliased as":
+    [aliases], "a rollback target of alias": [aliases]}}`` for the live models of ``gallery``
+    (grants and aliases, less revoked and retired ones) and its named aliases. A corrupt
+    grant, alias, named alias or tombstone raises: gc must not guess."""
     models = {g.model_version for g in Catalog(store).grants(gallery)}
     models |= set(_aliased_models(store, gallery))
     out: dict[str, dict[str, list[str]]] = {}
@@ -59,6 +66,13 @@ def serving_map(store: GalleryStore, gallery: str) -> dict[str, dict[str, list[s
             out.setdefault(serves, {}).setdefault("queried by", []).append(model)
         for version in dict.fromkeys(v for v in chain if v != serves):
             out.setdefault(version, {}).setdefault("a rollback target of", []).append(model)
+    for alias in named_aliases(store, gallery):
+        now, chain = named_reachable(named_log(store, gallery, alias))
+        if now is not None:
+            out.setdefault(now["gallery_version"], {}).setdefault("aliased as", []).append(alias)
+        earlier = dict.fromkeys(p["gallery_version"] for p in chain)
+        for version in (v for v in earlier if now is None or v != now["gallery_version"]):
+            out.setdefault(version, {}).setdefault("a rollback target of alias", []).append(alias)
     return out
 
 
@@ -89,11 +103,27 @@ def serving_rows(store: GalleryStore, gallery: str) -> tuple[list[dict], list[di
     return rows, changes, corrupt
 
 
+def named_alias_rows(store: GalleryStore, gallery: str) -> tuple[list[dict], list]:
+    """Every named alias record of ``gallery`` (oldest first, ``writer`` added: who wrote it, in
+    words) and ``(uri, error)`` for each alias whose log cannot be read."""
+    rows, corrupt = [], []
+    for alias in named_aliases(store, gallery):
+        try:
+            rows += [{**asdict(r), "writer": r.writer()} for r in named_log(store, gallery, alias)]
+        except StoreError as error:
+            corrupt.append((store.uri(gallery, NAMED_DIR, alias), str(error)))
+    rows.sort(key=lambda r: (r["created"], r["alias"], r["seq"]))
+    return rows, corrupt
+
+
 def with_serving(store: GalleryStore, gallery: str, history: dict) -> dict:
     """``history`` (``history.gallery_history``) with ``serving`` and ``aliases`` added (see
-    :func:`serving_rows`) and their unreadable records listed under ``corrupt``."""
+    :func:`serving_rows`), ``named_aliases`` (every named alias record, oldest first) and their
+    unreadable records listed under ``corrupt``."""
     rows, changes, corrupt = serving_rows(store, gallery)
-    out = {**history, "serving": rows, "aliases": changes}
+    named, named_corrupt = named_alias_rows(store, gallery)
+    corrupt += named_corrupt
+    out = {**history, "serving": rows, "aliases": changes, "named_aliases": named}
     if corrupt:
         out["corrupt"] = history.get("corrupt", []) + [
             {"file": uri, "error": error} for uri, error in corrupt

@@ -421,9 +421,11 @@ class Staging:
             ids=fingerprint.to_dict(),
         )
         self.check_writable(f"publish version {version}")
+        owner = None
         if isinstance(self.lease, Lease):
             self.lease.stop()  # nothing inside a published version is written again
-        return publish_record(self._backend, self._record, info, self._lost_publish_race)
+            owner = self.lease.record.owner
+        return publish_record(self._backend, self._record, info, self._lost_publish_race, owner)
 
     def _write_intent(self, parts: list[PartRecord]) -> None:
         """Create ``_intent/<file>.json`` naming the files this commit is about to list, so

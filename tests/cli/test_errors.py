@@ -132,8 +132,8 @@ def test_run_main_catches_config_errors_only(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exit_:
         run_main(bad_key, ["--config", str(tmp_path / "nope.yaml")])
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.endswith(
-        f"config file {tmp_path / 'nope.yaml'} does not exist\n"
+    assert capsys.readouterr().err.endswith(  # and the nearest file in that folder
+        f"config file {tmp_path / 'nope.yaml'} does not exist; did you mean {str(config)!r}?\n"
     )
     with pytest.raises(ConfigError):
         run_main(bad_key, ["--config", str(config), "--debug"])

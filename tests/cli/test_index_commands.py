@@ -84,10 +84,27 @@ def test_search_with_a_corrupt_index_reads_exactly_and_writes_nothing(store, cap
 
 def test_index_build_publishes_the_index_search_then_uses(store, capsys):
     code, out, _ = index(capsys, store, "build")
-    assert code == 0 and out.startswith("indexed g/v1: flat over 400 rows at ")
+    assert code == 0 and out.startswith("indexed g/v1: flat over 400 rows, recall@10 1.0000 ")
+    assert "against exact search on 400 sampled rows, at " in out  # 1000 capped at the rows
     code, out, err = search(capsys, store, "r9")
     assert code == 0 and json.loads(out)["results"][0]["ids"][0] == "r9"
     assert "exactly" not in err
+
+
+def test_index_build_refuses_a_lower_recall_without_force(store, capsys):
+    """Issue 40, item 9: a lossy IVF-PQ does not silently replace an exact index."""
+    assert index(capsys, store, "build", "--kind", "flat")[0] == 0
+    before = files(store.uri())
+    lossy = ("--kind", "ivfpq", "--nlist", "16", "--nprobe", "1", "--queries", "100")
+    code, out, err = index(capsys, store, "build", *lossy)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "g/v1: the new ivfpq index measures recall@10 0." in err
+    assert "below the published flat index's 1.0000 (on 100 sampled rows)" in err
+    assert "nothing replaced, rerun with --force" in err and files(store.uri()) == before
+    code, out, _ = index(capsys, store, "build", *lossy, "--force", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["kind"] == "ivfpq" and report["replaced_recall"] == 1.0
+    assert report["recall"] < 0.9 and (report["k"], report["queries"]) == (10, 100)
 
 
 def test_index_verify_reports_checksums_and_recall(store, capsys):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raycompat.cli.job_entry import announce_outputs, job_config, job_parser, resolve_outputs
+from raycompat.cli.job_entry import announce_outputs, job_config, job_parser
+from raycompat.cli.job_paths import job_paths, resolve_paths
 from raycompat.config import load_config, override_path
 from raycompat.errors import ConfigError
 
@@ -65,17 +66,49 @@ def test_a_section_override_merges_into_the_section():
 
 def test_relative_outputs_are_refused_in_a_submitted_jobs_working_dir_copy():
     keys = ("store.root", "report_dir")
-    with pytest.raises(ConfigError, match=r"store.root='outputs/store' is relative, and this job "
-                       r"runs in Ray's temporary copy .* --output-root DIR"):
-        resolve_outputs(History(), keys, None, SUBMITTED)
-    cfg = resolve_outputs(History(), keys, "/data/out", SUBMITTED)
+
+    def resolve(cfg, root, environ):
+        return resolve_paths(cfg, job_paths(root, environ), keys)
+
+    with pytest.raises(
+        ConfigError,
+        match=r"store.root='outputs/store' is relative, and this job "
+        r"runs in Ray's temporary copy .* --output-root DIR",
+    ):
+        resolve(History(), None, SUBMITTED)
+    cfg = resolve(History(), "/data/out", SUBMITTED)
     assert cfg.store.root == "/data/out/outputs/store"
     assert cfg.report_dir == "/data/out/outputs/report"
     kept = History(store=Store("s3://bucket/store"), report_dir="/abs/report")
-    assert resolve_outputs(kept, keys, None, SUBMITTED) == kept  # absolute and s3:// stay
-    assert resolve_outputs(History(), keys, None, {}) == History()  # not submitted: as given
+    assert resolve(kept, None, SUBMITTED) == kept  # absolute and s3:// stay
+    assert resolve(History(), None, {}) == History()  # not submitted: as given
     not_copied = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {}})}
-    assert resolve_outputs(History(), keys, None, not_copied) == History()
+    assert resolve(History(), None, not_copied) == History()
+
+
+def test_dry_run_checks_every_location_prints_the_plan_and_writes_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAYCOMPAT_OUTPUT_ROOT", raising=False)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "h.yaml").write_text("report_dir: reports/r1\n")
+    args = job_parser("Doc.", "History").parse_args(["--config", "configs/h.yaml", "--dry-run"])
+    cfg = job_config(History, args, default="the defaults", outputs=("store.root", "report_dir"))
+    with pytest.raises(SystemExit) as done:
+        announce_outputs(cfg, ("store.root", "report_dir"), dry_run=True)
+    assert done.value.code == 0
+    plan = capsys.readouterr().out.splitlines()
+    assert plan[0].startswith("dry run:")
+    assert f"  output report_dir={tmp_path}/reports/r1 (new under {tmp_path})" in plan
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["configs"]  # nothing written
+    (tmp_path / "outputs").write_text("a file where a folder should be")
+    with pytest.raises(
+        ConfigError,
+        match=r"store.root='outputs/store' cannot be written: .*"
+        r"outputs is a file, not a folder",
+    ):
+        announce_outputs(cfg, ("store.root",), dry_run=True)
 
 
 def test_print_config_prints_the_merged_config_and_exits(capsys):
@@ -100,9 +133,11 @@ def test_a_job_without_config_says_which_default_it_runs(caplog):
 def test_every_job_documents_the_shared_options(job):
     out = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / f"{job}.py"), "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    for option in ("--config", "--print-config", "--output-root", "--debug", "upgrades.0.epochs"):
+    for option in ("--config", "--print-config", "--output-root", "--dry-run", "--debug"):
         assert option in out, (job, option)
 
 
@@ -111,7 +146,10 @@ def test_a_submitted_upgrade_with_relative_outputs_stops_with_one_line(tmp_path)
     env.pop("RAYCOMPAT_OUTPUT_ROOT", None)
     done = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "upgrade.py"), "--print-config"],
-        capture_output=True, text=True, cwd=tmp_path, env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
     )
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if "error:" in line]

@@ -187,7 +187,31 @@ def test_export_reaches_an_s3_target_with_the_same_options(s3_store, s3_bucket, 
 
 
 def test_an_unreachable_endpoint_is_one_line_exit_1(capsys):
+    """Issue 40, item 8: pyarrow's native client (the default) fails the first request."""
     code = main(["versions", "g", "--store", "s3://bucket/store", "--endpoint-url", DEAD_ENDPOINT])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
-    assert err[0].startswith("raycompat: error: storage error: ") and "--endpoint-url" in err[0]
+    assert err[0].startswith(
+        f"raycompat: error: s3://bucket/store: storage error at endpoint {DEAD_ENDPOINT} ("
+    )
+    assert err[0].endswith(
+        "check --store, --endpoint-url and the credentials (--debug shows the traceback)"
+    )
+
+
+def test_an_unreachable_endpoint_through_s3fs_is_one_line_not_a_traceback(capsys, monkeypatch):
+    """An option only s3fs knows sends the first request through botocore, whose refused
+    connection (``EndpointConnectionError``) is no ``OSError``: still the one line, not
+    botocore's traceback. One attempt, no retries (the test takes about a second)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "unreachable-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unreachable-test-secret")
+    options = json.dumps({"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}})
+    argv = ["--endpoint-url", DEAD_ENDPOINT, "--storage-options", options]
+    code = main(["versions", "g", "--store", "s3://bucket/store", *argv])
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]  # after the INFO line saying bulk I/O goes through s3fs
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    assert line.startswith(
+        f"raycompat: error: s3://bucket/store: storage error at endpoint {DEAD_ENDPOINT} "
+        '(Could not connect to the endpoint URL: "'
+    )

@@ -319,3 +319,32 @@ def test_fct_training_ranges_name_the_key(cls, override, message):
         load_config(getattr(fct_config, cls), None, overrides)
     if cls == "TransformationTrainConfig":
         assert load_config(fct_config.TransformationTrainConfig, None, base).h.d_side == 0
+
+
+def test_an_unknown_key_suggests_the_nearest_in_the_file_and_in_an_override(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("optim:\n  epochz: 1\n")
+    with pytest.raises(
+        ConfigError, match=r"^\S*c.yaml: .*optim.epochz;.*did you mean 'optim.epochs'\?$"
+    ):
+        load_config(Job, path)
+    with pytest.raises(
+        ConfigError, match=r"unknown config key\(s\) nmae; .*did you mean 'name'\?$"
+    ):
+        load_config(Job, None, ["nmae=x"])
+    with pytest.raises(ConfigError, match=r"valid keys here: [^;]*$"):  # nothing close: no hint
+        load_config(Job, None, ["zzzz=1"])
+
+
+def test_a_missing_config_file_suggests_the_nearest_in_its_folder(tmp_path):
+    (tmp_path / "upgrade_mnist.yaml").write_text("name: x\n")
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(FileNotFoundError) as missing:
+        load_config(Job, tmp_path / "upgrad.yaml")
+    near = tmp_path / "upgrade_mnist.yaml"
+    assert (
+        str(missing.value)
+        == f"config file {tmp_path / 'upgrad.yaml'} does not exist; did you mean {str(near)!r}?"
+    )
+    with pytest.raises(FileNotFoundError, match=r"nope/x.yaml does not exist$"):  # no folder
+        load_config(Job, tmp_path / "nope" / "x.yaml")

@@ -183,3 +183,28 @@ def test_use_gpu_without_gpu_faiss_is_an_error(data):
         build_index(data[1], use_gpu=True)
     with pytest.raises(ValueError, match="use_gpu must be"):
         build_index(data[1], use_gpu="yes")
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "expected"),
+    [
+        ("cosine", [1.0004, -1.2, 0.5, -np.inf], [1.0, -1.0, 0.5, -1.0]),
+        ("l2", [-0.003, 2.0], [0.0, -2.0]),  # a squared distance below 0 is 0
+        ("inner_product", [3.0, -5.0], [3.0, -5.0]),  # unbounded
+    ],
+)
+def test_faiss_scores_are_clipped_to_their_distance_range(name, raw, expected):
+    scores = get_distance(name).from_faiss(np.array(raw, dtype=np.float32))
+    np.testing.assert_array_equal(scores, np.array(expected, dtype=np.float32))
+
+
+def test_ivfpq_cosine_scores_stay_within_minus_one_and_one():
+    """IVF-PQ codes approximate inner products: on unit vectors faiss answers above 1 (issue
+    40, item 9: a score of 1.0004 shown); the index's scores stay in [-1, 1]."""
+    x = np.random.default_rng(0).normal(size=(2000, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = build_index(x, "cosine", "ivfpq", nlist=8, use_gpu=False, seed=0)
+    raw, _ = index.index.search(x[:200], 5)
+    assert raw.max() > 1.0  # the quantization error the clipping is for
+    scores, rows = index.search(x[:200], 5)
+    assert scores.max() == 1.0 and scores.min() >= -1.0 and (rows >= 0).all()

@@ -251,6 +251,8 @@ def test_credentials_never_reach_outputs_checkpoints_or_logs(
         except FileNotFoundError:  # a zero-byte "directory" marker the store client created
             continue
     assert len(blobs) >= 10
+    v1 = next(data for path, data in blobs.items() if path.endswith("/_versions/v1.json"))
+    assert b'"parameters"' in v1 and b'"by"' in v1  # the audit fields were searched too
     blobs |= session.written()  # what Ray's logs gained during this job, the workers' included
     for path in tmp_path.rglob("*"):
         if path.is_file() and path != config and path.stat().st_size < 50_000_000:

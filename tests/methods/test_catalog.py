@@ -56,3 +56,13 @@ def test_the_registry_and_config_checks_load_no_torch():
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_near_miss_names_the_nearest_method_and_option():
+    """Every registry's unknown name, and a method option, end with the closest valid one."""
+    with pytest.raises(UnknownNameError, match=r"'bctx'; valid names: .*; did you mean 'bct'\?$"):
+        METHODS.get("bctx")
+    with pytest.raises(ConfigError, match=r"valid: lam, rho, nce_mask; did you mean 'lam'\?$"):
+        check_method_options("dsimplex_hoc", {"lamda": 0.5})
+    with pytest.raises(UnknownNameError, match=r"valid names: [^;]*$"):  # nothing close: no hint
+        METHODS.get("zzzz")

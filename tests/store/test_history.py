@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -16,17 +17,27 @@ from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.decisions import DecisionRecord, Decisions
 from raycompat.store.lease import LeaseOwner
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.publish import with_operation
 from tests.cli.test_startup import cli_modules
 
-BUILDER = LeaseOwner(job="raysubmit_build1", host="builder-7", pid=4242)
+BUILDER = LeaseOwner(job="raysubmit_build1", host="builder-7", pid=4242, user="ana")
 
 
 def publish(store: GalleryStore, version: str, model: str, owner: LeaseOwner | None = None):
     rows = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
     info = VersionInfo(version, model, 4, False, f"{version} = extract({model})")
+    info = with_operation(info, "extract", model=f"sha256:{model}", seed=0)
     staging = store.begin("faces", info, staging_name=f"job-{version}", owner=owner)
     staging.write_table(embedding_table([f"id{i}" for i in range(6)], rows), "part-0.parquet")
     return staging.commit(expected_rows=6)
+
+
+def as_older_record(path: Path) -> None:
+    """Rewrite a version record as a store written before ``by``/``operation`` had it."""
+    raw = json.loads(path.read_text())
+    for key in ("by", "operation", "parameters"):
+        del raw[key]
+    path.write_text(json.dumps(raw))
 
 
 def adopt_record(store: GalleryStore, root: Path) -> None:
@@ -52,12 +63,13 @@ def adopt_record(store: GalleryStore, root: Path) -> None:
 
 @pytest.fixture
 def root(tmp_path) -> str:
-    """faces: v1 (lease still there), v2 (lease removed), v3 adopted; m2 refused then failed
-    under the same config, m3 published; m1 and m3 hold grants."""
+    """faces: v1 (by BUILDER), v2 (an older record: no ``by``, lease removed), v3 adopted;
+    m2 refused then failed under the same config, m3 published; m1 and m3 hold grants."""
     store = GalleryStore(str(tmp_path / "store"))
     publish(store, "v1", "m1", owner=BUILDER)
     publish(store, "v2", "m3")
     shutil.rmtree(tmp_path / "store" / "faces" / "_data" / "v2" / "job-v2" / "_lease")
+    as_older_record(tmp_path / "store" / "faces" / "_versions" / "v2.json")
     adopt_record(store, tmp_path / "tables" / "faces")
     catalog = Catalog(store)
     for model in ("m1", "m3"):
@@ -85,7 +97,11 @@ def test_json_tells_every_version_decision_and_grant(root, tmp_path, capsys):
     versions = {v["version"]: v for v in history["versions"]}
     assert [v["version"] for v in history["versions"]] == ["v1", "v2", "v3"]  # oldest first
     assert versions["v1"]["written_by"] == [BUILDER.describe()]
-    assert versions["v2"]["written_by"] == ["unknown"]  # its lease is gone
+    assert versions["v1"]["by"] == asdict(BUILDER)  # the lease's owner, kept in the record
+    assert versions["v1"]["operation"] == "extract"
+    assert versions["v1"]["parameters"] == {"model": "sha256:m1", "seed": 0}
+    assert versions["v2"]["written_by"] == ["unknown"]  # an older record, and its lease is gone
+    assert (versions["v2"]["by"], versions["v2"]["operation"]) == (None, None)
     assert (versions["v1"]["rows"], versions["v1"]["width"], versions["v1"]["dtype"]) == (
         6,
         4,
@@ -107,6 +123,9 @@ def test_json_tells_every_version_decision_and_grant(root, tmp_path, capsys):
     ]
     assert history["decisions"][0]["reason"].startswith("ECC fails: M(m2, v1) = 0.41")
     assert history["decisions"][1]["reason"] == "RuntimeError: CUDA OOM"
+    me = LeaseOwner()  # who recorded the decisions: this process, its job id and OS user
+    assert history["decisions"][0]["by"] == asdict(me)
+    assert history["decisions"][0]["recorded_by"] == f"{me.job} ({me.user}@{me.host})"
     grants = [(g["model_version"], g["gallery_version"], g["relation"]) for g in history["grants"]]
     assert grants == [("m1", "v1", "extracted"), ("m3", "v2", "transformed")]
     assert history["grants"][1]["evidence"] == {"cross": 0.8125}
@@ -117,7 +136,8 @@ def test_table_shows_each_section_with_full_reasons(root, capsys):
     assert code == 0
     for heading in ("gallery faces", "versions", "decisions", "query grants"):
         assert f"\n{heading}\n" in f"\n{out}"
-    assert "job 'raysubmit_build1' on host 'builder-7' (pid 4242)" in out
+    assert "job 'raysubmit_build1' on host 'builder-7' (pid 4242) as user 'ana'" in out
+    assert "\nv1 extract: model=sha256:m1 seed=0\n" in out  # the operation's parameters
     assert "ECC fails: M(m2, v1) = 0.41 <= M(m1, v1) = 0.52 on the cross-test" in out  # uncut
     assert "RuntimeError: CUDA OOM" in out
     assert "adopted v3 from " in out and "tables/faces @delta v3" in out

@@ -3,7 +3,9 @@ never written again (issue 18). Real processes race on local disk and on the mot
 
 from __future__ import annotations
 
+import getpass
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -11,7 +13,7 @@ import sys
 import textwrap
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +27,14 @@ from raycompat.store import (
     VersionInfo,
     embedding_table,
 )
-from raycompat.store.lease import LeaseHeldError, LeaseLostError, LeaseOwner, read_newest
+from raycompat.store.lease import (
+    LeaseHeldError,
+    LeaseLostError,
+    LeaseOwner,
+    iso_utc,
+    job_id,
+    read_newest,
+)
 from raycompat.store.part_record import IdFingerprint
 
 WRITER = textwrap.dedent(
@@ -134,8 +143,9 @@ def test_killed_writer_lease_is_taken_over_and_its_parts_resumed(tmp_path):
         ("part-0.parquet", 50, 1)  # A's part, adopted by its record, not rewritten
     ]
     for k in (1, 2):
-        staging.write_table(embedding_table([f"A-{k}-{i}" for i in range(50)], rows(50)),
-                            f"part-{k}.parquet")
+        staging.write_table(
+            embedding_table([f"A-{k}-{i}" for i in range(50)], rows(50)), f"part-{k}.parquet"
+        )
     assert staging.commit(expected_rows=150).rows == 150
 
 
@@ -273,12 +283,20 @@ def test_the_same_transform_job_twice_at_once_publishes_once_and_never_rewrites(
     config.write_text("mode: transform\nrun:\n  rows_per_file: 1000\n  actors: 2\n")
     job = Path(__file__).parents[2] / "jobs" / "transform.py"
     command = [
-        sys.executable, str(job), "--config", str(config),
+        sys.executable,
+        str(job),
+        "--config",
+        str(config),
         f"ray_address={ray_local.get_runtime_context().gcs_address}",
-        f"store.root={store.root}", "store.gallery=g", "source_version=v1",
-        f"transformation={h_dir}", f"side_info_transformation={g_dir}",
-        "target.version=v2", "target.model_version=m2",
-        f"target.width={D_NEW}", f"target.side_info_width={D_SIDE_NEW}",
+        f"store.root={store.root}",
+        "store.gallery=g",
+        "source_version=v1",
+        f"transformation={h_dir}",
+        f"side_info_transformation={g_dir}",
+        "target.version=v2",
+        "target.model_version=m2",
+        f"target.width={D_NEW}",
+        f"target.side_info_width={D_SIDE_NEW}",
     ]
     procs = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -300,8 +318,12 @@ def test_the_same_transform_job_twice_at_once_publishes_once_and_never_rewrites(
     # or that the version was published first.
     last = loser.strip().splitlines()[-1]
     assert last.startswith("transform.py: error: "), loser[-2000:]
-    assert ("this staging area is being written by" in last or "already has version" in last
-            or "published by another writer first" in last or "already exists" in last), last
+    assert (
+        "this staging area is being written by" in last
+        or "already has version" in last
+        or "published by another writer first" in last
+        or "already exists" in last
+    ), last
     assert sorted(codes)[1] == 1
     if published is None:  # published in the last 50 ms of the winner's run
         published = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in v2_files(store)}
@@ -312,3 +334,75 @@ def test_the_same_transform_job_twice_at_once_publishes_once_and_never_rewrites(
 
 def v2_files(store: GalleryStore) -> list[Path]:
     return [Path(store.path("g", rel)) for rel in store.version("g", "v2").files]
+
+
+def test_a_rerun_after_a_released_lease_says_the_previous_run_finished(tmp_path, caplog):
+    """A released lease is the previous run's normal end, not a takeover (issue 40)."""
+    store = GalleryStore(str(tmp_path))
+    first = store.begin("g", info(), "job", owner=LeaseOwner("walk-up-1", "vm", 1, "ana"))
+    first.release()
+    released = read_newest(store.backend, first.lease_dir)
+    assert released.released and released.released_at >= released.heartbeat
+    caplog.set_level(logging.INFO, logger="raycompat.store.lease")
+    store.begin("g", info(), "job").release()
+    finished = iso_utc(released.released_at)
+    assert f"the previous run (job 'walk-up-1' on host 'vm') finished at {finished}" in caplog.text
+    assert "took over" not in caplog.text
+
+
+def test_a_rerun_after_a_stale_lease_says_it_took_the_lease_over(tmp_path, caplog):
+    store = GalleryStore(str(tmp_path))
+    stale = store.begin("g", info(), "job", lease_timeout_s=0.2, owner=LeaseOwner("j", "h", 1))
+    stale.lease.stop()  # the holder hangs: no more heartbeats, never released
+    time.sleep(0.3)
+    caplog.set_level(logging.INFO, logger="raycompat.store.lease")
+    store.begin("g", info(), "job").release()
+    assert "took over the lease from job 'j' on host 'h' (pid 1)" in caplog.text
+    assert "s ago, timeout 0.2 s" in caplog.text and "previous run" not in caplog.text
+
+
+RAY_ENTRYPOINT_ENV = json.dumps(  # what Ray's job supervisor gives a submitted entrypoint
+    {"runtime_env": {}, "metadata": {"job_submission_id": "walk-up-1", "job_name": "walk-up-1"}}
+)
+
+
+@pytest.mark.parametrize(
+    "env, job",
+    [
+        ({"RAY_JOB_CONFIG_JSON_ENV_VAR": RAY_ENTRYPOINT_ENV, "RAYCOMPAT_JOB": "mine"}, "walk-up-1"),
+        ({"RAYCOMPAT_JOB": "mine"}, "mine"),
+        ({"RAY_JOB_CONFIG_JSON_ENV_VAR": "{not json", "RAYCOMPAT_JOB": "mine"}, "mine"),
+        ({"RAY_JOB_CONFIG_JSON_ENV_VAR": '{"metadata": {}}'}, f"pid-{os.getpid()}"),
+        ({}, f"pid-{os.getpid()}"),
+    ],
+)
+def test_the_owner_is_the_ray_submission_id_else_raycompat_job_else_the_pid(env, job):
+    assert job_id(env) == job
+
+
+def test_the_owner_reads_the_env_var_and_key_ray_sets_for_a_submitted_entrypoint(monkeypatch):
+    """The names are Ray's own (job_supervisor.py sets the env var with this metadata key)."""
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+    from ray.dashboard.modules.job.common import JOB_ID_METADATA_KEY
+
+    from raycompat.cli.job_exit import JOB_CONFIG_ENV
+    from raycompat.store import lease
+
+    assert lease.RAY_JOB_CONFIG_ENV == RAY_JOB_CONFIG_JSON_ENV_VAR == JOB_CONFIG_ENV
+    assert lease.RAY_SUBMISSION_ID_KEY == JOB_ID_METADATA_KEY
+    monkeypatch.setenv(RAY_JOB_CONFIG_JSON_ENV_VAR, RAY_ENTRYPOINT_ENV)
+    owner = LeaseOwner()
+    assert (owner.job, owner.user) == ("walk-up-1", getpass.getuser())
+
+
+def test_an_older_lease_record_without_a_user_reads_as_unknown(tmp_path):
+    store = GalleryStore(str(tmp_path))
+    staging = store.begin("g", info(), "job", owner=LeaseOwner("j", "h", 1, "ana"))
+    staging.release()
+    path = Path(staging.lease_dir) / "00000001.json"
+    raw = json.loads(path.read_text())
+    assert asdict(LeaseOwner.from_dict(raw["owner"])) == raw["owner"]  # what records keep
+    del raw["owner"]["user"], raw["released_at"]
+    path.write_text(json.dumps(raw))
+    owner = read_newest(store.backend, staging.lease_dir).owner
+    assert owner.user == "unknown" and owner.describe() == "job 'j' on host 'h' (pid 1)"

@@ -3,10 +3,12 @@
 
     store.py        galleries, versions, models      what a store holds
     history.py      history                          a gallery's story
+    status.py       status                           leases, running upgrades, progress
     search.py       search                           top-k ids for images, vectors or ids
     index.py        index build | verify             a version's faiss index
     serve.py        promote, rollback, revoke,       which version each model serves
                     retire
+    alias.py        alias set | rollback | list      named aliases: (version, model) pairs
     formats.py      adopt, export                    Delta, Iceberg and Parquet tables
     maintenance.py  gc, mark-store                   reclaim what no record names
     report.py       report                           an upgrade run's report
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from raycompat.cli.command import Command
 from raycompat.cli.commands import (
+    alias,
     formats,
     history,
     index,
@@ -26,10 +29,11 @@ from raycompat.cli.commands import (
     report,
     search,
     serve,
+    status,
     store,
 )
 
-GROUPS = (store, history, search, index, serve, formats, maintenance, report)
+GROUPS = (store, history, status, search, index, serve, alias, formats, maintenance, report)
 
 
 def _registry() -> dict[str, Command]:

@@ -1,7 +1,8 @@
 """``raycompat history GALLERY``: a gallery's story, one table per section.
 
-Its versions (who wrote each; an adopted one with its source), every decision with its reason
-(``*`` marks the standing one; refused and failed ones too), its query grants
+Its versions (the operation that made each, its parameters and who wrote it: Ray submission id,
+host, OS user; an adopted one with its source), every decision with its reason and who recorded
+it (``*`` marks the standing one; refused and failed ones too), its query grants
 (``store/history.py``), what each model serves and every alias change (``store/serving.py``).
 Reads the store, never writes it; an unknown gallery is a usage error listing those that exist.
 """
@@ -42,6 +43,7 @@ VERSIONS = [
     ("width", "width"),
     ("dtype", "dtype"),
     ("lineage", "lineage"),
+    ("operation", "operation"),
     ("written_by", "written by"),
 ]
 DECISIONS = [
@@ -51,6 +53,7 @@ DECISIONS = [
     ("standing", "stands"),
     ("outcome", "outcome"),
     ("against", "against"),
+    ("recorded_by", "by"),
     ("reason", "reason"),
 ]
 GRANTS = [
@@ -71,6 +74,16 @@ ALIASES = [
     ("created", "created"),
     ("writer", "by"),
 ]
+NAMED = [
+    ("alias", "alias"),
+    ("seq", "change"),
+    ("action", "action"),
+    ("gallery_version", "version"),
+    ("model_version", "model"),
+    ("relation", "relation"),
+    ("created", "created"),
+    ("writer", "by"),
+]
 
 
 def _evidence(evidence: dict) -> str:
@@ -84,6 +97,15 @@ def _adopted(external: dict) -> str:
     return external["root"] + (f" @{snapshot['format']} v{snapshot['version']}" if snapshot else "")
 
 
+def _parameters(version: dict) -> str:
+    """``\nv2 transform: source=faces/v1@... h=1f0c...`` for a version whose record gives its
+    operation's parameters (Delta's ``operationParameters``); ``""`` for an older record."""
+    if not version.get("parameters"):
+        return ""
+    pairs = " ".join(f"{k}={cell(v, None)}" for k, v in version["parameters"].items())
+    return f"\n{version['version']} {version['operation']}: {pairs}"
+
+
 def _serving_sections(out: dict) -> list[str]:
     """The "serving" and "alias changes" tables (``store/serving.py``)."""
     if "serving" not in out:
@@ -91,7 +113,13 @@ def _serving_sections(out: dict) -> list[str]:
     serving = table(out["serving"], SERVING, uncut=["source"]) if out["serving"] else "none"
     changes = out["aliases"]
     aliases = table(changes, ALIASES, uncut=["writer"]) if changes else "none"
-    return ["serving\n" + serving, "alias changes\n" + aliases]
+    named = out.get("named_aliases", [])
+    named_table = table(named, NAMED, uncut=["writer"]) if named else "none"
+    return [
+        "serving\n" + serving,
+        "alias changes\n" + aliases,
+        "named aliases (`raycompat alias`)\n" + named_table,
+    ]
 
 
 def render_history(out: dict) -> str:
@@ -101,6 +129,7 @@ def render_history(out: dict) -> str:
         for k, v in out.items()
     }
     versions = [{**v, "written_by": "; ".join(v["written_by"])} for v in out["versions"]]
+    operations = "".join(_parameters(v) for v in versions)
     adopted = "".join(
         f"\nadopted {v['version']} from {_adopted(v['external'])}"
         for v in versions
@@ -110,7 +139,7 @@ def render_history(out: dict) -> str:
     grants = [{**g, "evidence": _evidence(g["evidence"])} for g in out["grants"]]
     sections = [
         f"gallery {out['gallery']}",
-        "versions\n" + table(versions, VERSIONS, uncut=["written_by"]) + adopted,
+        "versions\n" + table(versions, VERSIONS, uncut=["written_by"]) + operations + adopted,
         "decisions\n"
         + (table(decisions, DECISIONS, uncut=["reason"]) if decisions else "none recorded"),
         "query grants\n" + (table(grants, GRANTS, uncut=["evidence"]) if grants else "none"),
@@ -127,8 +156,9 @@ def _arguments(p) -> None:
 COMMANDS = (
     Command(
         "history",
-        "a gallery's story: versions and who wrote them, every decision (refused and "
-        "failed too) with its reason, and which model queries which version",
+        "a gallery's story: versions, the operation that made each and who wrote them, "
+        "every decision (refused and failed too) with its reason and who recorded it, and "
+        "which model queries which version",
         _arguments,
         history,
         render_history,

@@ -1,6 +1,7 @@
 """``raycompat index build|verify``: make a version's faiss index, and check one.
 
     raycompat index build GALLERY --version V --store ROOT [--kind auto|flat|ivfpq|sharded_ivf]
+                          [--queries N] [--force]
     raycompat index verify GALLERY --version V --store ROOT [--queries N]
 
 ``build`` is the one CLI command that writes an index (``raycompat search`` only reads, docs/
@@ -8,10 +9,14 @@ store.md "Index per version"): it builds and publishes the version's index with
 :func:`raycompat.index.version_index.build_version_index`. ``flat`` and ``ivfpq`` are built in
 this process; ``sharded_ivf`` (``auto`` above 100 000 rows) runs its tasks on Ray
 (:class:`raycompat.cluster.pipelines.index.RayTasks`, ``--address``), or in this process with
-``--runner local``. ``verify`` loads the published index with every file's size and sha256
-checked (``verify="full"``) and estimates recall@10 against exact search on ``--queries``
-sampled stored rows (:mod:`raycompat.index.recall`); a missing or corrupt index is an error,
-exit 1. Each prints one line, or a JSON object with ``--json``.
+``--runner local``. Before publishing, ``build`` measures the new index's recall@10 against
+exact search on ``--queries`` (1000) sampled stored rows, records it in the index's pointer and
+prints it; it refuses (exit 1, nothing replaced) to replace a published index of higher recall
+unless ``--force`` (:mod:`raycompat.index.measured_build`). ``verify`` loads the published
+index with every file's size and sha256 checked (``verify="full"``) and estimates recall@10
+against exact search on ``--queries`` sampled stored rows (:mod:`raycompat.index.recall`); a
+missing or corrupt index is an error, exit 1. Each prints one line, or a JSON object with
+``--json``.
 """
 
 from __future__ import annotations
@@ -23,10 +28,9 @@ from raycompat.cli.arguments import (
     RAY_ADDRESS_HELP,
     STORE,
     add_gallery,
-    global_flags,
     positive_int,
 )
-from raycompat.cli.command import Command
+from raycompat.cli.command import Command, command_group
 from raycompat.cli.store_options import add_store_arguments, open_store
 from raycompat.errors import RaycompatError, UsageError
 
@@ -44,7 +48,8 @@ class IndexOptionsError(UsageError, ValueError):
 def build(args) -> dict | str:
     """Build and publish the index (Ray only for a ``sharded_ivf`` build with ``--runner ray``)."""
     from raycompat.index.ivf import SHARDED_IVF
-    from raycompat.index.version_index import build_version_index, resolve_kind
+    from raycompat.index.measured_build import build_measured_index
+    from raycompat.index.version_index import resolve_kind
     from raycompat.store.lookup import version_record
 
     store = open_store(args)
@@ -55,14 +60,42 @@ def build(args) -> dict | str:
         if kind == SHARDED_IVF:
             options["runner"] = _runner(args, ray_session)
         try:
-            uri = build_version_index(store, args.gallery, args.version, kind=kind, **options)
+            built = build_measured_index(
+                store,
+                args.gallery,
+                args.version,
+                force=args.force,
+                queries=args.queries,
+                kind=kind,
+                **options,
+            )
         except ValueError as error:
             if isinstance(error, RaycompatError):  # a store or data error keeps its own status
                 raise
             raise IndexOptionsError(f"{args.gallery}/{args.version}: {error}") from None
+    return _build_report(args, kind, info.rows, built)
+
+
+def _build_report(args, kind: str, rows: int, built) -> dict | str:
+    """``index build``'s answer: one line, or a JSON object with ``--json``."""
+    recall = built.recall
     if args.json:
-        return {"gallery": args.gallery, "version": args.version, "kind": kind, "uri": uri}
-    return f"indexed {args.gallery}/{args.version}: {kind} over {info.rows} rows at {uri}"
+        return {
+            "gallery": args.gallery,
+            "version": args.version,
+            "kind": kind,
+            "uri": built.uri,
+            "recall": recall["recall"],
+            "k": recall["k"],
+            "queries": recall["queries"],
+            "replaced_recall": built.previous,
+        }
+    replaced = "" if built.previous is None else f", replacing one of {built.previous:.4f}"
+    return (
+        f"indexed {args.gallery}/{args.version}: {kind} over {rows} rows, recall@"
+        f"{recall['k']} {recall['recall']:.4f} against exact search on {recall['queries']} "
+        f"sampled rows{replaced}, at {built.uri}"
+    )
 
 
 def _runner(args, ray_session: ExitStack):
@@ -103,6 +136,17 @@ def _build_arguments(p: argparse.ArgumentParser) -> None:
         "--workers", type=positive_int, default=2, help="sharded_ivf on Ray: tasks at once"
     )
     p.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
+    p.add_argument(
+        "--queries",
+        type=positive_int,
+        default=1000,
+        help="stored rows sampled as queries to measure the new index's recall@10 (default 1000)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the published index even if it measures a higher recall@10",
+    )
 
 
 # ---- verify ----------------------------------------------------------------------------------
@@ -175,36 +219,11 @@ ACTIONS = (
         example=f"raycompat index verify mnist --version v1 --store {STORE} --queries 200",
     ),
 )
-_HANDLERS = {action.name: action.handler for action in ACTIONS}
-
-
-def _add_actions(p: argparse.ArgumentParser) -> None:
-    """``index build`` and ``index verify`` as subcommands of ``p`` (the ``index`` parser)."""
-    sub = p.add_subparsers(dest="index_command", required=True, metavar="{build,verify}")
-    for action in ACTIONS:
-        parser = sub.add_parser(
-            action.name,
-            help=action.help,
-            description=f"{action.help}\n\nexample: {action.example}",
-            parents=[global_flags()],  # --debug/--verbose after the action too
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        action.add_arguments(parser)
-
-
-def index(args) -> dict | str:
-    """``raycompat index <action>``: the handler of the action named on the command line."""
-    return _HANDLERS[args.index_command](args)
-
-
 COMMANDS = (
-    Command(
+    command_group(
         "index",
         "build a version's faiss index, or verify one (checksums, recall@10)",
-        _add_actions,
-        index,
-        example=ACTIONS[0].example,
+        ACTIONS,
         description="build or verify a version's faiss index (docs/store.md, Index per version)",
-        as_json=False,  # each action takes --json itself
     ),
 )

@@ -34,11 +34,12 @@ def gc(args) -> dict:
 
 
 GC_COLUMNS = [("kind", "kind"), ("bytes", "bytes"), ("reason", "reason"), ("uri", "path")]
+GC_UNCUT = ("reason", "uri")  # a path is copied into a shell: printed whole, however long
 
 
 def render_gc(out: dict) -> str:
     verb = "would remove" if out["dry_run"] else "removed"
-    body = table(out["items"], GC_COLUMNS) if out["items"] else "nothing to remove"
+    body = table(out["items"], GC_COLUMNS, GC_UNCUT) if out["items"] else "nothing to remove"
     if out["dry_run"]:  # what is kept, and why: one line each
         body += "".join(f"\nkeep {k['what']}: {k['reason']}" for k in out.get("kept", []))
     return f"{body}\n{verb} {len(out['items'])} item(s), {out['bytes']:,} bytes"

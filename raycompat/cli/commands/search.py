@@ -2,7 +2,8 @@
 
 The query path is the core's (``index/query.py``: :func:`served_version`,
 :func:`query_vectors`, :func:`search_gallery`); this command parses, prints notes on stderr and
-renders. It finds the gallery version model M serves, embeds the images with M (or takes
+renders. It finds the gallery version model M serves (or the version and model a named alias,
+``--alias prod``, points at: :func:`aliased_version`), embeds the images with M (or takes
 ``--vectors`` / ``--ids``) and searches that version's published faiss index, else a small
 version exactly in memory; it never writes the store. No Ray; torch only to embed images.
 """
@@ -39,12 +40,12 @@ def _search(args) -> dict:
     def note(line: str) -> None:
         print(f"{PROG}: note: {line}", file=sys.stderr)
 
-    version, relation = _searched_version(store, args, note)
+    model, version, relation = _searched_pair(store, args, note)
     queries = query_vectors(
         store,
         args.gallery,
         version,
-        args.model,
+        model,
         images=args.images,
         vectors=args.vectors,
         ids=args.ids,
@@ -57,7 +58,7 @@ def _search(args) -> dict:
         args.gallery,
         queries,
         args.k,
-        model=args.model,
+        model=model,
         version=version,
         nprobe=args.nprobe,
         names=names,
@@ -67,7 +68,8 @@ def _search(args) -> dict:
         "gallery": args.gallery,
         "gallery_version": version,
         "relation": relation,
-        "model": args.model,
+        "model": model,
+        "alias": args.alias,
         "results": [
             {
                 "query": str(name),
@@ -80,6 +82,17 @@ def _search(args) -> dict:
             for name, hits in zip(names, result.hits, strict=True)
         ],
     }
+
+
+def _searched_pair(store, args, note) -> tuple[str | None, str, str | None]:
+    """``(model, version, relation)``: the pair ``--alias`` points at, else ``--model`` and
+    :func:`_searched_version`."""
+    from raycompat.index.query import aliased_version
+
+    if args.alias is None:
+        return (args.model, *_searched_version(store, args, note))
+    served = aliased_version(store, args.gallery, args.alias)
+    return served.model_version, served.gallery_version, served.relation
 
 
 def _searched_version(store, args, note) -> tuple[str, str | None]:
@@ -114,9 +127,11 @@ def check_queries(args) -> str | None:
     """One kind of query, and every image there; a model or a version to search."""
     if sum(map(bool, (args.images, args.vectors, args.ids))) != 1:
         return "search takes images, --vectors or --ids (one of them)"
-    if args.model is None and args.version is None:
-        return "search needs --model (searches the version it serves) or --version"
-    if args.images and args.model is None:
+    if args.alias is not None and (args.model is not None or args.version is not None):
+        return "--alias names the version and the query model: leave out --model and --version"
+    if args.model is None and args.version is None and args.alias is None:
+        return "search needs --model (searches the version it serves) or --version (or --alias)"
+    if args.images and args.model is None and args.alias is None:
         return "query images need --model, the model that embeds them"
     missing = [p for p in args.images if not Path(p).is_file()]
     return f"query image(s) not found: {', '.join(missing)}" if missing else None
@@ -133,6 +148,7 @@ def render_search(out: dict) -> str:
     ]
     if out["relation"] is not None:
         how = f"{out['relation']} for model {out['model']}"
+        how += f", alias {out['alias']}" if out["alias"] else ""
     else:
         how = "as asked" + (f", queries of model {out['model']}" if out["model"] else "")
     head = f"gallery {out['gallery']} version {out['gallery_version']} ({how})"
@@ -154,6 +170,11 @@ def _arguments(p) -> None:
         "--version",
         help="search this gallery version directly (with --vectors or --ids, --model may be "
         "left out; a model that does not serve it gets a note)",
+    )
+    p.add_argument(
+        "--alias",
+        help="search the version a named alias (e.g. prod) points at, with its query model "
+        "(raycompat alias list G shows them; instead of --model and --version)",
     )
     p.add_argument("-k", type=int, default=5, help="hits per query (default 5)")
     p.add_argument(

@@ -10,68 +10,53 @@ back to is a data error (exit 1). Imports stay light: the store loads inside the
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
 from raycompat.cli.arguments import STORE, add_gallery
 from raycompat.cli.command import Command
 from raycompat.cli.store_options import add_store_arguments, open_store
-
-
-def _open(args, gallery: str | None = None):
-    """The store at ``--store`` (MissingStoreError, exit 2, when there is none), with
-    ``gallery`` checked to exist (NotInStoreError listing the galleries, exit 1)."""
-    from raycompat.store.lookup import check_gallery
-
-    store = open_store(args)
-    if gallery is not None:
-        check_gallery(store, gallery)
-    return store
-
-
-def _answer(args, record, line: str) -> dict | str:
-    if not args.json:
-        return line
-    return {"changed": record is not None, "record": asdict(record) if record else None}
+from raycompat.cli.tables import change_answer
 
 
 def promote(args) -> dict | str:
     from raycompat.store.aliases import promote as promote_alias
 
-    store = _open(args, args.gallery)
+    store = open_store(args, gallery=args.gallery)
     record = promote_alias(store, args.gallery, args.model, args.version)
     if record is None:
-        return _answer(args, None, f"{args.model} already serves {args.gallery} {args.version}")
+        return change_answer(
+            args, None, f"{args.model} already serves {args.gallery} {args.version}"
+        )
     was = record.previous or "nothing"
     how = f"`raycompat rollback {args.gallery} --model {args.model}` returns to {was}"
     line = (
         f"{args.model} serves {args.gallery} {args.version} (was {was}; change {record.seq}; {how})"
     )
-    return _answer(args, record, line)
+    return change_answer(args, record, line)
 
 
 def rollback(args) -> dict | str:
     from raycompat.store.aliases import rollback as rollback_alias
 
-    store = _open(args, args.gallery)
+    store = open_store(args, gallery=args.gallery)
     record = rollback_alias(store, args.gallery, args.model)
     now = record.gallery_version or "nothing (revoked)"
     was = record.previous or "nothing"
     line = f"{args.model} serves {args.gallery} {now} again (was {was}; change {record.seq})"
-    return _answer(args, record, line)
+    return change_answer(args, record, line)
 
 
 def revoke(args) -> dict | str:
     from raycompat.store.aliases import revoke as revoke_alias
 
-    store = _open(args, args.gallery)
+    store = open_store(args, gallery=args.gallery)
     record = revoke_alias(store, args.gallery, args.model)
     if record is None:
-        return _answer(args, None, f"{args.model} is already revoked on {args.gallery}")
+        return change_answer(args, None, f"{args.model} is already revoked on {args.gallery}")
     line = (
         f"{args.model} no longer serves {args.gallery} (served {record.previous}; change "
         f"{record.seq}); `raycompat rollback` undoes it"
     )
-    return _answer(args, record, line)
+    return change_answer(args, record, line)
 
 
 def retire(args) -> dict | str:
@@ -79,11 +64,11 @@ def retire(args) -> dict | str:
     from raycompat.store.model_catalog import Catalog
     from raycompat.store.retired import retire as retire_model
 
-    store = _open(args)
+    store = open_store(args)
     model_record(Catalog(store), args.model)  # an unknown name lists the models (exit 2)
     record = retire_model(store, args.model, args.reason)
     line = f"{record.line()}: it serves no gallery and takes no new grant or promote"
-    return _answer(args, record, line)
+    return change_answer(args, record, line)
 
 
 # ---- arguments -------------------------------------------------------------------------------
@@ -123,14 +108,20 @@ COMMANDS = (
         "kept for rollback)",
         _promote_arguments,
         promote,
-        example=f"raycompat promote mnist --model m2 --version v2 --store {STORE}",
+        # after `make demo`, m1 may serve only v1 and m3 only v3 (m2 was refused): the example
+        # serves m1's version again after `raycompat revoke mnist --model m1`
+        example=f"raycompat promote mnist --model m1 --version v1 --store {STORE}",
+        description="serve another version of a gallery with a model, atomically (the previous\n"
+        "one is kept for rollback). A model may serve its grant's version or one it\n"
+        "extracted; to swap among every compatible (version, query model) pair, point a\n"
+        "named alias instead: `raycompat alias set` (docs/store.md, Serving).",
     ),
     Command(
         "rollback",
         "serve again what a model served before its newest promote or revoke",
         _gallery_arguments,
         rollback,
-        example=f"raycompat rollback mnist --model m2 --store {STORE}",
+        example=f"raycompat rollback mnist --model m1 --store {STORE}",
     ),
     Command(
         "revoke",

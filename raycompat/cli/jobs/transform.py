@@ -2,7 +2,8 @@
 
     raycompat-transform --config configs/transform_fct.yaml   # the console script: the same job
     python jobs/transform.py --config configs/transform_fct.yaml [key.sub=value ...]
-    ray job submit --working-dir . -- python jobs/transform.py --config configs/<x>.yaml
+    ray job submit --working-dir . -- python jobs/transform.py --config configs/<x>.yaml \\
+        --output-root "$PWD"   # docs/cluster.md, "Paths of a submitted job"
 
 ``mode: transform`` maps ``store.gallery/source_version`` through h (and g) into
 ``target.version``; ``mode: extract`` embeds ``images`` with ``model``; ``mode: identity``
@@ -26,15 +27,31 @@ from raycompat.cli.job_entry import (
     job_parser,
     log_summary,
 )
+from raycompat.cli.job_paths import image_inputs
 from raycompat.config.pipelines import TransformJobConfig
 from raycompat.console import configure_console
 from raycompat.errors import ConfigError
 from raycompat.io.credentials import register_secrets
 
 logger = logging.getLogger("raycompat.jobs.transform")
+# Its paths (raycompat/cli/job_paths.py): the store is written (and read: the source version).
+OUTPUTS = ("store.root",)
+
+
+def inputs(cfg: TransformJobConfig) -> list[str]:
+    keys = ["model", "transformation", "side_info_transformation"]
+    return keys + image_inputs(cfg.images, "images.")
+
 
 # What runs without --config (named in --help and logged at start).
 DEFAULT = "the built-in TransformJobConfig defaults, which name no store"
+# Shown under "examples:" in --help; tests/cli/test_help_examples.py loads every one.
+EXAMPLES = (
+    "raycompat-transform --config configs/transform_extract_mnist.yaml",
+    "raycompat-transform --config configs/transform_extract_mnist.yaml target.version=v2 "
+    "run.actors=1",
+    "raycompat-transform --config configs/transform_fct.yaml store.root=s3://bucket/galleries",
+)
 
 
 def target_version(cfg: TransformJobConfig):
@@ -92,10 +109,12 @@ def write_version(cfg: TransformJobConfig, store, target) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = job_parser(__doc__, "TransformJobConfig", default=DEFAULT, address=False)
+    parser = job_parser(
+        __doc__, "TransformJobConfig", default=DEFAULT, address=False, examples=EXAMPLES
+    )
     args = parser.parse_args(argv)
     configure_console(args.verbose)  # every log line scrubbed of credentials
-    cfg = job_config(TransformJobConfig, args, default=DEFAULT, outputs=("store.root",))
+    cfg = job_config(TransformJobConfig, args, default=DEFAULT, outputs=OUTPUTS, inputs=inputs)
     register_secrets(cfg)
     for key in ("root", "gallery"):
         if not getattr(cfg.store, key):
@@ -111,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
         cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
     )
     check_inputs(cfg, store)  # before Ray starts: h, the model, the source version
-    announce_outputs(cfg, ("store.root",))
+    announce_outputs(cfg, OUTPUTS, inputs=inputs(cfg), dry_run=args.dry_run)
     gallery = cfg.store.gallery
     if cfg.mode == "identity":
         upgrade = identity_upgrade(store, gallery, cfg.source_version, cfg.target.model_version)

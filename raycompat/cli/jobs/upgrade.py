@@ -3,7 +3,8 @@
     raycompat-upgrade --config configs/upgrade_mnist.yaml   # the console script: the same job
     python jobs/upgrade.py                                  # the embedded MNIST-5k history
     python jobs/upgrade.py --config configs/upgrade_mnist.yaml [key.sub=value ...]
-    ray job submit --working-dir . -- python jobs/upgrade.py --config configs/<x>.yaml
+    ray job submit --working-dir . -- python jobs/upgrade.py --config configs/<x>.yaml \\
+        --output-root "$PWD"   # docs/cluster.md, "Paths of a submitted job"
 
 For every entry of ``upgrades`` (in order): the first model of an empty store is trained and the
 gallery is extracted with it; every later model is trained on Ray Train against the model the
@@ -21,7 +22,9 @@ so rerunning the same config resumes or does nothing; entries it refused, or tha
 recorded in the store and skipped while their config is unchanged (``--retry`` judges them
 again). One job per gallery at a time: a second job on the gallery while one is live is refused
 at start, naming the live one (``raycompat/upgrade/lock.py``). The report lands in
-``<report_dir>/<name>/`` (``report.md``, ``matrix.png``, ``report.json``...). A refusal is a
+``<report_dir>/<name>/`` (``report.md``, ``matrix.png``, ``report.json``...); a rerun that
+publishes nothing new leaves it byte for byte as it was, and a run that does moves the earlier
+one into ``earlier/<UTC time>/`` first (``raycompat/upgrade/report_folder.py``). A refusal is a
 decision, not a failure: the exit status is 0 unless ``--fail-on-refuse`` is given and a decision
 is one the policy does not allow (then 3: an entry refused although ``policy.on_incompatible``
 asks for a backfill, or one that failed, before too; README.md, "Exit status").
@@ -41,6 +44,7 @@ from raycompat.cli.job_entry import (
     job_parser,
     log_summary,
 )
+from raycompat.cli.job_paths import image_inputs, train_inputs
 from raycompat.config import to_dict
 from raycompat.config.upgrade import PolicySpec, UpgradeConfig, check_upgrade_config
 from raycompat.console import configure_console
@@ -48,13 +52,30 @@ from raycompat.io.credentials import register_secrets
 
 log = logging.getLogger("raycompat.jobs.upgrade")
 REFUSED_EXIT = 3
+# Its paths (raycompat/cli/job_paths.py: one rule for every job's inputs and outputs).
+OUTPUTS = ("store.root", "report_dir", "work_dir", "training.run.storage_path")
+
+
+def inputs(cfg: UpgradeConfig) -> list[str]:
+    return train_inputs(cfg.training, "training.") + image_inputs(
+        cfg.gallery_images, "gallery_images."
+    )
+
 
 # What runs without --config (named in --help and logged at start).
 DEFAULT = "the embedded MNIST-5k open-set history (configs/upgrade_mnist.yaml spells it out)"
+# Shown under "examples:" in --help; tests/cli/test_help_examples.py loads every one.
+EXAMPLES = (
+    "raycompat-upgrade   # the embedded history",
+    "raycompat-upgrade --config configs/upgrade_mnist.yaml training.epochs=1",
+    "raycompat-upgrade --config configs/upgrade_mnist.yaml upgrades.2.fct.epochs=5 "
+    "policy.on_incompatible=backfill",
+    "raycompat-upgrade --config configs/upgrade_mnist_closed.yaml store.root=/shared/store",
+)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = job_parser(__doc__, "UpgradeConfig", default=DEFAULT)
+    parser = job_parser(__doc__, "UpgradeConfig", default=DEFAULT, examples=EXAMPLES)
     parser.add_argument(
         "--fail-on-refuse",
         action="store_true",
@@ -70,11 +91,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     configure_console(args.verbose)  # every log line scrubbed of credentials
-    outputs = ("store.root", "report_dir", "work_dir", "training.run.storage_path")
-    cfg = job_config(UpgradeConfig, args, default=DEFAULT, outputs=outputs)
+    cfg = job_config(UpgradeConfig, args, default=DEFAULT, outputs=OUTPUTS, inputs=inputs)
     register_secrets(cfg)
     check_upgrade_config(cfg)
-    announce_outputs(cfg, outputs)
+    announce_outputs(cfg, OUTPUTS, inputs=inputs(cfg), dry_run=args.dry_run)
 
     from raycompat.cli.errors import error_line
     from raycompat.store import GalleryStore
@@ -121,6 +141,7 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     from raycompat.upgrade.committed_range import committed_lines
     from raycompat.upgrade.evaluate import eval_data, history_matrix
     from raycompat.upgrade.report import Report, write_report
+    from raycompat.upgrade.report_folder import archive, has_report
 
     init_ray(args.address or cfg.ray_address, args.verbose)  # quiet console unless --verbose
     data = eval_data(cfg.training)
@@ -142,8 +163,18 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
         split=describe_split(cfg.training),
     )
     directory = os.path.join(cfg.report_dir, cfg.name)
-    write_report(directory, report, to_dict(cfg), upgrader.features_2d())
-    summary = {**report.summary(), "report": os.path.join(directory, "report.md")}
+    unchanged = all(o.resumed for o in outcomes) and has_report(directory)
+    if unchanged:
+        log.info("nothing new was published: the report in %s is left as it was", directory)
+    else:
+        if (earlier := archive(directory)) is not None:
+            log.info("the earlier report moved to %s", earlier)
+        write_report(directory, report, to_dict(cfg), upgrader.features_2d())
+    summary = {
+        **report.summary(),
+        "report": os.path.join(directory, "report.md"),
+        "report_written": not unchanged,
+    }
     log_summary(log, summary)
     for line in committed_lines(outcomes, cfg):  # where this run falls in the seeds' spread
         log.info("%s", line)

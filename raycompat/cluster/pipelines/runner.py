@@ -40,6 +40,7 @@ from raycompat.precision import autocast_dtype
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.lease import LeaseRef
 from raycompat.store.part_record import IdFingerprint, PartRecord
+from raycompat.store.publish import with_operation
 
 logger = logging.getLogger(__name__)
 
@@ -268,6 +269,7 @@ def run_staged(
             verify(staging)
         if distributed_unique:
             check_unique_distributed(staging, staging.files())
+        staging.info = with_operation(staging.info, **identity)  # history's operation
         info = staging.commit(expected_rows=total, expected_ids=expected_ids, check=check)
     except BaseException:
         staging.release()

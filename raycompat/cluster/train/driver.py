@@ -268,6 +268,20 @@ def val_evaluation(cfg: TrainConfig, labels: np.ndarray, splits) -> tuple[str, E
     return protocol, EvalSet(labels[splits.val]), cfg.eval.distance
 
 
+def _state(fs, run_path: str) -> dict:
+    """The run's ``state.json``: the steps a previous run finished (none for a new run)."""
+    return storage.read_json(fs, f"{run_path}/state.json") or {"steps": {}}
+
+
+def trained_already(cfg: TrainConfig) -> bool:
+    """Whether an earlier run of ``cfg`` finished every planned step, so that
+    :func:`run_training` would only read them back (a resumed upgrade says so instead of
+    announcing the training it skips)."""
+    fs, base = storage.run_filesystem(cfg.run)
+    done = _state(fs, f"{base}/{cfg.run.name}")["steps"]
+    return all(plan.name in done for plan in plan_steps(cfg))
+
+
 def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingResult:
     """Train every planned model (resuming what a previous run finished); see the module doc.
 
@@ -282,7 +296,7 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     fs, base = storage.run_filesystem(cfg.run)
     run_path = f"{base}/{cfg.run.name}"
     fs.create_dir(run_path, recursive=True)
-    state = storage.read_json(fs, f"{run_path}/state.json") or {"steps": {}}
+    state = _state(fs, run_path)
     config = dump_config(cfg)  # credentials redacted
     storage.write_bytes(fs, f"{run_path}/config.yaml", config.encode())
     storage.write_json(fs, f"{run_path}/plan.json", describe(plans))

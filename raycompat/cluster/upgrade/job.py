@@ -168,9 +168,12 @@ class Upgrader:
     def _train(self, spec, method: str, parent, suffix: str = "") -> tuple[str, np.ndarray]:
         epochs = spec.epochs if spec.epochs is not None else self.cfg.training.epochs
         against = f"against {parent.model_version}" if parent else f"on {spec.classes} classes"
-        self._say(spec, f"training {method} {against} ({plural(epochs, 'epoch')})")
         name = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}{suffix}"
         train_cfg = steps.train_config(self.cfg, spec, method, name, parent)
+        if steps.trained_already(train_cfg):  # an interrupted run trained it: nothing to train
+            self._say(spec, f"reading back the {method} model an earlier run trained {against}")
+        else:
+            self._say(spec, f"training {method} {against} ({plural(epochs, 'epoch')})")
         directory = steps.train_candidate(
             train_cfg, os.path.join(self.work, "candidates", spec.model_version + suffix)
         )

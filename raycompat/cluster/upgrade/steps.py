@@ -85,6 +85,13 @@ def train_config(
     )
 
 
+def trained_already(train_cfg: TrainConfig) -> bool:
+    """Whether an earlier run already trained this candidate (``driver.trained_already``)."""
+    from raycompat.cluster.train.driver import trained_already as finished
+
+    return finished(train_cfg)
+
+
 def train_candidate(train_cfg: TrainConfig, directory: str) -> str:
     """Train (or resume) the run and copy its last model into ``directory`` (returned)."""
     from raycompat.cluster.train.driver import run_training

@@ -44,7 +44,7 @@ from raycompat.store.manifest import VersionInfo, now_utc, record_path
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.paths import check_name, join
-from raycompat.store.publish import publish_record
+from raycompat.store.publish import publish_record, with_operation
 
 CATALOG_PREFIX = "iceberg:"  # iceberg:<namespace>.<table>: a table of an SQL catalog
 
@@ -399,6 +399,7 @@ def publish_version(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo) 
     """Create the version record of ``info``, create-if-absent like every version. If another
     writer created it first with this same adoption, its record is returned (nothing written);
     otherwise a PublishConflictError names what differs."""
+    info = with_operation(info, "adopt", source=plan.source, files=len(plan.files))
     record = record_path(store.path(plan.gallery), plan.version)
     uri = store.backend.uri(record)
     store.register(plan.gallery)  # gc manages only marked stores' own galleries (marker.py)

@@ -172,6 +172,8 @@ def test_transform_with_an_auto_pool_equals_the_plain_loop(tmp_path, ray_local, 
     run = RunOptions(rows_per_file=300, batch_size=64, pool="auto")  # one chunk per file
     with caplog.at_level(logging.INFO, logger="raycompat.cluster.pipelines.transform"):
         info = transform_version(store, "g", "v1", target, fct, fct, run)["version"]
+    recorded = store.version("g", "v2")  # history's operation and parameters (issue 40)
+    assert (recorded.operation, recorded.parameters["rows_per_file"]) == ("transform", 300)
     # ray_local has 4 CPUs: 4 actors x 1 CPU for the 6 chunks
     assert "6 chunk(s): 4 actor(s) x 1 CPU x 0.0 GPU" in caplog.text
     source = store.version("g", "v1")

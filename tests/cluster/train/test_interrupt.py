@@ -79,3 +79,28 @@ def test_ray_train_registers_its_handler_where_this_replaces_it():
     assert hasattr(DataParallelTrainer, "_register_sigint_handler")
     source = inspect.getsource(DataParallelTrainer._initialize_and_run_controller)
     assert "self._register_sigint_handler(controller)" in source
+
+
+def test_a_resumed_run_knows_which_candidates_an_earlier_run_trained(tmp_path):
+    """``trained_already``: True only when state.json holds every planned step, so a resumed
+    upgrade job says it reads the model back instead of announcing the training (issue 40, 7)."""
+    import json
+
+    from raycompat.cluster.train.driver import trained_already
+    from raycompat.config import load_config
+    from raycompat.config.train import TrainConfig
+    from raycompat.train.scenarios import plan_steps
+
+    cfg = load_config(
+        TrainConfig,
+        None,
+        ["method=cores", "scenario.tasks=[4,7]", f"run.storage_path={tmp_path}", "run.name=r"],
+    )
+    names = [plan.name for plan in plan_steps(cfg)]
+    assert len(names) == 2 and not trained_already(cfg)  # a new run
+    state = tmp_path / "r" / "state.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"steps": {names[0]: {}}}))
+    assert not trained_already(cfg)  # interrupted after the first step
+    state.write_text(json.dumps({"steps": {name: {} for name in names}}))
+    assert trained_already(cfg)

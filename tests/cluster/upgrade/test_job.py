@@ -245,14 +245,15 @@ def test_submitted_history_publishes_and_resubmitting_is_a_no_op(ray_head, tmp_p
         "grants": sorted(vars(g)["created"] for g in grants.values()),
     }
 
-    submit(address, env, config, "upgrade-toy-2")
-    again = json.loads((tmp_path / "report" / "toy" / "report.json").read_text())
-    assert again["decisions"] == decisions
+    written = {p.name: p.read_bytes() for p in (tmp_path / "report" / "toy").iterdir()}
+    out = submit(address, env, config, "upgrade-toy-2")
     assert sorted(v.version for v in store.versions("digits")) == first["versions"]
     assert [vars(m) for m in catalog.models()] == first["models"]
     assert sorted(g.created for g in catalog.grants("digits")) == first["grants"]
-    published = [o for o in again["outcomes"] if o["action"] != "refuse"]
-    assert all(o["resumed"] for o in published)
+    # every entry resumed, so the report is left byte for byte as it was (issue 40, item 4)
+    assert "nothing new was published: the report in" in out, out[-3000:]
+    again = {p.name: p.read_bytes() for p in (tmp_path / "report" / "toy").iterdir()}
+    assert again == written
     print(f"toy history submitted twice in {time.monotonic() - started:.0f} s: {decisions}")
 
 
@@ -319,8 +320,14 @@ def test_incompatible_upgrade_is_refused_then_backfilled_on_request(tiny_histori
     assert m12 is None and direct["gallery"] == ""
     assert summary["negative_flips"]["m2"]["negative_flip_rate"] == direct["negative_flip_rate"]
 
+    folder = where / "report" / "toy"
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     summary = tiny_run(where, "policy.on_incompatible=backfill")
     assert summary["decisions"] == {"m1": "initial", "m2": "backfill"}
+    # the backfill rewrote the report; the earlier one moved aside whole, unchanged
+    (earlier,) = (folder / "earlier").iterdir()
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == before
+    assert "**backfill**" in (folder / "report.md").read_text()
     v2 = store.version("digits", "v2")
     assert v2.model_version == "m2" and v2.lineage == "v2 = extract(m2)" and v2.rows == ROWS
     assert catalog.queryable_version("digits", "m2").relation == "extracted"
@@ -427,11 +434,13 @@ def test_the_same_config_and_seed_give_the_same_matrix_bit_for_bit(tiny_historie
         np.stack(rows[1].column("embedding").to_numpy(zero_copy_only=False)),
     )
 
+    folder = root / "a" / "report" / "toy"
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     again = tiny_run(root / "a")
-    report = json.loads((root / "a" / "report" / "toy" / "report.json").read_text())
-    m2 = next(o for o in report["outcomes"] if o["model_version"] == "m2")
-    assert m2["resumed"] and "skipped: same config, --retry to rerun" in m2["reason"]
+    assert again["decisions"] == first["decisions"] and again["report_written"] is False
     assert again["matrix"] == first["matrix"]  # the skipped candidate keeps its row
+    # nothing new: the report is left byte for byte as it was
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
 
 
 def test_an_fct_upgrade_with_a_partial_backfill_publishes_half_the_gallery_re_extracted(
@@ -503,9 +512,12 @@ def test_an_fct_upgrade_with_a_partial_backfill_publishes_half_the_gallery_re_ex
     assert "![partial backfill of m2](backfill_m2.png)" in text
     print(f"partial backfill history in {time.monotonic() - started:.0f} s")
 
+    before = {p.name: p.read_bytes() for p in report_dir.iterdir() if p.is_file()}
     again = main(["--config", str(config)])
     assert again["decisions"] == summary["decisions"]
     assert [v.version for v in store.versions("digits")] == ["v1", "v2"]
+    # nothing new: the report, its partial-backfill section and its plot are as they were
+    assert {p.name: p.read_bytes() for p in report_dir.iterdir() if p.is_file()} == before
 
 
 def test_the_documented_recipe_ends_a_refusal_the_policy_expects_with_exit_0(
