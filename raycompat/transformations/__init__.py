@@ -10,8 +10,15 @@ store's lineage and the backfill treat every kind alike:
 - :mod:`~raycompat.transformations.kinds`: :data:`TRANSFORMATIONS`, the registry of kinds (no
   torch at import), :func:`create_transformation`, :func:`list_transformations`;
 - :mod:`~raycompat.transformations.fct`: the ``"fct"`` kind, FCT's ``h`` and ``g`` MLP;
+- :mod:`~raycompat.transformations.linear`: the ``"procrustes"`` and ``"affine"`` kinds,
+  ``x W + b``; :mod:`~raycompat.transformations.adapter`: the ``"adapter"`` kind, ``x A + b``
+  plus a residual MLP;
 - :mod:`~raycompat.transformations.files`: ``<name>.safetensors`` + ``<name>.json`` (kind and
-  spec): :func:`save_transformation`, :func:`load_transformation`, :func:`read_transformation`.
+  spec): :func:`save_transformation`, :func:`load_transformation`, :func:`read_transformation`;
+- :mod:`~raycompat.transformations.statistics` (:class:`PairStatistics`, the sufficient
+  statistics of paired rows, merged over parts), :mod:`~raycompat.transformations.pairs` (their
+  checks) and :mod:`~raycompat.transformations.fit` (:func:`fit_procrustes`,
+  :func:`fit_affine`, :func:`fit_adapter`): the training-free fits (docs/transformations.md).
 
 How a kind is fitted is its method's business: FCT's training run is :mod:`raycompat.fct`.
 Importing the package loads no torch; the torch names load at their first use. No Ray here.
@@ -31,7 +38,12 @@ from raycompat.transformations.kinds import (
 __getattr__, __dir__, _TORCH_NAMES = lazy_exports(
     __name__,
     {
+        "adapter": ("AdapterTransformation",),
         "base": ("INTERFACE_KEYS", "Transformation"),
+        "fit": ("Fit", "fit_adapter", "fit_affine", "fit_procrustes"),
+        "linear": ("AffineTransformation", "ProcrustesTransformation"),
+        "pairs": ("PairsError", "check_pairs"),
+        "statistics": ("PairStatistics",),
         "fct": ("FCTTransformation", "fct_transformation", "side_info_transformation"),
         "files": (
             "G",

@@ -55,6 +55,14 @@ class Transformation(nn.Module):
         raise NotImplementedError
 
     @property
+    def device(self) -> torch.device:
+        """Where its tensors live: the first parameter's device, or the first buffer's for a
+        kind whose map is fitted, not trained (``procrustes`` and ``affine`` hold buffers)."""
+        for tensor in (*self.parameters(), *self.buffers()):
+            return tensor.device
+        return torch.device("cpu")
+
+    @property
     def has_uncertainty(self) -> bool:
         """Whether :meth:`forward_with_uncertainty` gives a per-row uncertainty."""
         return False

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
 TRANSFORMATIONS: Registry[Transformation] = Registry("transformation kind")
 # FCT's h and g (Ramanujan et al., CVPR 2022), FastFill's uncertainty head optional.
 TRANSFORMATIONS.register_path("fct", "raycompat.transformations.fct:FCTTransformation")
+# Fitted without training on paired rows (raycompat.transformations.fit); no side-information.
+# Orthogonal Procrustes (Schoenemann 1966).
+TRANSFORMATIONS.register_path(
+    "procrustes", "raycompat.transformations.linear:ProcrustesTransformation"
+)
+# Least squares with the lambda-orthogonality penalty (Ricci et al., arXiv 2509.16664).
+TRANSFORMATIONS.register_path("affine", "raycompat.transformations.linear:AffineTransformation")
+# A fixed linear map plus a residual MLP (Drift-Adapter, arXiv 2509.23471).
+TRANSFORMATIONS.register_path("adapter", "raycompat.transformations.adapter:AdapterTransformation")
 
 # The kind of a stored spec without a "kind" key: every export written before kinds were
 # recorded is FCT's h or g.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
 import pytest
 import s3fs
 import torch
@@ -14,9 +15,13 @@ import torch
 from raycompat.errors import DataError
 from raycompat.transformations import (
     FCTTransformation,
+    PairStatistics,
     Transformation,
     UnknownKindError,
     fct_transformation,
+    fit_adapter,
+    fit_affine,
+    fit_procrustes,
     load_transformation,
     read_transformation,
     read_transformation_spec,
@@ -102,7 +107,7 @@ def test_an_unknown_stored_kind_is_one_line_naming_the_file(h_dir):
     message = str(err.value)
     assert "\n" not in message and isinstance(err.value, DataError)
     assert message.startswith(f"{h_dir}/h.json: unknown transformation kind 'procrustes-v9'")
-    assert message.endswith("this raycompat reads fct")
+    assert message.endswith("this raycompat reads adapter, affine, fct, procrustes")
     with pytest.raises(UnknownKindError, match="procrustes-v9"):
         load_transformation(h_dir)
 
@@ -116,3 +121,44 @@ def test_a_spec_lacking_a_key_is_named(h_dir):
 def test_a_missing_export_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"fct/g\.json does not exist: not an exported"):
         read_transformation(tmp_path / "fct", "g")
+
+
+def fitted(kind: str):
+    """A fitted transformation of ``kind`` (widths 6 -> 4) on small random pairs."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 6)).astype(np.float32)
+    y = np.tanh(x[:, :4] + 0.5).astype(np.float32)
+    fits = {
+        "procrustes": lambda: fit_procrustes(PairStatistics.of(x, y), center=True),
+        "affine": lambda: fit_affine(PairStatistics.of(x, y), 0.1, normalize_output=True),
+        "adapter": lambda: fit_adapter(x, y, width=8, steps=10),
+    }
+    return fits[kind]()
+
+
+@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter"])
+def test_a_fitted_kind_round_trips_to_the_bit_with_its_digest(tmp_path, kind):
+    fit = fitted(kind)
+    save_transformation(tmp_path / "a", fit.transformation, "h", **fit.info())
+    info = json.loads((tmp_path / "a" / "h.json").read_text())
+    assert info["kind"] == kind and info["d_side"] == 0 and info["fit"]["pairs"] == 64
+    files = read_transformation(tmp_path / "a")
+    loaded = files.build()
+    assert type(loaded) is type(fit.transformation) and loaded.spec() == fit.transformation.spec()
+    old = torch.randn(5, 6)
+    with torch.inference_mode():
+        torch.testing.assert_close(loaded(old), fit.transformation(old), rtol=0, atol=0)
+    save_transformation(tmp_path / "b", loaded, "h")  # the loaded module, saved again
+    assert read_transformation(tmp_path / "b").digest == files.digest
+    assert files.digest == hashlib.sha256(weights_path(tmp_path / "a").read_bytes()).hexdigest()
+
+
+def test_an_unknown_kind_in_a_fitted_kinds_file_is_one_line(tmp_path):
+    save_transformation(tmp_path, fitted("procrustes").transformation, "h")
+    rewrite_spec(tmp_path, "h", lambda info: info.update(kind="procrustes2"))
+    with pytest.raises(UnknownKindError) as err:
+        load_transformation(tmp_path)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(
+        f"{tmp_path}/h.json: unknown transformation kind 'procrustes2'"
+    )

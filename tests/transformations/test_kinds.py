@@ -12,7 +12,10 @@ from raycompat.registry import UnknownNameError
 from raycompat.transformations import (
     INTERFACE_KEYS,
     TRANSFORMATIONS,
+    AdapterTransformation,
+    AffineTransformation,
     FCTTransformation,
+    ProcrustesTransformation,
     Transformation,
     create_transformation,
     list_transformations,
@@ -20,7 +23,12 @@ from raycompat.transformations import (
 )
 
 # Small constructor specs of every kind (widths 5 -> 3, side-information of 2 where taken).
-SPECS = {"fct": dict(d_old=5, d_side=2, d_new=3, width=8, normalize_output=False)}
+SPECS = {
+    "fct": dict(d_old=5, d_side=2, d_new=3, width=8, normalize_output=False),
+    "procrustes": dict(d_old=5, d_side=0, d_new=3, normalize_output=False),
+    "affine": dict(d_old=5, d_side=0, d_new=3, normalize_output=True),
+    "adapter": dict(d_old=5, d_side=0, d_new=3, width=8, normalize_output=False),
+}
 
 
 def test_every_kind_has_a_small_spec_here():
@@ -30,6 +38,9 @@ def test_every_kind_has_a_small_spec_here():
 def test_lookup_gives_the_kind_class():
     assert "fct" in TRANSFORMATIONS
     assert transformation_class("fct") is FCTTransformation
+    assert transformation_class("procrustes") is ProcrustesTransformation
+    assert transformation_class("affine") is AffineTransformation
+    assert transformation_class("adapter") is AdapterTransformation
 
 
 def test_an_unknown_kind_lists_the_kinds():
@@ -46,7 +57,7 @@ def test_every_kind_implements_the_interface(kind):
     assert set(INTERFACE_KEYS) <= set(cls.spec_keys)
     torch.manual_seed(0)
     h = create_transformation(kind, **SPECS[kind]).eval()
-    assert (h.d_old, h.d_side, h.d_new) == (5, 2, 3)
+    assert (h.d_old, h.d_side, h.d_new) == (5, SPECS[kind]["d_side"], 3)
     spec = h.spec()
     assert set(spec) == set(cls.spec_keys) | set(cls.spec_defaults)
     assert cls.args_of(spec) == spec and cls.missing_keys(spec) == []

@@ -108,7 +108,7 @@ def launch_transformation(
     pinned buffer, asynchronously; ``Launched.table()`` waits. On the CPU the outputs are the
     modules' own tensors (no copy): the same numbers as ``h(old, side)`` computed alone.
     """
-    device = next(h.parameters()).device
+    device = h.device
     old, side = rows or host_rows(table, h, g, pin=device.type == "cuda")
     old = old.to(device, non_blocking=True)
     side = side if side is None else side.to(device, non_blocking=True)

@@ -181,3 +181,30 @@ def test_transform_with_an_auto_pool_equals_the_plain_loop(tmp_path, ray_local, 
         part = next(f for f in info.files if part_of_file(f) == f"part-{k:05d}-0000.parquet")
         written = pq.read_table(store.path("g", part))
         _assert_identical(written, _plain_loop(store.path("g", rel), fct, 64))
+
+
+@pytest.mark.ray
+def test_a_procrustes_map_transforms_a_gallery_as_h_does(tmp_path, ray_local):
+    """A training-free kind goes through the same pipeline as FCT's h (issue 41, item 2's
+    gallery side): the kind is read from h.json, no side-information, each row is x W."""
+    from raycompat.transformations import PairStatistics, fit_procrustes
+
+    store = _source(tmp_path)
+    rng = np.random.default_rng(1)
+    rotation, _ = np.linalg.qr(rng.standard_normal((D, D)))
+    x = rng.standard_normal((200, D)).astype(np.float32)
+    fit = fit_procrustes(PairStatistics.of(x, (x @ rotation).astype(np.float32)))
+    save_transformation(tmp_path / "map", fit.transformation, "h", **fit.info())
+    target = VersionInfo("v2", "m2", D, False, "v2 = procrustes(v1)")
+    run = RunOptions(rows_per_file=300, batch_size=64)
+    info = transform_version(store, "g", "v1", target, str(tmp_path / "map"), None, run)
+    assert info["version"].rows == 300
+
+    def rows(version: str) -> tuple[np.ndarray, np.ndarray]:
+        parts = [pq.read_table(store.path("g", f)) for f in store.version("g", version).files]
+        table = pa.concat_tables(parts).sort_by("id")
+        return table.column("id").to_numpy(), vectors(table, "embedding")
+
+    (old_ids, old), (new_ids, new) = rows("v1"), rows("v2")
+    assert np.array_equal(old_ids, new_ids)
+    np.testing.assert_allclose(new, old @ rotation, atol=1e-4)

@@ -1,0 +1,31 @@
+"""benchmarks/adapters.py at tiny sizes: it runs, names the machine, and its ratios are the
+ratios of its own medians."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.benchmarks import benchmark_modules
+
+
+@pytest.fixture(scope="module")
+def adapters():
+    yield from benchmark_modules("adapters")
+
+
+def test_a_tiny_run_reports_every_number(adapters, tmp_path, capsys):
+    out = tmp_path / "adapters.json"
+    sizes = "--dim 16 --gallery 300 --batch 4 --repeats 50 --pairs 400 --rounds 2"
+    result = adapters.main([*sizes.split(), "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(capsys.readouterr().out) == result
+    assert result["machine"]["cpu_count"] >= 1 and result["settings"]["dim"] == 16
+    single = result["query_side"]["single_query"]
+    assert all(single[k] > 0 for k in ("torch_addmm_us", "module_call_us", "numpy_us"))
+    batch = result["query_side"]["search"]["batch"]
+    assert batch["added"] == pytest.approx(batch["with_map_ms"] / batch["plain_faiss_ms"] - 1)
+    fit = result["fit"]
+    for name, ratio in fit["rate_ratio_to_numpy_xty_float32"].items():
+        expected = fit["median_s"]["numpy_xty_float32"] / fit["median_s"][name]
+        assert ratio == pytest.approx(expected)
