@@ -71,14 +71,8 @@ def open_store(
     empty listing, unless ``must_exist`` is False (a writer creates the store with its first
     record). With ``gallery``, that gallery must exist (NotInStoreError listing the galleries,
     exit 1)."""
-    options = storage_options(args, args.store)
-    store = GalleryStore(args.store, options)
-    try:
-        present = store.exists()  # the command's first request: an unreachable store fails here
-    except Exception as error:
-        if not _unreachable(error):
-            raise
-        raise StoreUnreachableError(_unreachable_line(args.store, options, error)) from error
+    store = GalleryStore(args.store, storage_options(args, args.store))
+    present = reach_store(store, CLI_HINT)
     if must_exist and not present:
         store.check_exists()  # MissingStoreError, naming the root
     if gallery is not None:
@@ -86,6 +80,24 @@ def open_store(
 
         check_gallery(store, gallery)
     return store
+
+
+CLI_HINT = "check --store, --endpoint-url and the credentials"
+JOB_HINT = "check store.root, store.storage_options, AWS_ENDPOINT_URL and the credentials"
+
+
+def reach_store(store: GalleryStore, hint: str = CLI_HINT) -> bool:
+    """Whether the store's root exists, asked with the first request a command or job makes:
+    an unreachable store (refused, timed out, no credentials, access denied) is
+    :class:`StoreUnreachableError`, one line naming the root, the endpoint, the cause and
+    ``hint`` (what to check), instead of the client's traceback."""
+    try:
+        return store.exists()
+    except Exception as error:
+        if not _unreachable(error):
+            raise
+        line = _unreachable_line(store.root, store.storage_options, error, hint)
+        raise StoreUnreachableError(line) from error
 
 
 def _unreachable(error: BaseException) -> bool:
@@ -98,18 +110,16 @@ def _unreachable(error: BaseException) -> bool:
     )
 
 
-def _unreachable_line(uri: str, options: dict, error: BaseException) -> str:
-    from raycompat.io.s3_options import endpoint_of
+def _unreachable_line(uri: str, options: dict, error: BaseException, hint: str) -> str:
+    from raycompat.io.s3_options import endpoint_of, environment_endpoint
     from raycompat.io.uri import split_uri
 
     cause = " ".join(str(error).split()) or type(error).__name__
     if split_uri(uri)[0] != "s3":
         return f"{uri}: storage error ({cause})"
-    endpoint = endpoint_of(options) or "AWS (no --endpoint-url)"
-    return (
-        f"{uri}: storage error at endpoint {endpoint} ({cause}); check --store, "
-        "--endpoint-url and the credentials (--debug shows the traceback)"
-    )
+    endpoint = endpoint_of(options) or environment_endpoint() or "AWS (no --endpoint-url)"
+    where = f"{uri}: storage error at endpoint {endpoint}"
+    return f"{where} ({cause}); {hint} (--debug shows the traceback)"
 
 
 def storage_options(args: argparse.Namespace, uri: str) -> dict:

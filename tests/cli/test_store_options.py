@@ -215,3 +215,32 @@ def test_an_unreachable_endpoint_through_s3fs_is_one_line_not_a_traceback(capsys
         f"raycompat: error: s3://bucket/store: storage error at endpoint {DEAD_ENDPOINT} "
         '(Could not connect to the endpoint URL: "'
     )
+
+
+@pytest.mark.parametrize("job", ["upgrade", "transform"])
+def test_a_job_whose_store_is_unreachable_says_so_in_one_line(job, tmp_path):
+    """The jobs reach their store with the same first request as the CLI (``reach_store``):
+    one line naming the root and the endpoint, exit 1, before Ray starts."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    options = json.dumps({"client_kwargs": {"endpoint_url": DEAD_ENDPOINT}})
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y"}
+    argv = ["store.root=s3://bucket/store", f"store.storage_options={options}"]
+    if job == "transform":  # inputs that exist, so that the store is what fails
+        h = tmp_path / "h"
+        h.mkdir()
+        argv = ["--config", "configs/transform_fct.yaml", *argv, f"transformation={h}",
+                f"side_info_transformation={h}"]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, f"jobs/{job}.py", *argv],
+        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr[-2000:]
+    assert errors[0].startswith(f"{job}.py: error: s3://bucket/store: storage error at endpoint")
+    assert errors[0].endswith("and the credentials (--debug shows the traceback)")
+    assert "Traceback" not in result.stderr

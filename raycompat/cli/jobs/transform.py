@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not getattr(cfg.store, key):
             raise ConfigError(f"store.{key} must be set")
 
+    from raycompat.cli.store_options import JOB_HINT, reach_store
     from raycompat.cluster.console import init_ray, set_log_level
     from raycompat.cluster.pipelines import identity_upgrade
     from raycompat.cluster.pipelines.preflight import already_published, check_inputs
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
     store = GalleryStore(
         cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
     )
+    reach_store(store, JOB_HINT)  # an unreachable store is one line, before Ray starts
     check_inputs(cfg, store)  # before Ray starts: h, the model, the source version
     announce_outputs(cfg, OUTPUTS, inputs=inputs(cfg), dry_run=args.dry_run)
     gallery = cfg.store.gallery

@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     announce_outputs(cfg, OUTPUTS, inputs=inputs(cfg), dry_run=args.dry_run)
 
     from raycompat.cli.errors import error_line
+    from raycompat.cli.store_options import JOB_HINT, reach_store
     from raycompat.store import GalleryStore
     from raycompat.upgrade.lock import UpgradeRunningError, upgrade_lease
 
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     store = GalleryStore(
         cfg.store.root, cfg.store.storage_options, lease_timeout_s=cfg.store.lease_timeout_s
     )
+    reach_store(store, JOB_HINT)  # an unreachable store is one line, before Ray starts
     try:  # before Ray starts: a second job on the gallery stops here, naming the live one
         with upgrade_lease(store, cfg.store.gallery, cfg.store.lease_timeout_s) as lease:
             summary = run_history(args, cfg, store, lease, began)
