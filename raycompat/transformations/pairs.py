@@ -32,14 +32,15 @@ def _row_name(row: int, ids) -> str:
 
 
 def check_pairs(
-    x, y, *, x_ids=None, y_ids=None, where: str = "pairs"
+    x, y, *, x_ids=None, y_ids=None, where: str = "pairs", finite: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(x (N, d_old), y (N, d_new))`` as floating NumPy arrays, checked.
 
     ``x_ids`` and ``y_ids`` (``(N,)`` each, optional) are the ids the two sides were read
     with: row ``i`` of both must be the same item. ``where`` names the source in errors.
     Raises :class:`PairsError` on a shape that is not ``(N, d)``, different lengths, the first
-    row whose ids differ, or the first row holding a NaN or an infinity.
+    row whose ids differ, or (unless ``finite=False``: the caller checks with
+    :func:`refuse_nonfinite`) the first row holding a NaN or an infinity.
     """
     x, y = _matrix(x, "x", where), _matrix(y, "y", where)
     if len(x) != len(y):
@@ -64,14 +65,23 @@ def check_pairs(
             )
         ids = x_ids
     for side, values in (("x", x), ("y", y)):
-        bad = ~np.isfinite(values).all(axis=1)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise PairsError(
-                f"{where}: {side} {_row_name(row, ids)} holds a NaN or an infinity "
-                f"({int(bad.sum())} such rows)"
-            )
+        if finite:
+            refuse_nonfinite(side, np.isfinite(values).all(axis=1), where, ids)
     return x, y
+
+
+def refuse_nonfinite(side: str, finite_rows: np.ndarray, where: str, ids=None) -> None:
+    """Raise :class:`PairsError` naming the first ``False`` of ``finite_rows (N,)``: a row of
+    ``side`` holding a NaN or an infinity (or, where a caller tested its squared norm, a value
+    too large to square)."""
+    if finite_rows.all():
+        return
+    bad = ~finite_rows
+    row = int(np.flatnonzero(bad)[0])
+    raise PairsError(
+        f"{where}: {side} {_row_name(row, ids)} holds a NaN or an infinity "
+        f"({int(bad.sum())} such rows)"
+    )
 
 
 def check_enough_pairs(count: int, d_old: int, d_new: int, kind: str) -> None:

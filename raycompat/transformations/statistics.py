@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raycompat.transformations.pairs import PairsError, check_pairs
+from raycompat.transformations.pairs import PairsError, check_pairs, refuse_nonfinite
 
 BLOCK_ROWS = 8192
 
@@ -72,22 +72,29 @@ class PairStatistics:
         The part is checked whole first (:func:`check_pairs`: lengths, ids, NaN/inf, named by
         row) and its widths against these statistics, so a refused part changes nothing.
         """
-        x, y = check_pairs(x_part, y_part, **checks)
+        x, y = check_pairs(x_part, y_part, finite=False, **checks)
         where = checks.get("where", "pairs")
         if (x.shape[1], y.shape[1]) != (self.d_old, self.d_new):
             raise PairsError(
                 f"{where}: widths {x.shape[1]} -> {y.shape[1]}, but these statistics are "
                 f"{self.d_old} -> {self.d_new}"
             )
+        # The squared row norms, one fused pass a side, are both ||X||^2's terms and the
+        # finite check: a NaN or an infinity anywhere in a row makes its norm non-finite.
+        norms_x, norms_y = (np.einsum("ij,ij->i", v, v) for v in (x, y))
+        ids = checks.get("x_ids")
+        refuse_nonfinite("x", np.isfinite(norms_x), where, ids)
+        refuse_nonfinite("y", np.isfinite(norms_y), where, ids)
         for start in range(0, len(x), BLOCK_ROWS):
             xb, yb = x[start : start + BLOCK_ROWS], y[start : start + BLOCK_ROWS]
             self.cross += xb.T @ yb
             if self.gram is not None:
                 self.gram += xb.T @ xb
-            self.sum_x += np.add.reduce(xb, axis=0, dtype=np.float64)
-            self.sum_y += np.add.reduce(yb, axis=0, dtype=np.float64)
-            self.sum_sq_x += float(np.einsum("ij,ij->i", xb, xb).sum(dtype=np.float64))
-            self.sum_sq_y += float(np.einsum("ij,ij->i", yb, yb).sum(dtype=np.float64))
+            ones = np.ones(len(xb), dtype=xb.dtype)  # column sums as BLAS products, as X^T Y
+            self.sum_x += ones @ xb
+            self.sum_y += ones.astype(yb.dtype) @ yb
+            self.sum_sq_x += float(norms_x[start : start + BLOCK_ROWS].sum(dtype=np.float64))
+            self.sum_sq_y += float(norms_y[start : start + BLOCK_ROWS].sum(dtype=np.float64))
         self.count += len(x)
         return self
 
