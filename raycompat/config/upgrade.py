@@ -32,6 +32,16 @@ from raycompat.registry import UnknownNameError
 
 
 @dataclass
+class MapSpec:
+    """The fit of a ``procrustes``, ``affine`` or ``adapter`` entry (docs/transformations.md):
+    ``pairs`` training images (a seeded sample of the entry's classes) embedded by both models,
+    ``lam`` the affine fit's orthogonality penalty (0: plain least squares)."""
+
+    pairs: int = bounded(5000, ge=2)
+    lam: float = bounded(0.0, ge=0.0)
+
+
+@dataclass
 class UpgradeSpec:
     """One model version of the history.
 
@@ -47,6 +57,8 @@ class UpgradeSpec:
         partial_backfill: FCT methods only: publish ``h(current)`` with a fraction of the rows
             re-extracted (:class:`PartialBackfillSpec`) instead of ``h(current)`` alone; ``h``
             then learns its uncertainty too.
+        map: ``procrustes``, ``affine`` and ``adapter`` entries (upgrades without compatible
+            training): how the query map is fitted (:class:`MapSpec`).
     """
 
     model_version: str
@@ -58,6 +70,7 @@ class UpgradeSpec:
     baselines: list[str] = field(default_factory=list)
     fct: FCTSpec = field(default_factory=FCTSpec)
     partial_backfill: PartialBackfillSpec | None = None
+    map: MapSpec = field(default_factory=MapSpec)
 
 
 @dataclass

@@ -3,9 +3,11 @@
 What a user calls: :func:`search_gallery` (:mod:`.query`: search a gallery as a model, or a
 given version), :func:`build_version_index` and :func:`open_search_index` (:mod:`.version_index`:
 a version's index, built and opened), :func:`build_index` (:mod:`.factory`: a
-:class:`SearchIndex` by kind), :func:`estimate_recall` (:mod:`.recall`) and :class:`TaskRunner`
-(:mod:`.tasks`: who runs a sharded build's tasks). faiss loads at the first use of a name, so
-``raycompat search --vectors`` answers without it where no index is needed.
+:class:`SearchIndex` by kind), :func:`adapt_queries` (:mod:`.adapt`: a query-side map fitted
+on paired rows, for a training-free upgrade), :func:`estimate_recall` (:mod:`.recall`) and
+:class:`TaskRunner` (:mod:`.tasks`: who runs a sharded build's tasks). faiss loads at the
+first use of a name, so ``raycompat search --vectors`` answers without it where no index is
+needed.
 """
 
 from raycompat._lazy import lazy_exports
@@ -24,8 +26,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "search_gallery",
             "served_version",
             "stored_vectors",
+            "to_version_space",
             "to_width",
         ),
+        "adapt": ("PairsFileError", "adapt_queries"),
         "version_index": (
             "IndexNeededError",
             "build_version_index",

@@ -10,6 +10,8 @@ One home for what a search does between "these are the queries" and "these are t
   (:func:`read_query_vectors`), from rows stored in that version (:func:`stored_vectors`) or
   from images embedded with the model (:func:`embed_images`: an image of another size is
   resized, with a note; a model registered without weights cannot embed, ``NoWeightsError``).
+- :func:`to_version_space`: a model whose grant is ``adapted`` (a training-free upgrade,
+  ``store/query_adapters.py``) has its queries mapped into the version's space first.
 - :func:`search_gallery`: the top-k of each query in the version's published index (without a
   valid one, an exact in-memory search of a small version; ``index/version_index.py``), as
   gallery ids with their stored labels, and the notes a caller should show (why a query got
@@ -135,19 +137,46 @@ def query_vectors(
     if sum(map(bool, (images, vectors, ids))) != 1:
         raise QueryError("query_vectors takes images, vectors or ids (one of them)")
     catalog = Catalog(store)
-    if vectors:
-        width = catalog.model(model).embed_dim if model else store.version(gallery, version).width
-        return read_query_vectors(vectors, width)
     if ids:
         return stored_vectors(store, gallery, version, list(ids))
-    if model is None:
+    if vectors and model is None:
+        return read_query_vectors(vectors, store.version(gallery, version).width)
+    if vectors:
+        queries = read_query_vectors(vectors, catalog.model(model).embed_dim)
+    elif model is None:
         raise QueryError("query images need --model, the model that embeds them")
+    else:
+        queries = _embed_with(catalog, model, list(images), on_note)
+    return to_version_space(store, gallery, version, model, queries)
+
+
+def _embed_with(catalog: Catalog, model: str, images: list[str], on_note) -> np.ndarray:
     catalog.weights_of(model, "embed query images")
     uri = catalog.model_uri(model)  # a store-relative uri resolves against the store's root
     if Path(uri).is_dir():
-        return embed_images(uri, list(images), on_note)
+        return embed_images(uri, images, on_note)
     with tempfile.TemporaryDirectory() as local:  # files in an S3 store: copy them out first
-        return embed_images(catalog.fetch_model_files(model, local), list(images), on_note)
+        return embed_images(catalog.fetch_model_files(model, local), images, on_note)
+
+
+def to_version_space(
+    store: GalleryStore, gallery: str, version: str, model: str, queries: np.ndarray
+) -> np.ndarray:
+    """``model``'s queries in ``version``'s space: mapped by the model's query adapter when its
+    grant is ``adapted`` to that version (``store/query_adapters.py``: nothing in the gallery
+    was rewritten), else as they are (a compatible model's are cut or padded by
+    :func:`to_width` at search time)."""
+    from raycompat.store.query_adapters import ADAPTED, load_adapter
+
+    grant = Catalog(store).grant_of(gallery, model)  # none: --version searches regardless
+    if grant is None or grant.relation != ADAPTED or grant.gallery_version != version:
+        return queries
+    import torch
+
+    adapter = load_adapter(store, grant)
+    with torch.no_grad():
+        mapped = adapter(torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)))
+    return mapped.numpy()
 
 
 def embed_images(
@@ -242,7 +271,7 @@ def query_problem(x: np.ndarray, width: int) -> str | None:
     return None
 
 
-def _stored_rows(store: GalleryStore, gallery: str, version: str, ids: list, columns: list):
+def stored_rows(store: GalleryStore, gallery: str, version: str, ids: list, columns: list):
     """``(id -> row, table)`` of the rows of ``ids`` in the version (one streamed scan; only
     the matches are kept)."""
     import pyarrow as pa
@@ -273,7 +302,7 @@ def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[st
             ids = [int(i) for i in ids]
         except ValueError:
             raise StoreError(f"{gallery}/{version} has int64 ids; got {ids}") from None
-    where, table = _stored_rows(store, gallery, version, ids, ["embedding"])
+    where, table = stored_rows(store, gallery, version, ids, ["embedding"])
     missing = [i for i in ids if i not in where]
     if missing:
         raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
@@ -294,7 +323,7 @@ def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndar
     wanted = sorted({i for row in ids for i in row.tolist()})
     if not wanted or "label" not in _column_names(store, gallery, version):
         return [[None] * len(row) for row in ids]
-    where, table = _stored_rows(store, gallery, version, wanted, ["label"])
+    where, table = stored_rows(store, gallery, version, wanted, ["label"])
     labels = table.column("label").to_pylist()
     return [[labels[where[i]] if i in where else None for i in row.tolist()] for row in ids]
 

@@ -24,11 +24,16 @@ class MethodEntry:
         target: ``"module:Class"`` of its implementation.
         needs_transformation: the method upgrades by transforming the gallery (FCT).
         options: the keyword arguments of its constructor other than ``old``, in order.
+        fits_map: an upgrade without compatible training: the new model is trained on its own
+            (``independent``, standing for an off-the-shelf model) and a map of this kind
+            (``raycompat.transformations``) is fitted from its space into the gallery's on
+            paired rows; its queries search the stored gallery through the map.
     """
 
     target: str
     needs_transformation: bool = False
     options: tuple[str, ...] = ()
+    fits_map: bool = False
 
 
 _M = "raycompat.methods."
@@ -49,6 +54,10 @@ METHOD_CATALOG: dict[str, MethodEntry] = {
     "fct": MethodEntry(_M + "fct:ForwardCompatibleTraining", needs_transformation=True),
     "nifcl_avg": MethodEntry(_M + "nifcl:NIFCLAverage", options=("weight", "temperature", "lam")),
     "nifcl_rw": MethodEntry(_M + "nifcl:NIFCLRandomWalk", options=("weight", "temperature", "lam")),
+    # Upgrades without retraining (docs/transformations.md): trained as independent models.
+    "procrustes": MethodEntry(_M + "baselines:Independent", fits_map=True),
+    "affine": MethodEntry(_M + "baselines:Independent", fits_map=True),
+    "adapter": MethodEntry(_M + "baselines:Independent", fits_map=True),
 }
 
 METHODS: Registry = Registry("compatibility method")

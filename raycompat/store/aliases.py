@@ -36,7 +36,7 @@ from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LeaseOwner, LeaseRef
 from raycompat.store.lookup import model_record
 from raycompat.store.manifest import now_utc
-from raycompat.store.model_catalog import Catalog, QueryGrant
+from raycompat.store.model_catalog import Catalog
 from raycompat.store.paths import check_name, join
 from raycompat.store.records import check_choice, check_record, load_object
 from raycompat.store.retired import refuse_retired
@@ -138,19 +138,10 @@ def numbered_log(store: GalleryStore, directory: str, parse, key, expected: tupl
     return records
 
 
-def _grant(catalog: Catalog, gallery: str, model: str) -> QueryGrant | None:
-    try:
-        return catalog.queryable_version(gallery, model)
-    except CorruptFileError:
-        raise
-    except StoreError:
-        return None
-
-
 def servable(store: GalleryStore, gallery: str, model: str) -> list[str]:
     """The versions ``model`` may serve on ``gallery``: its grant's, and every published
     version whose own model it is, oldest first."""
-    grant = _grant(Catalog(store), gallery, model)
+    grant = Catalog(store).grant_of(gallery, model)
     versions = [grant.gallery_version] if grant else []
     for info in store.versions(gallery):
         if info.model_version == model and info.version not in versions:
@@ -177,7 +168,7 @@ def current(store: GalleryStore, gallery: str, model: str) -> Serving:
             f"{newest.writer} ({_dir_uri(store, gallery, model)}/{newest.seq:08d}.json); "
             f"`raycompat rollback` or `promote` serves it again"
         )
-    grant = _grant(catalog, gallery, model)
+    grant = catalog.grant_of(gallery, model)
     same = grant is not None and grant.gallery_version == newest.gallery_version
     relation = grant.relation if same else "extracted"
     return Serving(gallery, model, newest.gallery_version, relation, f"alias {newest.seq}")
@@ -220,7 +211,7 @@ def _append(
 
 def granted_version(store: GalleryStore, gallery: str, model: str) -> str | None:
     """The version the model's grant names, or None without a grant (a corrupt one raises)."""
-    grant = _grant(Catalog(store), gallery, model)
+    grant = Catalog(store).grant_of(gallery, model)
     return grant.gallery_version if grant else None
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raycompat.errors import CorruptFileError, ManifestError, StoreError
+from raycompat.errors import ManifestError
 from raycompat.store.decisions import NOT_PUBLISHED, Decisions, standing
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
@@ -34,16 +34,6 @@ class Compatibility:
 
     relation: str
     why: str
-
-
-def _grant(store: GalleryStore, gallery: str, model: str) -> QueryGrant | None:
-    """The model's grant on the gallery, None without one (a corrupt one raises)."""
-    try:
-        return Catalog(store).queryable_version(gallery, model)
-    except CorruptFileError:
-        raise
-    except StoreError:
-        return None
 
 
 def _criterion_model(store: GalleryStore, gallery: str, grant: QueryGrant) -> str | None:
@@ -62,7 +52,7 @@ def compatibility(
 ) -> Compatibility | None:
     """Why ``model`` may search ``gallery``/``info.version`` (see the module docstring), or
     None when the store records nothing that allows it. A corrupt grant raises."""
-    grant = _grant(store, gallery, model)
+    grant = Catalog(store).grant_of(gallery, model)
     if grant is not None and grant.gallery_version == info.version:
         return Compatibility(grant.relation, f"{model}'s grant ({grant.relation})")
     if info.model_version == model:
@@ -89,7 +79,7 @@ def refusal(store: GalleryStore, gallery: str, info: VersionInfo, model: str) ->
     """Why ``model`` may not search ``info.version``, one line: the criterion that failed or
     the decision that is missing, and the versions it may search."""
     owner = info.model_version
-    grant = _grant(store, gallery, model)
+    grant = Catalog(store).grant_of(gallery, model)
     decision = standing(Decisions(store).attempts(gallery, model))
     if grant is None and decision is not None and decision.outcome in NOT_PUBLISHED:
         why = (

@@ -39,7 +39,7 @@ from raycompat.store.relative import is_absolute, resolve, to_record
 from raycompat.store.retired import refuse_retired
 
 MODELS_DIR, QUERIES_DIR = "_models", "_queries"
-RELATIONS = ("extracted", "compatible", "transformed")
+RELATIONS = ("extracted", "compatible", "transformed", "adapted")  # adapted: query_adapters.py
 
 
 class CatalogConflictError(StoreError):
@@ -340,7 +340,8 @@ class Catalog:
             raise ValueError(f"relation {grant.relation!r} is not one of {', '.join(RELATIONS)}")
         model = self.model(grant.model_version)
         info = self.store.version(grant.gallery, grant.gallery_version)
-        if grant.relation != "compatible" and info.width != model.embed_dim:
+        # a compatible model compares shared coordinates; an adapted one maps its queries
+        if grant.relation not in ("compatible", "adapted") and info.width != model.embed_dim:
             raise StoreError(
                 f"gallery {grant.gallery} {grant.gallery_version} holds {info.width}-d rows but "
                 f"model {model.model_version} embeds to {model.embed_dim}-d"
@@ -361,6 +362,12 @@ class Catalog:
                 f"{self._backend.uri(path)} (it was refused, or its upgrade has not run)"
             )
         return self._read(path, QueryGrant)
+
+    def grant_of(self, gallery: str, model_version: str) -> QueryGrant | None:
+        """The model's grant on the gallery, or None without one (a corrupt one raises
+        ``CorruptFileError``)."""
+        path = self._grant_path(gallery, model_version)
+        return self._read(path, QueryGrant) if self._exists(path) else None
 
     def grants(self, gallery: str) -> list[QueryGrant]:
         """The gallery's query grants, oldest first; a corrupt one raises ``CorruptFileError``."""

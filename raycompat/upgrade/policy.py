@@ -90,6 +90,19 @@ def decide(
     return Decision(decision.action, f"{decision.reason}; NFR = {nfr:.2%} <= {limit:.2%}")
 
 
+def decide_adapted(adapted: Evidence, policy: PolicySpec, kind: str) -> Decision:
+    """:func:`decide` for an upgrade without compatible training: ``adapted`` is the candidate's
+    queries, mapped by the fitted ``kind`` map, against the stored gallery. Where a compatible
+    candidate would be published as it is (ECC holds, the flip gate passes) this one is
+    published with its map (``adapt``); otherwise the policy's answer stands (refuse or a
+    backfill: a partial one needs FCT's h, so it is refused)."""
+    decision = decide(adapted, None, policy)
+    if decision.action != "compatible":
+        return decision
+    reason = decision.reason.replace("backward compatible", f"through its {kind} query map", 1)
+    return Decision("adapt", reason)
+
+
 def allowed_by(action: str, policy: PolicySpec) -> bool:
     """Whether an entry's decision ``action`` is one ``policy`` allows: every action that
     publishes, and ``refuse`` where the policy's answer to an incompatible upgrade is to refuse
@@ -104,6 +117,7 @@ def allowed_by(action: str, policy: PolicySpec) -> bool:
 
 SERVED = {  # action -> (evidence, its NFR field) of the gallery the candidate then queries
     "compatible": ("direct", "negative_flip_rate"),
+    "adapt": ("adapted", "negative_flip_rate"),  # the stored gallery, through the query map
     "transform": ("transformed", "negative_flip_rate"),
     "partial_backfill": ("backfilled", "negative_flip_rate"),
     "backfill": ("direct", "backfill_negative_flip_rate"),

@@ -103,8 +103,9 @@ def served_flips(o: Outcome) -> tuple[float | None, float | None] | None:
     if not o.evidence:
         return None
     action = o.action
-    if action not in SERVED:
-        action = "transform" if "transformed" in o.evidence else "compatible"
+    if action not in SERVED:  # a refusal: the path it was judged on
+        judged = {"transformed": "transform", "adapted": "adapt"}
+        action = next((a for key, a in judged.items() if key in o.evidence), "compatible")
     which, field = SERVED[action]
     if which not in o.evidence or field not in o.evidence[which]:
         return None
@@ -352,6 +353,13 @@ def _evidence_rows(o: Outcome) -> list[str]:
         rows.append(_evidence_row(f"{candidate}, classes < {seen['classes']} only", seen))
     if "transformed" in o.evidence:
         rows.append(_evidence_row(f"{candidate}, h(gallery)", o.evidence["transformed"]))
+    if "adapted" in o.evidence:  # procrustes, affine, adapter: the queries through the map
+        a = o.evidence["adapted"]
+        residual = a.get("relative_residual")
+        fit = f"{a['kind']} map on {a['pairs']} pairs" + (
+            f", relative residual {residual:.4f}" if residual is not None else ""
+        )
+        rows.append(_evidence_row(f"{candidate} through its {fit}, stored gallery", a))
     if "backfilled" in o.evidence:
         label = f"{candidate}, h(gallery) partially backfilled{_budget_label(o)}, test images"
         rows.append(_evidence_row(label, o.evidence["backfilled"]))
@@ -362,8 +370,10 @@ def _stored_label(e: dict) -> str:
     """The gallery the direct row is against: named by version when its rows are not the
     gallery model's own features (then M(old, old) is the old model against those rows)."""
     version = e.get("gallery")  # absent from evidence recorded before it was kept
-    return f"stored gallery {version} (not {e['against']}'s own features)" if version else (
-        "stored gallery"
+    return (
+        f"stored gallery {version} (not {e['against']}'s own features)"
+        if version
+        else ("stored gallery")
     )
 
 
@@ -407,7 +417,7 @@ ORACLE_NOTE = (
     "model's queries than the h(old) rows around it and takes over the answers of nearby "
     "queries of any class; the rows h maps worst crowd into a few classes, whose re-extracted "
     "rows then capture the queries of classes that got none. So the oracle can score below "
-    "random on top-1 while it beats random on mAP (docs/backfill.md, \"Why an order loses\")."
+    'random on top-1 while it beats random on mAP (docs/backfill.md, "Why an order loses").'
 )
 
 

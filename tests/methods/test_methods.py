@@ -184,7 +184,7 @@ def test_hoc_lambda_one_is_plain_cross_entropy():
 
 
 def test_bad_inputs_are_clear_errors():
-    with pytest.raises(UnknownNameError, match="valid names: bct, cores"):
+    with pytest.raises(UnknownNameError, match="valid names: adapter, affine, bct, cores"):
         create_method("bogus")
     with pytest.raises(ValueError, match="needs an old model"):
         create_method("bct")

@@ -341,3 +341,28 @@ def test_the_reference_uses_the_features_in_memory_for_their_own_stored_rows(tmp
     assert reference.old_hits.hit.tolist() == [True, True, True, False]
     np.testing.assert_allclose(reference.gallery, NEW)
     assert upgrader.features["m1"] is OLD  # the matrix row was not replaced
+
+
+@pytest.mark.parametrize(
+    ("adapted", "on_incompatible", "limit", "action"),
+    [
+        (made(0.7, 0.6, nfr=0.01), "refuse", None, "adapt"),
+        (made(0.7, 0.6, nfr=0.09), "refuse", 0.05, "refuse"),  # the flip gate on the map's NFR
+        (made(0.5, 0.6), "refuse", None, "refuse"),
+        (made(0.5, 0.6, backfill_nfr=0.0), "backfill", None, "backfill"),
+        (made(0.5, 0.6), "partial_backfill", None, "refuse"),  # needs FCT's h
+    ],
+)
+def test_an_upgrade_through_a_query_map_is_decided_on_the_mapped_queries(
+    adapted, on_incompatible, limit, action
+):
+    """``decide_adapted`` (procrustes, affine, adapter entries): ECC and the flip gate on the
+    candidate's mapped queries against the stored gallery; published as ``adapt``."""
+    from raycompat.upgrade.policy import SERVED, decide_adapted
+
+    policy = PolicySpec(on_incompatible, max_negative_flip_rate=limit)
+    decision = decide_adapted(adapted, policy, "procrustes")
+    assert decision.action == action, decision.reason
+    if action == "adapt":
+        assert decision.reason.startswith("through its procrustes query map: M(new, m1) = 70.00%")
+        assert SERVED["adapt"] == ("adapted", "negative_flip_rate")

@@ -344,6 +344,44 @@ def test_compatible_action_grants_the_current_version_without_a_rewrite(tmp_path
         act("other reason")
 
 
+def test_an_adapt_action_stores_the_map_and_grants_the_current_version_through_it(tmp_path):
+    """``adapt`` (procrustes, affine, adapter entries): no rewrite; the fitted map is stored
+    beside v1 and m2's grant (``adapted``) names it, with the job's evidence (issue 41, 4)."""
+    import torch
+
+    from raycompat.cluster.upgrade.job import Upgrader
+    from raycompat.cluster.upgrade.steps import publish_model
+    from raycompat.store import VersionInfo, embedding_table
+    from raycompat.store.model_catalog import QueryGrant
+    from raycompat.store.query_adapters import load_adapter
+    from raycompat.transformations import PairStatistics, fit_procrustes
+    from raycompat.upgrade.policy import Decision
+
+    store = GalleryStore(str(tmp_path / "store"))
+    catalog = Catalog(store)
+    staging = store.begin("mnist", VersionInfo("v1", "m1", 9, False, "v1 = extract(m1)"))
+    staging.write_table(embedding_table(np.arange(4), np.ones((4, 9), np.float32)), "p.parquet")
+    v1 = staging.commit()
+    old = _exported_model(tmp_path / "m1")
+    grant = QueryGrant("mnist", "v1", "m1", "extracted")
+    publish_model(catalog, ModelRecord("m1", "", 9), old, grant)
+    cfg = UpgradeConfig()
+    upgrader = Upgrader(cfg, store, catalog, data=None)
+    x = np.random.default_rng(0).standard_normal((50, 9)).astype(np.float32)
+    fit = fit_procrustes(PairStatistics.of(x, x[:, ::-1].copy()))
+    fields = (np.zeros((4, 9), np.float32), v1, None, 0.5, {"adapted": {"ecc": True}}, "m1", fit)
+    new = _exported_model(tmp_path / "m2")
+    decision, version = upgrader.publisher.act(1, cfg.upgrades[1], Decision("adapt", "why"),
+                                               new, *fields)  # fmt: skip
+    assert (decision.action, version) == ("adapt", "v1")
+    assert [v.version for v in store.versions("mnist")] == ["v1"]  # never a rewrite
+    granted = catalog.queryable_version("mnist", "m2")
+    assert (granted.relation, granted.evidence["reason"]) == ("adapted", "why")
+    assert granted.evidence["kind"] == "procrustes" and granted.evidence["pairs"] == 50
+    queries = load_adapter(store, granted)(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(queries, x[:, ::-1], atol=1e-5)  # the map the grant names
+
+
 def test_evidence_on_the_gallery_models_classes_is_the_subset_score():
     from raycompat.upgrade.evaluate import evidence_on_classes
 

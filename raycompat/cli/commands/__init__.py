@@ -9,6 +9,7 @@
     serve.py        promote, rollback, revoke,       which version each model serves
                     retire
     alias.py        alias set | rollback | list      named aliases: (version, model) pairs
+    adapt.py        adapt                            a query-side map fitted on paired rows
     formats.py      adopt, export                    Delta, Iceberg and Parquet tables
     maintenance.py  gc, mark-store                   reclaim what no record names
     report.py       report                           an upgrade run's report
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from raycompat.cli.command import Command
 from raycompat.cli.commands import (
+    adapt,
     alias,
     formats,
     history,
@@ -33,7 +35,9 @@ from raycompat.cli.commands import (
     store,
 )
 
-GROUPS = (store, history, status, search, index, serve, alias, formats, maintenance, report)
+GROUPS = (
+    store, history, status, search, index, serve, alias, adapt, formats, maintenance, report,
+)  # fmt: skip
 
 
 def _registry() -> dict[str, Command]:

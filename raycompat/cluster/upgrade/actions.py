@@ -29,6 +29,7 @@ from raycompat.config.upgrade import (
 from raycompat.errors import VerificationError
 from raycompat.store import GalleryStore, VersionInfo
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.transformations import Fit
 from raycompat.upgrade.evaluate import EvalData
 from raycompat.upgrade.policy import Decision
 
@@ -42,6 +43,8 @@ RELATION = {
     # h(current) with some rows re-extracted: served like a transformed version; the grant's
     # evidence says how much was re-extracted ("partial_backfill")
     "partial_backfill": "transformed",
+    # the stored gallery as it is, searched through the candidate's fitted query map
+    "adapt": "adapted",
 }
 
 
@@ -58,6 +61,7 @@ class Candidate:
     old_self: float  # M(old, old): the gallery model's self-test that a rewrite must beat
     proof: dict  # the evidence its grant carries ("direct", "transformed", ...)
     parent: str  # the gallery model's version
+    query_map: Fit | None = None  # procrustes, affine, adapter: stored with its grant
 
 
 class Publisher:
@@ -90,6 +94,7 @@ class Publisher:
             version,
             RELATION[decision.action],
             {"reason": decision.reason, **proof},
+            candidate.query_map if decision.action == "adapt" else None,
         )
         return decision, version
 
@@ -127,8 +132,12 @@ class Publisher:
             extracted = int(np.rint(backfill.budget * c.written.rows))
         return {"budget": backfill.budget, "order": backfill.order, "extracted": extracted}
 
-    def publish(self, spec, parent, directory, width, version, relation, evidence) -> None:
-        """Model files, record and grant (each create-if-absent: a rerun is a no-op)."""
+    def publish(
+        self, spec, parent, directory, width, version, relation, evidence, query_map=None
+    ) -> None:
+        """Model files, record and grant (each create-if-absent: a rerun is a no-op); with
+        ``query_map``, the map is stored beside the version and the grant names it
+        (``store/query_adapters.py``)."""
         record = ModelRecord(
             spec.model_version,
             "",
@@ -138,7 +147,7 @@ class Publisher:
             run=f"{self.cfg.name}-{spec.model_version}",
         )
         grant = QueryGrant(self.gallery, version, spec.model_version, relation, evidence)
-        steps.publish_model(self.catalog, record, directory, grant)
+        steps.publish_model(self.catalog, record, directory, grant, query_map)
 
     def _staged_test_rows(self, staging) -> np.ndarray | None:
         """The staged vectors of the test images, in test order; None (logged) when the gallery

@@ -58,7 +58,7 @@ from raycompat.upgrade.evaluate import (
     model_features,
     partially_backfilled,
 )
-from raycompat.upgrade.policy import decide
+from raycompat.upgrade.policy import decide, decide_adapted
 from raycompat.upgrade.report import Outcome
 
 log = logging.getLogger(__name__)
@@ -278,7 +278,7 @@ class Upgrader:
         self._add_stored(record)
         # "extracted" is the initial model's grant (no parent) or a backfill's (a parent);
         # "transformed" an FCT rewrite, partial when its evidence says so.
-        action = {"compatible": "compatible", "transformed": "transform"}.get(
+        action = {"compatible": "compatible", "transformed": "transform", "adapted": "adapt"}.get(
             grant.relation, "initial" if record.parent is None else "backfill"
         )
         if action == "transform" and "partial_backfill" in grant.evidence:
@@ -333,8 +333,10 @@ class Upgrader:
         for FCT, against h(gallery)), decide, then carry the decision out."""
         seconds: dict[str, float] = {}
         parent = steps.parent_of(self.catalog, current.model_version, self.work)
+        fits_map = method_entry(spec.method).fits_map  # trained alone, then a query map
         with _timed(seconds, "train"):
-            directory, features = self._train(spec, spec.method, parent)
+            method = "independent" if fits_map else spec.method
+            directory, features = self._train(spec, method, parent)
         self._say(spec, f"scoring against {parent.model_version}")
         with _timed(seconds, "evaluate"):
             reference = self._reference(parent, current)
@@ -351,9 +353,19 @@ class Upgrader:
                 fct, backfilled, backfill = self._fct_evidence(
                     spec, reference, directory, features, current
                 )
-        decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill, backfilled)
+        query_map, adapted = None, None
+        if fits_map:
+            self._say(spec, f"fitting its {spec.method} query map on {spec.map.pairs} pairs")
+            with _timed(seconds, "fit"):
+                fitted = self._map_evidence(spec, reference, directory, features, current)
+            query_map, adapted = fitted
+            decision = decide_adapted(adapted, self.cfg.policy, spec.method)
+        else:
+            decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill, backfilled)
         log.info("%s: %s (%s)", spec.model_version, decision.action, decision.reason)
         proof = {"direct": direct.as_dict(), **({"transformed": fct.as_dict()} if fct else {})}
+        if adapted is not None:  # the queries mapped into the stored gallery's space
+            proof["adapted"] = {**adapted.as_dict(), "kind": spec.method, **query_map.info()["fit"]}
         if backfilled is not None:  # the partial backfill on the test images, at its budget
             proof["backfilled"] = backfilled.as_dict()
         seen = self._evidence_on_seen_classes(features, reference)
@@ -369,6 +381,7 @@ class Upgrader:
             reference.old_self,
             proof,
             parent.model_version,
+            query_map,
         )
         if decision.action != "refuse":
             self._say(spec, f"{decision.action}: writing and checking the gallery version")
@@ -449,6 +462,19 @@ class Upgrader:
                 classes = reference.parent.classes
                 baselines[f"{method}, classes < {classes} only"] = seen.as_dict()
         return baselines
+
+    def _map_evidence(
+        self, spec, reference: Reference, directory: str, features: np.ndarray, current
+    ):
+        """Fit the candidate's query map (``steps.fit_query_map``) and score its mapped test
+        queries against the stored gallery: ``(fit, evidence)``."""
+        import torch
+
+        parent = reference.parent
+        fit = steps.fit_query_map(self.cfg, spec, parent, directory, current.normalized)
+        with torch.no_grad():
+            mapped = fit.transformation(torch.from_numpy(np.ascontiguousarray(features)))
+        return fit, self._evidence(mapped.numpy(), reference)
 
     def _fct_evidence(
         self,

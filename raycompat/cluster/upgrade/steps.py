@@ -163,9 +163,13 @@ def version_rows(store: GalleryStore, gallery: str, version: str, ids) -> np.nda
 
 
 def publish_model(
-    catalog: Catalog, record: ModelRecord, local_dir: str, grant: QueryGrant
+    catalog: Catalog, record: ModelRecord, local_dir: str, grant: QueryGrant, query_map=None
 ) -> QueryGrant:
-    """Files, then the model record, then its grant: each create-if-absent (reruns no-op)."""
+    """Files, then the model record, then its grant: each create-if-absent (reruns no-op).
+    ``query_map`` (a fitted ``Fit``): stored beside the version, and named by the grant
+    (``adapted``, with ``grant.evidence`` added)."""
+    from raycompat.store.query_adapters import publish_adapter
+
     files = [
         MODEL_FILE,
         SPEC_FILE,
@@ -173,7 +177,45 @@ def publish_model(
     ]
     record.uri = catalog.put_model_files(record.model_version, local_dir, files)
     catalog.register_model(record)
+    if query_map is not None:
+        g = grant
+        return publish_adapter(
+            catalog.store, g.gallery, g.gallery_version, g.model_version, query_map, g.evidence
+        )
     return catalog.grant(grant)
+
+
+def fit_query_map(
+    cfg: UpgradeConfig, spec: UpgradeSpec, parent: Parent, candidate: str, normalized: bool
+):
+    """The ``spec.method`` map (procrustes, affine, adapter) from the candidate's space into
+    the parent's (the stored gallery's), fitted on ``spec.map.pairs`` training images of the
+    entry's classes (a sample seeded by ``training.seed``) embedded by both models; the old
+    side normalised like the stored rows. Returns a ``raycompat.transformations.Fit``."""
+    import torch
+    import torch.nn.functional as F
+
+    from raycompat.fct.triples import compute_triples
+    from raycompat.train.data import make_splits, open_dataset
+    from raycompat.transformations import PairStatistics, fit_adapter, fit_affine, fit_procrustes
+
+    base = cfg.training
+    dataset = open_dataset(base.data)
+    splits = make_splits(base, dataset.labels)
+    rows = splits.train[dataset.labels[splits.train] < spec.classes]
+    rng = np.random.default_rng(base.seed)
+    rows = np.sort(rng.choice(rows, size=min(spec.map.pairs, len(rows)), replace=False))
+    pairs = compute_triples(parent.directory, None, candidate, dataset, rows)
+    x, y = np.asarray(pairs.new, dtype=np.float32), np.asarray(pairs.old, dtype=np.float32)
+    if normalized:
+        y = F.normalize(torch.from_numpy(y), dim=1).numpy()
+    where = f"{spec.model_version}'s pairs"
+    fits = {
+        "procrustes": lambda: fit_procrustes(PairStatistics.of(x, y, gram=False, where=where)),
+        "affine": lambda: fit_affine(PairStatistics.of(x, y, where=where), spec.map.lam),
+        "adapter": lambda: fit_adapter(x, y, seed=base.seed, where=where),
+    }
+    return fits[spec.method]()
 
 
 def existing_grant(catalog: Catalog, gallery: str, model_version: str) -> QueryGrant | None:

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from raycompat.errors import (
-    CorruptFileError,
     PublishConflictError,
     SchemaError,
     StoreError,
@@ -290,13 +289,8 @@ def _pin_differences(store: GalleryStore, plan: AdoptionPlan, info: VersionInfo)
 def _check_model(store: GalleryStore, gallery: str, model: str, version: str | None) -> None:
     """Refuse a model that already queries the gallery, unless at ``version`` (a rerun)."""
     catalog = Catalog(store)
-    try:
-        grant = catalog.queryable_version(gallery, model)
-    except CorruptFileError:
-        raise
-    except StoreError:
-        return
-    if grant.gallery_version == version:
+    grant = catalog.grant_of(gallery, model)
+    if grant is None or grant.gallery_version == version:
         return
     raise StoreError(
         f"model {model!r} already queries gallery {gallery!r} at version "

@@ -1,0 +1,92 @@
+"""Fit a query-side adapter from a file of the new model's embeddings of stored items.
+
+    grant = adapt_queries(store, "faces", "v1", "m2", "m2_sample.parquet", kind="procrustes")
+
+The file holds ``id`` and ``embedding`` columns: the new model's embeddings of items the
+version stores (re-extract a sample of the gallery with the new model). Each row is paired
+with the version's stored embedding of the same id (one streamed scan of the version, keeping
+only the matches: memory grows with the pairs, not with the gallery), the map from the model's
+space into the version's is fitted (``raycompat.transformations.fit``) and stored with a grant
+(``store/query_adapters.py``); from then on ``search`` maps the model's queries through it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raycompat.errors import UsageError
+from raycompat.index.query import stored_rows
+from raycompat.store import GalleryStore
+from raycompat.store.lookup import model_record, version_record
+from raycompat.store.model_catalog import Catalog, QueryGrant
+
+KINDS = ("procrustes", "affine", "adapter")
+
+
+class PairsFileError(UsageError, ValueError):
+    """The pairs file is unreadable, malformed, or names ids the version does not hold: one
+    line naming the file (and the row or id), exit 2, nothing written."""
+
+
+def read_pairs(path: str, width: int) -> tuple[list, np.ndarray]:
+    """``(ids, (N, width) float32)`` from a Parquet file of ``id`` and ``embedding``."""
+    import pyarrow.parquet as pq
+
+    from raycompat.index.query import query_problem
+    from raycompat.store.vectors import vectors
+
+    try:
+        table = pq.read_table(path, columns=["id", "embedding"])
+        x = vectors(table, "embedding")
+    except (OSError, KeyError, ValueError, TypeError, AttributeError) as error:
+        raise PairsFileError(
+            f"{path}: not a Parquet file of id and a fixed-size list embedding ({error})"
+        ) from None
+    problem = query_problem(x, width)
+    if problem:
+        raise PairsFileError(f"{path}: expected finite (N, {width}) embeddings, got {problem}")
+    return table.column("id").to_pylist(), x
+
+
+def adapt_queries(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    model: str,
+    pairs: str,
+    *,
+    kind: str = "procrustes",
+    lam: float = 0.0,
+) -> QueryGrant:
+    """Fit ``kind`` on the pairs of ``pairs`` and grant ``model`` ``version`` through it.
+
+    Raises:
+        PairsFileError: the file is bad, or an id is not in the version.
+        NotInStoreError, AdapterWidthError, StoreError: as
+            :func:`~raycompat.store.query_adapters.publish_adapter`.
+    """
+    from raycompat.store.query_adapters import publish_adapter
+    from raycompat.transformations import PairStatistics, fit_adapter, fit_affine, fit_procrustes
+
+    if kind not in KINDS:
+        raise UsageError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
+    version_record(store, gallery, version)
+    ids, x = read_pairs(pairs, model_record(Catalog(store), model).embed_dim)
+    if len(set(ids)) != len(ids):
+        raise PairsFileError(f"{pairs}: an id appears twice")
+    where, table = stored_rows(store, gallery, version, ids, ["embedding"])
+    missing = [i for i in ids if i not in where]
+    if missing:
+        raise PairsFileError(
+            f"{pairs}: {len(missing)} of {len(ids)} ids are not in {gallery}/{version} "
+            f"(first: {missing[0]!r})"
+        )
+    from raycompat.store.vectors import vectors
+
+    y = vectors(table, "embedding")[[where[i] for i in ids]]
+    fits = {
+        "procrustes": lambda: fit_procrustes(PairStatistics.of(x, y, where=pairs)),
+        "affine": lambda: fit_affine(PairStatistics.of(x, y, where=pairs), lam),
+        "adapter": lambda: fit_adapter(x, y, where=pairs),
+    }
+    return publish_adapter(store, gallery, version, model, fits[kind]())
