@@ -284,8 +284,11 @@ def decision_digest(cfg: UpgradeConfig, spec: UpgradeSpec, against: str | None) 
 
     training = to_dict(cfg.training)
     training.pop("run", None)  # where runs are kept does not change what is trained
+    entry = to_dict(spec)
+    if not method_entry(spec.method).fits_map:  # entries written before maps keep their digest
+        del entry["map"]
     content = {
-        "entry": to_dict(spec),
+        "entry": entry,
         "training": redact(training),
         "policy": _policy_digest(cfg.policy),
         "gallery_images": redact(to_dict(cfg.gallery_images)),

@@ -215,8 +215,9 @@ def test_an_unset_gate_keeps_the_existing_decisions_and_digests():
     training.pop("run")
     policy = to_dict(cfg.policy)
     del policy["max_negative_flip_rate"]
+    entry = {k: v for k, v in to_dict(spec).items() if k != "map"}  # nor entries' query maps
     before = {  # the digest as written before the gate existed
-        "entry": to_dict(spec),
+        "entry": entry,
         "training": redact(training),
         "policy": policy,
         "gallery_images": redact(to_dict(cfg.gallery_images)),
@@ -227,6 +228,12 @@ def test_an_unset_gate_keeps_the_existing_decisions_and_digests():
     gated = load_config(UpgradeConfig, None, ["policy.max_negative_flip_rate=0.05"])
     assert gated.policy.max_negative_flip_rate == 0.05
     assert decision_digest(gated, spec, "m1") != decision_digest(cfg, spec, "m1")
+    mapped = load_config(UpgradeConfig, None, ["upgrades.1.method=procrustes"])
+    overrides = ["upgrades.1.method=procrustes", "upgrades.1.map.pairs=100"]
+    other = load_config(UpgradeConfig, None, overrides)
+    assert decision_digest(mapped, mapped.upgrades[1], "m1") != decision_digest(
+        other, other.upgrades[1], "m1"
+    )  # a map entry's fit is part of what it is judged under
 
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5"])
