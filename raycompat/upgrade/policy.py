@@ -103,6 +103,19 @@ def decide_adapted(adapted: Evidence, policy: PolicySpec, kind: str) -> Decision
     return Decision("adapt", reason)
 
 
+def gallery_map_decision(decision: Decision, kind: str) -> Decision:
+    """:func:`decide`'s answer for a fitted map of the gallery (``map.direction: gallery``),
+    decided as FCT's h: the same, except that a partial backfill is refused, since it orders
+    the rows by an uncertainty that only FCT's h (FastFill) learns."""
+    if decision.action != "partial_backfill":
+        return decision
+    return Decision(
+        "refuse",
+        f"{decision.reason}; but a partial backfill orders rows by h's uncertainty, which a "
+        f"fitted {kind} map does not learn: nothing is published",
+    )
+
+
 def allowed_by(action: str, policy: PolicySpec) -> bool:
     """Whether an entry's decision ``action`` is one ``policy`` allows: every action that
     publishes, and ``refuse`` where the policy's answer to an incompatible upgrade is to refuse

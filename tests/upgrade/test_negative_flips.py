@@ -373,3 +373,30 @@ def test_an_upgrade_through_a_query_map_is_decided_on_the_mapped_queries(
     if action == "adapt":
         assert decision.reason.startswith("through its procrustes query map: M(new, m1) = 70.00%")
         assert SERVED["adapt"] == ("adapted", "negative_flip_rate")
+
+
+@pytest.mark.parametrize(
+    ("direct", "mapped", "on_incompatible", "action"),
+    [
+        (made(0.1, 0.6), made(0.7, 0.6), "refuse", "transform"),
+        (made(0.1, 0.6), made(0.5, 0.6), "refuse", "refuse"),
+        (made(0.1, 0.6), made(0.5, 0.6), "backfill", "backfill"),
+        (
+            made(0.1, 0.6),
+            made(0.5, 0.6),
+            "partial_backfill",
+            "refuse",
+        ),  # no uncertainty to order by
+    ],
+)
+def test_a_map_of_the_gallery_is_decided_as_h_without_a_partial_backfill(
+    direct, mapped, on_incompatible, action
+):
+    """``map.direction: gallery``: the fitted map is h (``decide``'s transform row), but a
+    partial backfill needs FastFill's uncertainty, which a fitted map lacks."""
+    from raycompat.upgrade.policy import gallery_map_decision
+
+    decision = gallery_map_decision(decide(direct, mapped, PolicySpec(on_incompatible)), "affine")
+    assert decision.action == action, decision.reason
+    if on_incompatible == "partial_backfill":
+        assert decision.reason.endswith("a fitted affine map does not learn: nothing is published")

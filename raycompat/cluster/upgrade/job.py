@@ -58,7 +58,7 @@ from raycompat.upgrade.evaluate import (
     model_features,
     partially_backfilled,
 )
-from raycompat.upgrade.policy import decide, decide_adapted
+from raycompat.upgrade.policy import decide, decide_adapted, gallery_map_decision
 from raycompat.upgrade.report import Outcome
 
 log = logging.getLogger(__name__)
@@ -353,8 +353,18 @@ class Upgrader:
                 fct, backfilled, backfill = self._fct_evidence(
                     spec, reference, directory, features, current
                 )
-        query_map, adapted = None, None
-        if fits_map:
+        query_map, adapted, gallery_map = None, None, None
+        if fits_map and spec.map.direction == "gallery":  # then decided as FCT's h is
+            pairs = spec.map.pairs
+            self._say(spec, f"fitting its {spec.method} map of the gallery on {pairs} pairs")
+            with _timed(seconds, "fit"):
+                gallery_map, fct = self._gallery_map_evidence(
+                    spec, reference, directory, features, current
+                )
+            decision = gallery_map_decision(
+                decide(direct, fct, self.cfg.policy, None, None), spec.method
+            )
+        elif fits_map:
             self._say(spec, f"fitting its {spec.method} query map on {spec.map.pairs} pairs")
             with _timed(seconds, "fit"):
                 fitted = self._map_evidence(spec, reference, directory, features, current)
@@ -364,6 +374,8 @@ class Upgrader:
             decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill, backfilled)
         log.info("%s: %s (%s)", spec.model_version, decision.action, decision.reason)
         proof = {"direct": direct.as_dict(), **({"transformed": fct.as_dict()} if fct else {})}
+        if gallery_map is not None:  # the fitted map is h: its kind, pairs and residual
+            proof["transformed"].update(kind=spec.method, **gallery_map.info()["fit"])
         if adapted is not None:  # the queries mapped into the stored gallery's space
             proof["adapted"] = {**adapted.as_dict(), "kind": spec.method, **query_map.info()["fit"]}
         if backfilled is not None:  # the partial backfill on the test images, at its budget
@@ -471,10 +483,23 @@ class Upgrader:
         import torch
 
         parent = reference.parent
-        fit = steps.fit_query_map(self.cfg, spec, parent, directory, current.normalized)
+        fit = steps.fit_map(self.cfg, spec, parent, directory, current.normalized)
         with torch.no_grad():
             mapped = fit.transformation(torch.from_numpy(np.ascontiguousarray(features)))
         return fit, self._evidence(mapped.numpy(), reference)
+
+    def _gallery_map_evidence(
+        self, spec, reference: Reference, directory: str, features: np.ndarray, current
+    ):
+        """Fit the map of the gallery forward and save it as the candidate's h, which the
+        transform pipeline then applies as it applies FCT's; score the candidate against
+        h(stored test rows): ``(fit, evidence)``."""
+        from raycompat.transformations import save_transformation
+
+        fit = steps.fit_map(self.cfg, spec, reference.parent, directory, current.normalized)
+        save_transformation(directory, fit.transformation, "h", **fit.info())
+        transformed = transform_features(fit.transformation, reference.h_input)
+        return fit, self._evidence(features, reference, transformed)
 
     def _fct_evidence(
         self,

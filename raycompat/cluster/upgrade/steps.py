@@ -185,13 +185,14 @@ def publish_model(
     return catalog.grant(grant)
 
 
-def fit_query_map(
+def fit_map(
     cfg: UpgradeConfig, spec: UpgradeSpec, parent: Parent, candidate: str, normalized: bool
 ):
-    """The ``spec.method`` map (procrustes, affine, adapter) from the candidate's space into
-    the parent's (the stored gallery's), fitted on ``spec.map.pairs`` training images of the
-    entry's classes (a sample seeded by ``training.seed``) embedded by both models; the old
-    side normalised like the stored rows. Returns a ``raycompat.transformations.Fit``."""
+    """The ``spec.method`` map (procrustes, affine, adapter), fitted on ``spec.map.pairs``
+    training images of the entry's classes (a sample seeded by ``training.seed``) embedded by
+    both models, the old side normalised like the stored rows: from the candidate's space into
+    the parent's (the stored gallery's) for ``map.direction: query``, from the parent's into
+    the candidate's for ``gallery``. Returns a ``raycompat.transformations.Fit``."""
     import torch
     import torch.nn.functional as F
 
@@ -209,6 +210,8 @@ def fit_query_map(
     x, y = np.asarray(pairs.new, dtype=np.float32), np.asarray(pairs.old, dtype=np.float32)
     if normalized:
         y = F.normalize(torch.from_numpy(y), dim=1).numpy()
+    if spec.map.direction == "gallery":  # the stored rows are the input, the new model's target
+        x, y = y, x
     where = f"{spec.model_version}'s pairs"
     fits = {
         "procrustes": lambda: fit_procrustes(PairStatistics.of(x, y, gram=False, where=where)),

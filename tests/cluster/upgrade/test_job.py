@@ -590,3 +590,32 @@ def test_an_entry_without_compatible_training_is_decided_on_its_query_map(ray_lo
     assert not (tmp_path / "store" / "digits" / "_adapters").exists()  # nothing stored
     text = (tmp_path / "report" / "toy" / "report.md").read_text()
     assert "m2 (procrustes) through its procrustes map on 400 pairs, relative residual" in text
+
+
+def test_a_map_of_the_gallery_forward_is_published_or_refused_as_h_is(ray_local, tmp_path):
+    """Issue 41, item 2's gallery side in the job: ``map.direction: gallery`` fits the map from
+    m1's space into m2's, saves it as m2's h, and decides on m2's queries against h(stored
+    test rows), as for FCT; a transform writes v2 = h(v1) with the transform pipeline."""
+    sys.path.insert(0, str(ROOT))
+    from jobs.upgrade import main
+
+    config = tiny_config(tmp_path)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["upgrades"][1] = {
+        "model_version": "m2", "classes": 5, "method": "affine",
+        "map": {"pairs": 400, "direction": "gallery"},
+    }  # fmt: skip
+    config.write_text(yaml.safe_dump(cfg))
+    summary = main(["--config", str(config)])
+    report = json.loads((tmp_path / "report" / "toy" / "report.json").read_text())
+    m2 = next(o for o in report["outcomes"] if o["model_version"] == "m2")
+    mapped = m2["evidence"]["transformed"]
+    assert (mapped["kind"], mapped["pairs"], mapped["lam"]) == ("affine", 400, 0.0)
+    assert "adapted" not in m2["evidence"]
+    # h(v1)'s test rows lift m2's cross-test from 32.9% (raw, against v1) to 40.4%, still under
+    # M(m1, m1) = 52.0%: ECC fails on h(gallery) and the default policy refuses, as for FCT
+    assert summary["decisions"] == {"m1": "initial", "m2": "refuse"}
+    assert not mapped["ecc"] and mapped["cross"] > m2["evidence"]["direct"]["cross"]
+    assert "ECC fails" in m2["reason"] and "h(" in m2["reason"]
+    store = GalleryStore(str(tmp_path / "store"))
+    assert [v.version for v in store.versions("digits")] == ["v1"]
