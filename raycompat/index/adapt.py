@@ -15,12 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from raycompat.errors import UsageError
-from raycompat.index.query import stored_rows
+from raycompat.index.query import embeddings_of
 from raycompat.store import GalleryStore
 from raycompat.store.lookup import model_record, version_record
 from raycompat.store.model_catalog import Catalog, QueryGrant
-
-KINDS = ("procrustes", "affine", "adapter")
+from raycompat.transformations.kinds import FITTED_KINDS
 
 
 class PairsFileError(UsageError, ValueError):
@@ -66,27 +65,19 @@ def adapt_queries(
             :func:`~raycompat.store.query_adapters.publish_adapter`.
     """
     from raycompat.store.query_adapters import publish_adapter
-    from raycompat.transformations import PairStatistics, fit_adapter, fit_affine, fit_procrustes
+    from raycompat.transformations import fit_kind
 
-    if kind not in KINDS:
-        raise UsageError(f"--kind {kind!r}: one of {', '.join(KINDS)}")
+    if kind not in FITTED_KINDS:
+        raise UsageError(f"--kind {kind!r}: one of {', '.join(FITTED_KINDS)}")
     version_record(store, gallery, version)
     ids, x = read_pairs(pairs, model_record(Catalog(store), model).embed_dim)
     if len(set(ids)) != len(ids):
         raise PairsFileError(f"{pairs}: an id appears twice")
-    where, table = stored_rows(store, gallery, version, ids, ["embedding"])
-    missing = [i for i in ids if i not in where]
+    y, missing = embeddings_of(store, gallery, version, ids)
     if missing:
         raise PairsFileError(
             f"{pairs}: {len(missing)} of {len(ids)} ids are not in {gallery}/{version} "
             f"(first: {missing[0]!r})"
         )
-    from raycompat.store.vectors import vectors
-
-    y = vectors(table, "embedding")[[where[i] for i in ids]]
-    fits = {
-        "procrustes": lambda: fit_procrustes(PairStatistics.of(x, y, where=pairs)),
-        "affine": lambda: fit_affine(PairStatistics.of(x, y, where=pairs), lam),
-        "adapter": lambda: fit_adapter(x, y, where=pairs),
-    }
-    return publish_adapter(store, gallery, version, model, fits[kind]())
+    fit = fit_kind(kind, x, y, lam=lam, where=pairs)
+    return publish_adapter(store, gallery, version, model, fit)

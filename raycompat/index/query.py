@@ -294,19 +294,30 @@ def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[st
     """
     import pyarrow as pa
 
-    from raycompat.store.vectors import vectors  # the core's: pipelines would import Ray
-
     first = next(store.iter_batches(gallery, version, batch_size=1, columns=["id"]))
     if pa.types.is_int64(first.schema.field("id").type):
         try:
             ids = [int(i) for i in ids]
         except ValueError:
             raise StoreError(f"{gallery}/{version} has int64 ids; got {ids}") from None
+    found, missing = embeddings_of(store, gallery, version, ids)
+    if missing:
+        raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
+    return found
+
+
+def embeddings_of(
+    store: GalleryStore, gallery: str, version: str, ids: list
+) -> tuple[np.ndarray | None, list]:
+    """``(embeddings (len(ids), d) in ``ids`` order, [])`` of the rows holding ``ids`` (ids of
+    the version's id type), or ``(None, the ids no row holds)``; one streamed scan."""
+    from raycompat.store.vectors import vectors  # the core's: pipelines would import Ray
+
     where, table = stored_rows(store, gallery, version, ids, ["embedding"])
     missing = [i for i in ids if i not in where]
     if missing:
-        raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
-    return vectors(table, "embedding")[[where[i] for i in ids]]
+        return None, missing
+    return vectors(table, "embedding")[[where[i] for i in ids]], []
 
 
 def _column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:

@@ -114,6 +114,23 @@ def log(store: GalleryStore, gallery: str, model: str) -> list[AliasRecord]:
     )  # fmt: skip
 
 
+def checked_stamp(store: GalleryStore, lease: LeaseRef | None, what: str) -> dict:
+    """The lease stamp of a record about to be written, the lease checked just before (a lost
+    one raises ``LeaseLostError`` naming ``what``); ``{}`` for a writer without a lease."""
+    if lease is None:
+        return {}
+    lease.check(store.backend, what)
+    return lease.stamp()
+
+
+def write_numbered(store: GalleryStore, path: str, record) -> None:
+    """Create ``record`` (a dataclass) as JSON at ``path``, the next number of an append-only
+    log, create-if-absent: ``FileExistsError`` when another writer took that number first. The
+    store is marked first (gc manages only marked stores, ``marker.py``)."""
+    store.mark()
+    store.backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
+
+
 def numbered_log(store: GalleryStore, directory: str, parse, key, expected: tuple, what: str):
     """The records ``00000001.json``, ``00000002.json``... of an append-only log, oldest first,
     each read with ``parse(data, source)``. A gap, or a record whose ``key(record)`` is not
@@ -189,16 +206,13 @@ def _append(
     gallery, model, action, version, back = change
     seq = len(records) + 1
     served = records[-1].gallery_version if records else granted_version(store, gallery, model)
-    if lease is not None:
-        lease.check(store.backend, f"{action} {model} on {gallery}")
-    stamp = {"generation": lease.generation, "token": lease.token} if lease else {}
+    stamp = checked_stamp(store, lease, f"{action} {model} on {gallery}")
     owner = LeaseOwner()
     writer, at, by = owner.describe(), now_utc(), asdict(owner)
     record = AliasRecord(*change[:2], seq, action, version, served, back, writer, stamp, at, by)
     path = join(_dir(store, gallery, model), f"{seq:08d}.json")
-    store.mark()  # gc manages only marked stores (marker.py)
     try:
-        store.backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
+        write_numbered(store, path, record)
     except FileExistsError:
         winner = log(store, gallery, model)[seq - 1]
         raise AliasConflictError(

@@ -285,6 +285,10 @@ class LeaseRef:
     generation: int
     token: str
 
+    def stamp(self) -> dict:
+        """What a record written under this lease carries: ``{"generation", "token"}``."""
+        return {"generation": self.generation, "token": self.token}
+
     def check(self, backend: Backend, what: str) -> None:
         """Raise :class:`LeaseLostError` unless this generation is the newest, live one.
 

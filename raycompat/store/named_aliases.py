@@ -24,7 +24,6 @@ passes its ``LeaseRef``, checked just before the write and recorded.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
@@ -34,7 +33,9 @@ from raycompat.store.aliases import (
     AliasConflictError,
     NoRollbackError,
     RevokedError,
+    checked_stamp,
     numbered_log,
+    write_numbered,
 )
 from raycompat.store.aliases import log as model_log
 from raycompat.store.compatible_pairs import Compatibility, compatibility, refusal
@@ -205,18 +206,15 @@ def _append(
     next record, create-if-absent; see :class:`NamedAliasConflictError`."""
     gallery, alias, action, version, model, allowed, back = change
     seq = len(records) + 1
-    if lease is not None:
-        lease.check(store.backend, f"{action} alias {alias} on {gallery}")
-    stamp = {"generation": lease.generation, "token": lease.token} if lease else {}
+    stamp = checked_stamp(store, lease, f"{action} alias {alias} on {gallery}")
     previous = records[-1].pair if records else None
     record = NamedAliasRecord(
         gallery, alias, seq, action, version, model, allowed.relation, allowed.why, previous,
         back, asdict(LeaseOwner()), stamp, now_utc(),
     )  # fmt: skip
     path = join(_dir(store, gallery, alias), f"{seq:08d}.json")
-    store.mark()  # gc manages only marked stores (marker.py)
     try:
-        store.backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
+        write_numbered(store, path, record)
     except FileExistsError:
         winner = log(store, gallery, alias)[seq - 1]
         raise NamedAliasConflictError(

@@ -169,7 +169,7 @@ class Staging:
                 min_id=stats.min_id,
                 max_id=stats.max_id,
                 null_ids=stats.null_ids,
-                lease={"generation": ref.generation, "token": ref.token},
+                lease=ref.stamp(),
                 written=now_utc(),
                 input_ids=input_ids,
                 extra=dict(extra or {}),

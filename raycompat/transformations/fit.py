@@ -38,6 +38,7 @@ import torch
 
 from raycompat.transformations.adapter import AdapterTransformation
 from raycompat.transformations.base import Transformation
+from raycompat.transformations.kinds import FITTED_KINDS
 from raycompat.transformations.linear import AffineTransformation, ProcrustesTransformation
 from raycompat.transformations.pairs import PairsError, check_enough_pairs, check_pairs
 from raycompat.transformations.statistics import PairStatistics
@@ -240,3 +241,17 @@ def fit_adapter(
         "seed": seed,
     }
     return Fit(h, stats.count, residual, stats.sum_sq_y / stats.count, settings)
+
+
+def fit_kind(kind: str, x, y, *, lam: float = 0.0, seed: int = 0, where: str = "pairs") -> Fit:
+    """The ``kind`` map fitted on the pairs ``x (N, d_old)``, ``y (N, d_new)``: the one entry
+    point of ``raycompat adapt`` and the upgrade job's map methods. ``lam``: the affine fit's
+    penalty; ``seed``: the adapter's; ``where`` names the pairs in errors. Procrustes keeps the
+    Gram only where its residual needs it (``d_old > d_new``: the map is not an isometry)."""
+    if kind not in FITTED_KINDS:
+        raise ValueError(f"fit_kind: {kind!r} is not one of {', '.join(FITTED_KINDS)}")
+    if kind == "adapter":
+        return fit_adapter(x, y, seed=seed, where=where)
+    wider = np.ndim(x) == np.ndim(y) == 2 and np.shape(x)[1] > np.shape(y)[1]
+    stats = PairStatistics.of(x, y, gram=kind == "affine" or wider, where=where)  # checks them
+    return fit_procrustes(stats) if kind == "procrustes" else fit_affine(stats, lam)

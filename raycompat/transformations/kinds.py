@@ -29,6 +29,9 @@ TRANSFORMATIONS.register_path("affine", "raycompat.transformations.linear:Affine
 # A fixed linear map plus a residual MLP (Drift-Adapter, arXiv 2509.23471).
 TRANSFORMATIONS.register_path("adapter", "raycompat.transformations.adapter:AdapterTransformation")
 
+# The kinds fitted on paired rows without training (``fit.fit_kind``), by name.
+FITTED_KINDS = ("procrustes", "affine", "adapter")
+
 # The kind of a stored spec without a "kind" key: every export written before kinds were
 # recorded is FCT's h or g.
 UNRECORDED_KIND = "fct"

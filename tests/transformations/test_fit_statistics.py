@@ -163,3 +163,22 @@ def test_fewer_pairs_than_the_width_are_refused(fit):
         f"{kind} fit: 5 pairs for widths 8 -> 6; it needs at least 8 (the larger width), "
         "or the map is not determined by the pairs"
     )
+
+
+@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter"])
+def test_fit_kind_is_each_fit_with_its_settings(kind):
+    """``fit_kind``: the one entry of ``raycompat adapt`` and the job's map methods; a
+    Procrustes map onto fewer coordinates keeps the Gram, so its residual is still known."""
+    from raycompat.transformations import fit_kind
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 6)).astype(np.float32)
+    y = (x @ rng.standard_normal((6, 4))).astype(np.float32)
+    fit = fit_kind(kind, x, y, lam=0.1, seed=3, where="p")
+    assert fit.transformation.kind == kind and fit.pairs == 64
+    assert fit.residual is not None  # 6 -> 4: not an isometry, answered from the Gram
+    assert {"affine": ("lam", 0.1), "adapter": ("seed", 3)}.get(kind, ("center", False)) in (
+        fit.settings.items()
+    )
+    with pytest.raises(ValueError, match="fit_kind: 'fct' is not one of"):
+        fit_kind("fct", x, y)

@@ -35,7 +35,7 @@ def adapt(args) -> dict | str:
 
 
 def _arguments(p) -> None:
-    from raycompat.index.adapt import KINDS
+    from raycompat.transformations.kinds import FITTED_KINDS
 
     add_gallery(p)
     p.add_argument("--version", required=True, help="the gallery version the queries search")
@@ -46,7 +46,7 @@ def _arguments(p) -> None:
         help="Parquet file of id and embedding: the model's embeddings of items the version stores",
     )
     p.add_argument(
-        "--kind", choices=KINDS, default="procrustes", help="the map (default procrustes)"
+        "--kind", choices=FITTED_KINDS, default="procrustes", help="the map (default procrustes)"
     )
     p.add_argument(
         "--lam", type=float, default=0.0, help="affine: the orthogonality penalty (default 0)"

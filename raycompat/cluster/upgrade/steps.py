@@ -198,7 +198,7 @@ def fit_map(
 
     from raycompat.fct.triples import compute_triples
     from raycompat.train.data import make_splits, open_dataset
-    from raycompat.transformations import PairStatistics, fit_adapter, fit_affine, fit_procrustes
+    from raycompat.transformations import fit_kind
 
     base = cfg.training
     dataset = open_dataset(base.data)
@@ -213,12 +213,7 @@ def fit_map(
     if spec.map.direction == "gallery":  # the stored rows are the input, the new model's target
         x, y = y, x
     where = f"{spec.model_version}'s pairs"
-    fits = {
-        "procrustes": lambda: fit_procrustes(PairStatistics.of(x, y, gram=False, where=where)),
-        "affine": lambda: fit_affine(PairStatistics.of(x, y, where=where), spec.map.lam),
-        "adapter": lambda: fit_adapter(x, y, seed=base.seed, where=where),
-    }
-    return fits[spec.method]()
+    return fit_kind(spec.method, x, y, lam=spec.map.lam, seed=base.seed, where=where)
 
 
 def existing_grant(catalog: Catalog, gallery: str, model_version: str) -> QueryGrant | None:
