@@ -10,24 +10,19 @@ at most ``workers`` Ray tasks at a time, each reserving ``cpus_per_task`` CPUs a
 with as many threads, except the k-means task, which reserves a whole node's CPUs
 (:meth:`RayTasks.node_cpus`) or, when the cluster has one, a GPU. Results come back in call
 order; the add phase logs its progress (rows done, rows/s, ETA) with
-:class:`~raycompat.cluster.pipelines.progress.Progress` as shards finish.
+:class:`~raycompat.progress.Progress` as shards finish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
-
 import ray
 
-from raycompat.cluster.pipelines.progress import Progress
 from raycompat.cluster.pipelines.runner import PipelineError, _root_message, live_nodes
+from raycompat.index.tasks import TaskRunner
 
-T = TypeVar("T")
 
-
-class RayTasks:
-    """Runs the sharded build's task functions as Ray tasks (a ``TaskRunner``, as ``LocalTasks``).
+class RayTasks(TaskRunner):
+    """Runs the sharded build's task functions as Ray tasks.
 
     Args:
         workers: tasks in flight at once (each holds one shard's index in memory).
@@ -58,29 +53,15 @@ class RayTasks:
         """The Ray resources of a call: ``cpus`` (None: ``cpus_per_task``) and ``gpus``."""
         return {"num_cpus": cpus or self.threads, "num_gpus": gpus}
 
-    def map(
-        self,
-        fn: Callable[..., T],
-        calls: Sequence[tuple],
-        *,
-        name: str,
-        rows: Sequence[int] | None = None,
-        skipped: int = 0,
-        gpus: int = 0,
-        cpus: int | None = None,
-    ) -> list[T]:
-        """``[fn(*call) for call in calls]``, run as Ray tasks; with ``rows`` (rows of each
-        call) progress is logged, ``skipped`` rows counting as done by an earlier run; each
-        task reserves ``gpus`` GPUs and ``cpus`` CPUs (:meth:`task_options`).
+    def completed(self, fn, calls, *, name, gpus, cpus):
+        """Ray tasks, at most ``workers`` in flight, each reserving ``gpus`` GPUs and ``cpus``
+        CPUs (:meth:`task_options`); yields each result as its task finishes.
 
         Raises:
-            PipelineError: a task failed; the message is the task's own error line.
+            PipelineError: a task failed; the message is the task's own error line. The tasks
+                still running are cancelled.
         """
         task = ray.remote(**self.task_options(gpus, cpus))(fn)
-        progress = None
-        if rows is not None:
-            progress = Progress(name, skipped + sum(rows), skipped, self.progress_every_s)
-        results: list = [None] * len(calls)
         running: dict = {}
         waiting = iter(enumerate(calls))
         try:
@@ -91,12 +72,9 @@ class RayTasks:
                         break
                     running[task.remote(*item[1])] = item[0]
                 if not running:
-                    return results
+                    return
                 [done], _ = ray.wait(list(running), num_returns=1)
-                k = running.pop(done)
-                results[k] = ray.get(done)
-                if progress is not None:
-                    progress.update(rows[k])
+                yield running.pop(done), ray.get(done)
         except ray.exceptions.RayError as error:
             for ref in running:
                 ray.cancel(ref)

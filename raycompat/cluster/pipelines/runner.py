@@ -31,12 +31,12 @@ import ray
 import torch
 
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
-from raycompat.cluster.pipelines.progress import Progress
 from raycompat.cluster.pipelines.resume import pending_chunks, record_plan
 from raycompat.cluster.pipelines.unique import check_unique_distributed
 from raycompat.config.pipelines import RunOptions
 from raycompat.errors import DataError
 from raycompat.precision import autocast_dtype
+from raycompat.progress import Progress
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.lease import LeaseRef
 from raycompat.store.part_record import IdFingerprint, PartRecord

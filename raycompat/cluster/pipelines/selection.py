@@ -38,10 +38,10 @@ import torch
 
 from raycompat.cluster.pipelines.inputs import iter_chunk_batches
 from raycompat.cluster.pipelines.parts import Chunk
-from raycompat.cluster.pipelines.progress import Progress
 from raycompat.cluster.pipelines.runner import ChunkWorker, chunk_worker_kwargs, run_chunks
 from raycompat.cluster.pipelines.weights import Shared, transformation_of
 from raycompat.config.pipelines import RunOptions
+from raycompat.progress import Progress
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
 from raycompat.store.commit_checks import RECORD_READERS
 from raycompat.store.parquet import open_parquet
