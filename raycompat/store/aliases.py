@@ -27,6 +27,7 @@ back to.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
@@ -123,12 +124,16 @@ def checked_stamp(store: GalleryStore, lease: LeaseRef | None, what: str) -> dic
     return lease.stamp()
 
 
-def write_numbered(store: GalleryStore, path: str, record) -> None:
+def write_numbered(store: GalleryStore, path: str, record, lost: Callable[[], Exception]) -> None:
     """Create ``record`` (a dataclass) as JSON at ``path``, the next number of an append-only
-    log, create-if-absent: ``FileExistsError`` when another writer took that number first. The
-    store is marked first (gc manages only marked stores, ``marker.py``)."""
+    log, create-if-absent: when another writer took that number first, raise ``lost()`` (the
+    error naming the winner). The store is marked first (gc manages only marked stores,
+    ``marker.py``)."""
     store.mark()
-    store.backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
+    try:
+        store.backend.create_exclusive(path, json.dumps(asdict(record), indent=2).encode())
+    except FileExistsError:
+        raise lost() from None
 
 
 def numbered_log(store: GalleryStore, directory: str, parse, key, expected: tuple, what: str):
@@ -211,16 +216,19 @@ def _append(
     writer, at, by = owner.describe(), now_utc(), asdict(owner)
     record = AliasRecord(*change[:2], seq, action, version, served, back, writer, stamp, at, by)
     path = join(_dir(store, gallery, model), f"{seq:08d}.json")
-    try:
-        write_numbered(store, path, record)
-    except FileExistsError:
-        winner = log(store, gallery, model)[seq - 1]
-        raise AliasConflictError(
-            f"{store.backend.uri(path)}: {winner.writer} recorded change {seq} of {model!r} on "
-            f"{gallery!r} first ({winner.action} {winner.gallery_version}); this {action} is "
-            f"not recorded: check `raycompat history {gallery}` and retry"
-        ) from None
+    write_numbered(store, path, record, lambda: _lost(store, path, change, seq))
     return record
+
+
+def _lost(store: GalleryStore, path: str, change: tuple, seq: int) -> AliasConflictError:
+    """The error of a ``change`` whose number ``seq`` another writer took first."""
+    gallery, model, action = change[:3]
+    won = log(store, gallery, model)[seq - 1]
+    return AliasConflictError(
+        f"{store.backend.uri(path)}: {won.writer} recorded change {seq} of {model!r} on "
+        f"{gallery!r} first ({won.action} {won.gallery_version}); this {action} is "
+        f"not recorded: check `raycompat history {gallery}` and retry"
+    )
 
 
 def granted_version(store: GalleryStore, gallery: str, model: str) -> str | None:

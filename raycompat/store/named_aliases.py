@@ -213,17 +213,19 @@ def _append(
         back, asdict(LeaseOwner()), stamp, now_utc(),
     )  # fmt: skip
     path = join(_dir(store, gallery, alias), f"{seq:08d}.json")
-    try:
-        write_numbered(store, path, record)
-    except FileExistsError:
-        winner = log(store, gallery, alias)[seq - 1]
-        raise NamedAliasConflictError(
-            f"{store.backend.uri(path)}: {winner.writer()} recorded change {seq} of alias "
-            f"{alias!r} on {gallery!r} first ({winner.action} ({winner.gallery_version}, "
-            f"{winner.model_version})); this {action} is not recorded: check `raycompat alias "
-            f"list {gallery}` and retry"
-        ) from None
+    write_numbered(store, path, record, lambda: _lost(store, path, change, seq))
     return record
+
+
+def _lost(store: GalleryStore, path: str, change: tuple, seq: int) -> NamedAliasConflictError:
+    """The error of a ``change`` whose number ``seq`` another writer took first."""
+    gallery, alias, action = change[:3]
+    won = log(store, gallery, alias)[seq - 1]
+    return NamedAliasConflictError(
+        f"{store.backend.uri(path)}: {won.writer()} recorded change {seq} of alias {alias!r} "
+        f"on {gallery!r} first ({won.action} ({won.gallery_version}, {won.model_version})); "
+        f"this {action} is not recorded: check `raycompat alias list {gallery}` and retry"
+    )
 
 
 def set_alias(
