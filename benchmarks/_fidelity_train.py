@@ -37,7 +37,7 @@ from raycompat.methods.base import CompatibilityMethod, CrossEntropyMethod
 from raycompat.nn.models import CompatModel, create_model
 from raycompat.nn.side_info import create_side_info, nt_xent_loss, simclr_views
 from raycompat.train.schedule import warmup_cosine
-from raycompat.transformations import FCTTransformation, fct_transformation
+from raycompat.transformations import FCTTransformation
 
 log = logging.getLogger("benchmarks.fidelity")
 
@@ -285,7 +285,7 @@ def fit_h(old, new, side, spec, seed: int) -> FCTTransformation:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         d_side = 0 if rows.side is None else rows.side.shape[1]
-        h = fct_transformation(rows.old.shape[1], d_side, rows.new.shape[1], width=recipe.width)
+        h = FCTTransformation(rows.old.shape[1], d_side, rows.new.shape[1], width=recipe.width)
     optimizer = torch.optim.Adam(h.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     order = torch.Generator().manual_seed(seed)
     guard = StepGuard(where="FCT transformation", hint="lower lr")

@@ -46,7 +46,7 @@ from raycompat.cluster.pipelines import (  # noqa: E402
 from raycompat.config.train import ModelSpec  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo  # noqa: E402
 from raycompat.train.export import build_model, export_model  # noqa: E402
-from raycompat.transformations import fct_transformation, save_transformation  # noqa: E402
+from raycompat.transformations import FCTTransformation, save_transformation  # noqa: E402
 
 D_OLD, D_NEW, WIDTH = 32, 64, 128
 
@@ -66,7 +66,7 @@ def lenet(directory: str, embed_dim: int, classes: int, seed: int) -> str:
 
 def uncertain_h(directory: str) -> str:
     torch.manual_seed(0)
-    h = fct_transformation(D_OLD, 0, D_NEW, WIDTH, normalize_output=True, uncertainty=True)
+    h = FCTTransformation(D_OLD, 0, D_NEW, WIDTH, normalize_output=True, uncertainty=True)
     for m in h.modules():
         if isinstance(m, torch.nn.BatchNorm1d):
             m.running_mean.normal_()

@@ -10,7 +10,7 @@ host-to-device copies):
 - ``resnet50_train``: torchvision ResNet-50 (random init), channels_last, SGD step on
   cross-entropy, img/s; eager, and under ``torch.compile`` unless ``--skip-compile``.
 - ``vit_b16_inference``: timm ``vit_base_patch16_224`` (random init) forward, img/s.
-- ``fct_transform``: the FCT h MLP (``fct_transformation(d, d, d, width=...)``) forward over
+- ``fct_transform``: the FCT h MLP (``FCTTransformation(d, d, d, width=...)``) forward over
   (N, d) old embeddings + (N, d) side-information in batches, rows/s.
 bf16 autocast on CUDA, fp32 on CPU. Each rate is the median over ``windows`` timed windows of
 ``iterations`` steps, after ``warmup`` untimed steps (which include compilation). On CUDA each
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.transformations.fct import fct_transformation  # noqa: E402
+from raycompat.transformations.fct import FCTTransformation  # noqa: E402
 
 NUM_CLASSES = 1000  # ImageNet heads of both reference models
 
@@ -163,7 +163,7 @@ def fct_transform(device: torch.device, dtype: torch.dtype, s: Sizes) -> dict:
     """rows/s of h(old, side) in eval mode over N rows, one batch per step, one pass per window."""
     start_memory(device)
     torch.manual_seed(0)
-    h = fct_transformation(s.fct_dim, s.fct_dim, s.fct_dim, width=s.fct_width).to(device).eval()
+    h = FCTTransformation(s.fct_dim, s.fct_dim, s.fct_dim, width=s.fct_width).to(device).eval()
     rows = s.fct_batch * s.fct_batches
     old = torch.randn(rows, s.fct_dim, device=device)
     side = torch.randn(rows, s.fct_dim, device=device)

@@ -552,14 +552,14 @@ def transform(ctx: Context, out: dict) -> None:
     from raycompat.cluster.pipelines import RunOptions, transform_version
     from raycompat.store import VersionInfo
     from raycompat.transformations import (
-        fct_transformation,
+        FCTTransformation,
         save_transformation,
         side_info_transformation,
     )
 
     s = ctx.sizes
     torch.manual_seed(0)
-    h = fct_transformation(D, D, D, width=s.fct_width)
+    h = FCTTransformation(D, D, D, width=s.fct_width)
     g = side_info_transformation(D, D, D, width=s.fct_width)
     fct_dir = ctx.workdir / "fct"
     save_transformation(fct_dir, h, "h")

@@ -52,7 +52,7 @@ from _machine import emit, machine_info  # noqa: E402
 from index_scale import BUILD, CENTRES, SEARCH, K, exact_ids, mixture, publish, run, unit  # noqa: E402
 
 from raycompat.transformations import (  # noqa: E402
-    fct_transformation,
+    FCTTransformation,
     load_transformation,
     save_transformation,
 )
@@ -117,7 +117,7 @@ def measure(rows: int, smallest: bool, args: argparse.Namespace, centres: np.nda
         entry["prepare_seconds"] = time.perf_counter() - start
         if "transform" in args.stages:
             torch.manual_seed(0)
-            h = fct_transformation(
+            h = FCTTransformation(
                 args.width, 0, args.width, width=args.hidden, normalize_output=True
             )
             save_transformation(h_dir, h, "h")

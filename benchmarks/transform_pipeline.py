@@ -52,7 +52,7 @@ from transform_throughput import make_source  # noqa: E402
 from raycompat.cluster.pipelines import RunOptions, transform_version  # noqa: E402
 from raycompat.store import VersionInfo  # noqa: E402
 from raycompat.transformations import (  # noqa: E402
-    fct_transformation,
+    FCTTransformation,
     load_transformation,
     save_transformation,
     side_info_transformation,
@@ -130,7 +130,7 @@ def bench_size(rows: int, args: argparse.Namespace) -> dict:
         store = make_source(f"{tmp}/store", rows, args.rows_per_file, args.dim)
         torch.manual_seed(0)
         d, fct = args.dim, f"{tmp}/fct"
-        save_transformation(fct, fct_transformation(d, d, d, width=args.width), "h")
+        save_transformation(fct, FCTTransformation(d, d, d, width=args.width), "h")
         save_transformation(fct, side_info_transformation(d, d, d, width=args.width), "g")
         h, g = load_transformation(fct, "h"), load_transformation(fct, "g")
         files = [store.path("bench", f) for f in store.version("bench", "v1").files]

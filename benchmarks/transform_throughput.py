@@ -44,7 +44,7 @@ from _transform_cpu import overheads, pairs  # noqa: E402
 from raycompat.cluster.pipelines import RunOptions, apply_transformation, transform_version  # noqa: E402
 from raycompat.store import GalleryStore, VersionInfo, embedding_table  # noqa: E402
 from raycompat.transformations import (  # noqa: E402
-    fct_transformation,
+    FCTTransformation,
     load_transformation,
     save_transformation,
     side_info_transformation,
@@ -124,7 +124,7 @@ def bench_one(rows: int, args: argparse.Namespace, threads: int) -> dict:
     try:
         store = make_source(f"{tmp}/store", rows, args.rows_per_file)
         torch.manual_seed(0)
-        save_transformation(f"{tmp}/fct", fct_transformation(D, D, D, width=args.width), "h")
+        save_transformation(f"{tmp}/fct", FCTTransformation(D, D, D, width=args.width), "h")
         save_transformation(f"{tmp}/fct", side_info_transformation(D, D, D, width=args.width), "g")
         files = [store.path("bench", f) for f in store.version("bench", "v1").files]
         torch.set_num_threads(threads)
@@ -176,7 +176,7 @@ def bench_cpu(rows: int, args: argparse.Namespace) -> dict:
         torch.manual_seed(0)
         side = args.dim if args.side_info else 0
         save_transformation(
-            f"{args.tmp}/fct", fct_transformation(args.dim, side, args.dim, width=args.width), "h"
+            f"{args.tmp}/fct", FCTTransformation(args.dim, side, args.dim, width=args.width), "h"
         )
         h = load_transformation(f"{args.tmp}/fct", "h")
         info = store.version("bench", "v1")

@@ -12,7 +12,7 @@ from torch import nn
 from raycompat.config.fct import TransformationTrainConfig
 from raycompat.fct.losses import uncertain_transformation_loss
 from raycompat.train.export import load_exported_model
-from raycompat.transformations import fct_transformation, side_info_transformation
+from raycompat.transformations import FCTTransformation, side_info_transformation
 
 
 class TransformationPair(nn.Module):
@@ -37,7 +37,7 @@ class TransformationPair(nn.Module):
 
 
 def build_transformations(cfg: TransformationTrainConfig) -> TransformationPair:
-    h = fct_transformation(
+    h = FCTTransformation(
         cfg.h.d_old,
         cfg.h.d_side,
         cfg.h.d_new,

@@ -44,7 +44,7 @@ __getattr__, __dir__, _TORCH_NAMES = lazy_exports(
         "linear": ("AffineTransformation", "ProcrustesTransformation"),
         "pairs": ("PairsError", "check_pairs"),
         "statistics": ("PairStatistics",),
-        "fct": ("FCTTransformation", "fct_transformation", "side_info_transformation"),
+        "fct": ("FCTTransformation", "side_info_transformation"),
         "files": (
             "G",
             "H",

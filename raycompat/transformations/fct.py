@@ -114,19 +114,6 @@ class FCTTransformation(Transformation):
         return self._embedding(hidden), self.uncertainty_head(hidden)[:, 0]
 
 
-def fct_transformation(
-    d_old: int,
-    d_side: int,
-    d_new: int,
-    width: int = 2048,
-    normalize_output: bool = False,
-    uncertainty: bool = False,
-) -> FCTTransformation:
-    """h: (old embedding, side-info) -> new embedding, FCT appendix D widths; ``uncertainty``
-    adds FastFill's log-variance head."""
-    return FCTTransformation(d_old, d_side, d_new, width, normalize_output, uncertainty)
-
-
 def side_info_transformation(
     d_old: int, d_side_old: int, d_side_new: int, width: int = 2048
 ) -> FCTTransformation:

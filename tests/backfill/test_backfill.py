@@ -25,7 +25,7 @@ from raycompat.errors import ConfigError
 from raycompat.evaluation import EvalSet, score
 from raycompat.fct.losses import transformation_loss, uncertain_transformation_loss
 from raycompat.metrics.retrieval import cmc, mean_average_precision
-from raycompat.transformations import FCTTransformation, fct_transformation
+from raycompat.transformations import FCTTransformation
 
 
 @pytest.fixture(autouse=True)
@@ -125,9 +125,9 @@ PLAIN_KEYS = [
 
 def test_transformation_without_head_is_unchanged():
     torch.manual_seed(0)
-    plain = fct_transformation(5, 0, 3, width=8)
+    plain = FCTTransformation(5, 0, 3, width=8)
     torch.manual_seed(0)
-    with_head = fct_transformation(5, 0, 3, width=8, uncertainty=True)
+    with_head = FCTTransformation(5, 0, 3, width=8, uncertainty=True)
     assert sorted(plain.state_dict()) == sorted(PLAIN_KEYS)
     assert sorted(with_head.state_dict()) == sorted(
         PLAIN_KEYS + ["uncertainty_head.weight", "uncertainty_head.bias"]
@@ -150,7 +150,7 @@ def test_transformation_without_head_is_unchanged():
 
 
 def test_head_with_side_information_and_normalized_output():
-    h = fct_transformation(4, 2, 3, width=8, normalize_output=True, uncertainty=True)
+    h = FCTTransformation(4, 2, 3, width=8, normalize_output=True, uncertainty=True)
     emb, sigma = h.forward_with_uncertainty(torch.randn(5, 4), torch.randn(5, 2))
     torch.testing.assert_close(emb.norm(dim=1), torch.ones(5))
     (emb.sum() + sigma.sum()).backward()

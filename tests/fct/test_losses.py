@@ -9,11 +9,11 @@ import torch
 from raycompat.fct.losses import freeze_batchnorm_statistics
 from raycompat.nn.side_info import SIDE_INFO, create_side_info, nt_xent_loss, simclr_views
 from raycompat.train.schedule import warmup_cosine
-from raycompat.transformations import fct_transformation
+from raycompat.transformations import FCTTransformation
 
 
 def test_freeze_batchnorm_statistics_keeps_running_stats():
-    h = fct_transformation(3, 0, 2, width=8)
+    h = FCTTransformation(3, 0, 2, width=8)
     h.train()
     freeze_batchnorm_statistics(h)
     bn = h.old_projection[1]

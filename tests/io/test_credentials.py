@@ -249,7 +249,7 @@ def test_transform_job_on_s3_writes_and_logs_no_credential(
     import torch
 
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.transformations import fct_transformation, save_transformation
+    from raycompat.transformations import FCTTransformation, save_transformation
 
     caplog.set_level(logging.INFO)
     session = SessionLogs(ray_local)
@@ -261,7 +261,7 @@ def test_transform_job_on_s3_writes_and_logs_no_credential(
     staging.write_table(embedding_table(np.arange(300), rng.normal(size=(300, 8))), "p-0.parquet")
     staging.commit(expected_rows=300)
     torch.manual_seed(0)
-    save_transformation(tmp_path / "fct", fct_transformation(8, 0, 4, width=16), "h")
+    save_transformation(tmp_path / "fct", FCTTransformation(8, 0, 4, width=16), "h")
 
     spec = importlib.util.spec_from_file_location("transform_job", ROOT / "jobs" / "transform.py")
     job = importlib.util.module_from_spec(spec)

@@ -8,13 +8,12 @@ from raycompat.fct.losses import transformation_loss
 from raycompat.transformations import (
     FCTTransformation,
     create_transformation,
-    fct_transformation,
     side_info_transformation,
 )
 
 
 def test_transformation_shapes_and_gradients():
-    h = fct_transformation(d_old=8, d_side=4, d_new=6, width=32)
+    h = FCTTransformation(d_old=8, d_side=4, d_new=6, width=32)
     old, side = torch.randn(16, 8), torch.randn(16, 4)
     out = h(old, side)
     assert out.shape == (16, 6)
@@ -27,7 +26,7 @@ def test_transformation_learns_a_linear_map():
     a = torch.randn(6, 4)
     old = torch.randn(512, 6)
     target = old @ a
-    h = fct_transformation(6, 0, 4, width=64)
+    h = FCTTransformation(6, 0, 4, width=64)
     opt = torch.optim.Adam(h.parameters(), lr=1e-2)
     first = None
     for _ in range(200):
@@ -40,7 +39,7 @@ def test_transformation_learns_a_linear_map():
 
 
 def test_normalized_output_and_g():
-    h = fct_transformation(3, 2, 5, width=8, normalize_output=True)
+    h = FCTTransformation(3, 2, 5, width=8, normalize_output=True)
     out = h(torch.randn(4, 3), torch.randn(4, 2))
     torch.testing.assert_close(out.norm(dim=1), torch.ones(4))
     g = side_info_transformation(3, 2, 7, width=8)
@@ -48,7 +47,7 @@ def test_normalized_output_and_g():
 
 
 def test_transformation_bad_widths():
-    h = fct_transformation(3, 2, 5, width=8)
+    h = FCTTransformation(3, 2, 5, width=8)
     with pytest.raises(ValueError, match=r"\(N, 3\)"):
         h(torch.randn(4, 4), torch.randn(4, 2))
     with pytest.raises(ValueError, match="side-information"):
@@ -57,7 +56,7 @@ def test_transformation_bad_widths():
 
 @pytest.mark.parametrize("uncertainty", [False, True])
 def test_spec_rebuilds_the_same_shape_and_reports_the_head(uncertainty):
-    h = fct_transformation(6, 3, 4, width=16, normalize_output=True, uncertainty=uncertainty)
+    h = FCTTransformation(6, 3, 4, width=16, normalize_output=True, uncertainty=uncertainty)
     spec = h.spec()
     assert spec == dict(
         d_old=6, d_side=3, d_new=4, width=16, normalize_output=True, uncertainty=uncertainty
@@ -71,4 +70,4 @@ def test_spec_rebuilds_the_same_shape_and_reports_the_head(uncertainty):
 
 def test_forward_with_uncertainty_needs_the_head():
     with pytest.raises(ValueError, match="uncertainty=True"):
-        fct_transformation(3, 0, 2, width=8).forward_with_uncertainty(torch.randn(4, 3))
+        FCTTransformation(3, 0, 2, width=8).forward_with_uncertainty(torch.randn(4, 3))

@@ -18,7 +18,6 @@ from raycompat.transformations import (
     PairStatistics,
     Transformation,
     UnknownKindError,
-    fct_transformation,
     fit_adapter,
     fit_affine,
     fit_procrustes,
@@ -53,7 +52,7 @@ def rewrite_spec(directory, name: str, change) -> None:
 @pytest.mark.parametrize("uncertainty", [False, True])
 def test_save_load_round_trip_is_bit_identical(tmp_path, uncertainty):
     torch.manual_seed(0)
-    h = fct_transformation(6, 3, 4, width=16, normalize_output=True, uncertainty=uncertainty)
+    h = FCTTransformation(6, 3, 4, width=16, normalize_output=True, uncertainty=uncertainty)
     h.train()
     h(torch.randn(32, 6), torch.randn(32, 3))  # BatchNorm running statistics move off 0 and 1
     h.eval()

@@ -40,7 +40,7 @@ from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_ta
 from raycompat.store.part_record import part_of_file
 from raycompat.store.validate import validate_values
 from raycompat.train.export import build_model, export_model, load_exported_model
-from raycompat.transformations import fct_transformation, load_transformation, save_transformation
+from raycompat.transformations import FCTTransformation, load_transformation, save_transformation
 
 D_OLD, D_NEW, ROWS = 8, 6, 600
 IMAGES = SourceSpec(kind="dataset", name="mnist5k", options={"per_class": 60})
@@ -63,9 +63,9 @@ def lenet(directory: Path, embed_dim: int, seed: int) -> str:
 def random_h(directory: Path, uncertainty: bool) -> str:
     """h with random weights and BN statistics (so eval-mode BN is not the identity)."""
     torch.manual_seed(0)
-    h = fct_transformation(D_OLD, 0, D_NEW, width=32, normalize_output=True, uncertainty=True)
+    h = FCTTransformation(D_OLD, 0, D_NEW, width=32, normalize_output=True, uncertainty=True)
     if not uncertainty:
-        h = fct_transformation(D_OLD, 0, D_NEW, width=32, normalize_output=True)
+        h = FCTTransformation(D_OLD, 0, D_NEW, width=32, normalize_output=True)
     for m in h.modules():
         if isinstance(m, torch.nn.BatchNorm1d):
             m.running_mean.normal_()

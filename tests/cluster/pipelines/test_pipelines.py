@@ -49,7 +49,7 @@ from raycompat.store import (
 from raycompat.store.part_record import part_of_file
 from raycompat.train.export import export_model, load_exported_model
 from raycompat.transformations import (
-    fct_transformation,
+    FCTTransformation,
     load_transformation,
     save_transformation,
     side_info_transformation,
@@ -87,7 +87,7 @@ def make_source(
 def random_models(directory: Path) -> tuple[str, str]:
     """h and g with random weights and BN statistics (so eval-mode BN is not the identity)."""
     torch.manual_seed(0)
-    h = fct_transformation(D_OLD, D_SIDE, D_NEW, width=64)
+    h = FCTTransformation(D_OLD, D_SIDE, D_NEW, width=64)
     g = side_info_transformation(D_OLD, D_SIDE, D_SIDE_NEW, width=64)
     for module in (h, g):
         for m in module.modules():
@@ -248,7 +248,7 @@ def test_missing_source_version_fails_before_any_work(small):
 
 def test_width_mismatch_with_the_transformation_fails_before_any_work(small, tmp_path):
     store, _, g_dir = small
-    save_transformation(tmp_path / "h33", fct_transformation(D_OLD + 1, D_SIDE, D_NEW, width=8))
+    save_transformation(tmp_path / "h33", FCTTransformation(D_OLD + 1, D_SIDE, D_NEW, width=8))
     with pytest.raises(SchemaError, match=f"source v1 width is {D_OLD} but .*h33 d_old is 33"):
         transform_version(store, "g", "v1", target(), str(tmp_path / "h33"), g_dir)
     with pytest.raises(SchemaError, match="target v2 width is 17 but .*d_new is 16"):

@@ -51,13 +51,13 @@ def test_another_width_is_one_line_naming_the_key_and_both_widths(model_dir):
 
 def test_a_transform_target_of_another_width_than_h_is_one_line(tmp_path):
     from raycompat.store import VersionInfo, embedding_table
-    from raycompat.transformations import fct_transformation, save_transformation
+    from raycompat.transformations import FCTTransformation, save_transformation
 
     store = GalleryStore(str(tmp_path / "store"))
     staging = store.begin("g", VersionInfo("v1", "m1", 8, False, "v1"), "init")
     staging.write_table(embedding_table([0, 1], torch.ones(2, 8).numpy()), "p.parquet")
     staging.commit(expected_rows=2)
-    save_transformation(tmp_path / "h", fct_transformation(8, 0, 4, width=16), "h")
+    save_transformation(tmp_path / "h", FCTTransformation(8, 0, 4, width=16), "h")
     cfg = TransformJobConfig(
         mode="transform",
         store=StoreSpec(root=store.root, gallery="g"),

@@ -26,7 +26,7 @@ from raycompat.store import GalleryStore, VersionInfo, embedding_schema, embeddi
 from raycompat.store.part_record import IdFingerprint, PartRecord, part_of_file
 from raycompat.store.vectors import vectors
 from raycompat.transformations import (
-    fct_transformation,
+    FCTTransformation,
     load_transformation,
     save_transformation,
     side_info_transformation,
@@ -57,7 +57,7 @@ def test_input_rows_are_a_view_of_arrows_buffer(tmp_path):
 def test_worker_writes_h_of_its_chunk_and_reports_its_cpu(tmp_path):
     store, threads = _source(tmp_path), torch.get_num_threads()
     torch.manual_seed(0)
-    save_transformation(tmp_path / "fct", fct_transformation(D, 0, D, width=16), "h")
+    save_transformation(tmp_path / "fct", FCTTransformation(D, 0, D, width=16), "h")
     source, target = store.version("g", "v1"), VersionInfo("v2", "m2", D, False, "v2 = h(v1)")
     chunks, _, _ = plan_version_chunks(store, "g", source, 1000)
     staging = store.begin("g", target, "t")
@@ -101,7 +101,7 @@ def _source_with_side_info(root, files: int, rows: int, group_rows: int) -> Gall
 
 def _random_h_and_g(directory) -> str:
     torch.manual_seed(0)
-    h = fct_transformation(D, D, D, width=16)
+    h = FCTTransformation(D, D, D, width=16)
     g = side_info_transformation(D, D, D, width=16)
     for module in (h, g):  # eval-mode BN that is not the identity
         for m in module.modules():

@@ -29,8 +29,8 @@ from raycompat.fct.triples import Triples
 from raycompat.nn.side_info import create_side_info
 from raycompat.train.export import build_model, export_model, load_exported_model
 from raycompat.transformations import (
+    FCTTransformation,
     export_transformation,
-    fct_transformation,
     load_transformation,
 )
 
@@ -214,7 +214,7 @@ def test_transformation_learns_freezes_bn_and_resumes(ray_local, tmp_path):
 
 def test_transformation_export_round_trip(tmp_path):
     torch.manual_seed(0)
-    h = fct_transformation(4, 3, 5, width=16, normalize_output=True).eval()
+    h = FCTTransformation(4, 3, 5, width=16, normalize_output=True).eval()
     dims = dict(d_old=4, d_side=3, d_new=5, width=16, normalize_output=True)
     export_transformation(tmp_path, "h", h.state_dict(), dims, kind="fct", epoch=3)
     loaded = load_transformation(tmp_path)
@@ -323,7 +323,7 @@ def uncertain_config(triples_dir, tmp_path, *overrides) -> TransformationTrainCo
 
 def test_uncertain_transformation_export_round_trip(tmp_path):
     torch.manual_seed(0)
-    h = fct_transformation(4, 0, 5, width=16, uncertainty=True).eval()
+    h = FCTTransformation(4, 0, 5, width=16, uncertainty=True).eval()
     dims = dict(d_old=4, d_side=0, d_new=5, width=16, normalize_output=False, uncertainty=True)
     export_transformation(tmp_path, "h", h.state_dict(), dims, kind="fct", epoch=3)
     loaded = load_transformation(tmp_path)
@@ -333,7 +333,7 @@ def test_uncertain_transformation_export_round_trip(tmp_path):
     ):
         torch.testing.assert_close(got, expected)
     # An export written before the flag existed (no "uncertainty" key) loads as plain FCT h.
-    plain = fct_transformation(4, 0, 5, width=16).eval()
+    plain = FCTTransformation(4, 0, 5, width=16).eval()
     export_transformation(
         tmp_path / "old", "h", plain.state_dict(), {**dims, "uncertainty": 0}, kind="fct"
     )

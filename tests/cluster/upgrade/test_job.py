@@ -380,7 +380,7 @@ def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, 
     from raycompat.config.upgrade import UpgradeConfig
     from raycompat.evaluation import EvalSet
     from raycompat.store import VersionInfo, embedding_table
-    from raycompat.transformations import fct_transformation, save_transformation
+    from raycompat.transformations import FCTTransformation, save_transformation
     from raycompat.upgrade.evaluate import EvalData
     from raycompat.upgrade.policy import Decision
 
@@ -392,7 +392,7 @@ def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, 
     staging.write_table(embedding_table(np.arange(40), features), "part-0.parquet")
     v1 = staging.commit()
     torch.manual_seed(0)
-    save_transformation(tmp_path / "m3", fct_transformation(5, 0, 5, width=8))  # untrained h
+    save_transformation(tmp_path / "m3", FCTTransformation(5, 0, 5, width=8))  # untrained h
     data = EvalData(None, np.arange(40), EvalSet(labels), "identification", "cosine", True, 8)
     assert data.score(features, features) == 1.0  # the old self-test the rows must beat
     cfg = UpgradeConfig(pipeline=RunOptions(rows_per_file=40, batch_size=40, actors=1))
