@@ -168,10 +168,10 @@ def store_cases(args, plain: list[str]) -> dict:
     prepare(root, args.rows, args.width)
     queries = Path(root, "q.npy")
     np.save(queries, mixture(np.random.default_rng(2), centres_of(args.width), 1))
-    where = ["--store", root, "--gallery", GALLERY, "--model", "bench", "-k", "10"]
+    where = ["--store", root, "--model", "bench", "-k", "10"]
     script = [sys.executable, "-c", SCRIPT, str(_build_folder(root)), str(queries)]
-    search = [CLI, "search", "--vectors", str(queries), *where]
-    ids = [CLI, "search", "--ids", "17", *where]
+    search = [CLI, "search", GALLERY, "--vectors", str(queries), *where]
+    ids = [CLI, "search", GALLERY, "--ids", "17", *where]
     return {
         "versions": paired_runs([CLI, "versions", GALLERY, "--store", root], plain, args.pairs),
         "search_vectors": paired_runs(search, script, args.pairs),

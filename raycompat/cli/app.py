@@ -53,8 +53,7 @@
     raycompat report RUN_DIR [--json]             an upgrade run's report (report.md, or the
                                                   decisions and matrix as JSON)
 
-The gallery is the first positional argument of every command that names one; ``search``,
-``adopt`` and ``export`` also take the older spelling ``--gallery G``
+The gallery is the first positional argument of every command that names one
 (``cli/arguments.py``).
 
 Each command is defined once, as a :class:`~raycompat.cli.command.Command` in its group's

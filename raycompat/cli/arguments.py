@@ -4,8 +4,7 @@
   :func:`as_of`.
 - The gallery is the first positional argument of every command that names one
   (:func:`add_gallery`: ``raycompat versions mnist``, ``raycompat search mnist --ids 17``,
-  ``raycompat index build mnist --version v1``). ``search``, ``adopt`` and ``export`` also
-  take the older spelling ``--gallery G``, which scripts and tests still use.
+  ``raycompat index build mnist --version v1``).
 - ``--debug`` and ``--verbose`` are accepted before or after the subcommand
   (:func:`global_flags`); ``--version`` looks the version up only when asked.
 - Every subcommand parser is a :class:`CommandParser`.
@@ -23,7 +22,6 @@ from raycompat.cli.errors import DEBUG_ENV, DEBUG_FLAG
 
 STORE = "outputs/upgrade/store"  # the examples' store: what `python jobs/upgrade.py` writes
 GALLERY_HELP = "a gallery of the store (an unknown name lists those that exist)"
-OLD_GALLERY_FLAG = "--gallery"
 RAY_ADDRESS_HELP = (
     "Ray address (default: RAY_ADDRESS, else a local Ray that ends with the command, "
     "even a killed one)"
@@ -71,42 +69,14 @@ def as_of(text: str) -> str:
 # ---- the gallery -----------------------------------------------------------------------------
 
 
-def add_gallery(
-    p: argparse.ArgumentParser, help: str = GALLERY_HELP, *, old_flag: bool = False
-) -> None:
-    """GALLERY, the first positional argument. ``old_flag``: also take ``--gallery G`` (the
-    spelling ``search``, ``adopt`` and ``export`` had), read by :class:`CommandParser`."""
+def add_gallery(p: argparse.ArgumentParser, help: str = GALLERY_HELP) -> None:
+    """GALLERY, the first positional argument."""
     p.add_argument("gallery", help=help)
-    if old_flag:
-        p.add_argument(
-            OLD_GALLERY_FLAG,
-            dest="old_gallery",
-            metavar="GALLERY",
-            default=argparse.SUPPRESS,
-            help="the same as GALLERY (the older spelling, still accepted)",
-        )
-        p.set_defaults(**{_OLD_FLAG_MARK: True})
-
-
-_OLD_FLAG_MARK = "_takes_old_gallery_flag"
-
-
-def _gallery_first(args: list[str]) -> list[str]:
-    """``args`` with ``--gallery G`` (or ``--gallery=G``) taken out and G put first, where
-    GALLERY, the first positional, is read from; everything after ``--`` is left alone."""
-    end = args.index("--") if "--" in args else len(args)
-    for i, arg in enumerate(args[:end]):
-        if arg == OLD_GALLERY_FLAG and i + 1 < end:
-            return [args[i + 1], *args[:i], *args[i + 2 :]]
-        if arg.startswith(OLD_GALLERY_FLAG + "="):
-            return [arg.partition("=")[2], *args[:i], *args[i + 1 :]]
-    return args
 
 
 class CommandParser(argparse.ArgumentParser):
-    """A subcommand's parser, with two habits plain argparse lacks.
+    """A subcommand's parser, with a habit plain argparse lacks.
 
-    - A command added with ``add_gallery(p, old_flag=True)`` reads ``--gallery G`` as GALLERY.
     - Positionals and options mix in any order (``parse_intermixed_args``) where a variadic
       positional follows another (``search mnist --model m1 a.png b.png``): argparse alone
       would give the images to the first chunk of positionals, empty, and refuse the rest.
@@ -118,8 +88,6 @@ class CommandParser(argparse.ArgumentParser):
         if self._inside:
             return super().parse_known_args(args, namespace)
         args = list(sys.argv[1:] if args is None else args)
-        if self.get_default(_OLD_FLAG_MARK):
-            args = _gallery_first(args)
         if not self._intermixed():
             namespace, extras = super().parse_known_args(args, namespace)
         else:
@@ -128,7 +96,6 @@ class CommandParser(argparse.ArgumentParser):
                 namespace, extras = self.parse_known_intermixed_args(args, namespace)
             finally:
                 self._inside = False
-        vars(namespace).pop(_OLD_FLAG_MARK, None)
         return namespace, extras
 
     def _intermixed(self) -> bool:

@@ -105,30 +105,27 @@ def test_version_prints_the_installed_version(capsys):
     [
         ("search g a.png b.png --model m", {"gallery": "g", "images": ["a.png", "b.png"]}),
         ("search g --model m a.png b.png", {"gallery": "g", "images": ["a.png", "b.png"]}),
-        (
-            "search --gallery g --model m a.png b.png",
-            {"gallery": "g", "images": ["a.png", "b.png"]},
-        ),
-        (
-            "search --gallery=g --ids 1 2 --model m",
-            {"gallery": "g", "images": [], "ids": ["1", "2"]},
-        ),
+        ("search g --ids 1 2 --model m", {"gallery": "g", "images": [], "ids": ["1", "2"]}),
         ("adopt g s3://b/t --version v --model m", {"gallery": "g", "uri": "s3://b/t"}),
-        ("adopt s3://b/t --gallery g --version v --model m", {"gallery": "g", "uri": "s3://b/t"}),
         ("export g /tmp/t --version v --format delta", {"gallery": "g", "target": "/tmp/t"}),
-        (
-            "export --gallery g --version v --format delta /tmp/t",
-            {"gallery": "g", "target": "/tmp/t"},
-        ),
         ("index build g --version v", {"gallery": "g"}),
     ],
 )
-def test_the_gallery_is_the_first_positional_and_the_older_flag_still_works(argv, positionals):
+def test_the_gallery_is_the_first_positional_of_every_command(argv, positionals):
     """One convention (issue 39): GALLERY first, as versions, history, promote and index take it;
-    search, adopt and export still read the older ``--gallery G``; positionals and options mix."""
+    positionals and options mix."""
     args = vars(parser().parse_args([*argv.split(), "--store", "s"]))
     assert {key: args[key] for key in positionals} == positionals
-    assert "old_gallery" not in args
+
+
+@pytest.mark.parametrize(
+    "command", ["search --ids 1 --model m", "export --version v --format delta /tmp/t"]
+)
+def test_the_older_gallery_flag_is_refused(command, capsys):
+    """``--gallery G`` is gone (no release ever took it); naming it is a usage error."""
+    with pytest.raises(SystemExit) as done:
+        main([*command.split(), "--gallery", "g", "--store", "s"])
+    assert done.value.code == 2 and "--gallery" in capsys.readouterr().err
 
 
 def test_a_missing_gallery_is_a_usage_error(capsys):

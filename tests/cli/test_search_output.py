@@ -63,7 +63,7 @@ def flat(tmp_path):
 
 
 def search(store, *argv) -> list[str]:
-    return ["search", *argv, "--store", store.uri(), "--gallery", "g", "--model", "m1"]
+    return ["search", "g", *argv, "--store", store.uri(), "--model", "m1"]
 
 
 def strict_json(text: str):

@@ -79,7 +79,7 @@ def test_a_killed_adopt_leaves_no_ray_process(tmp_path):
     table.mkdir()
     pq.write_table(embedding_table(np.arange(8), np.ones((8, 4), np.float32)), table / "p.parquet")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local Ray, then
-    argv = f"adopt {table} --store {tmp_path / 'store'} --gallery g --version v1 --model m"
+    argv = f"adopt g {table} --store {tmp_path / 'store'} --version v1 --model m"
     with open(log, "wb") as output:
         adopt = subprocess.Popen(
             [sys.executable, "-c", ADOPT_WITH_A_STALLED_SCAN, str(scanning), *argv.split()],

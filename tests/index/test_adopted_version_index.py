@@ -66,12 +66,11 @@ def test_an_adopted_table_is_indexed_in_shards_and_searched(tmp_path, capsys):
     np.save(tmp_path / "q.npy", queries)
     argv = [
         "search",
+        "faces",
         "--vectors",
         str(tmp_path / "q.npy"),
         "--store",
         store.uri(),
-        "--gallery",
-        "faces",
         "--model",
         "ext",
         "--json",

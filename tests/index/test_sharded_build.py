@@ -229,7 +229,7 @@ def test_cli_search_takes_nprobe(gallery, capsys):
     catalog = Catalog(store)
     catalog.register_model(ModelRecord("m1", "unused", WIDTH, method="independent"))
     catalog.grant(QueryGrant("g", "v1", "m1", "extracted"))
-    base = ["search", "--ids", "img-12", "--store", store.uri(), "--gallery", "g", "--model", "m1"]
+    base = ["search", "g", "--ids", "img-12", "--store", store.uri(), "--model", "m1"]
     assert cli([*base, "--nprobe", "64", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["ids"][0] == "img-12"
     with pytest.raises(SystemExit):

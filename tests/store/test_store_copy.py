@@ -75,7 +75,7 @@ def test_a_copied_store_works_after_the_original_is_deleted(tmp_path, capsys):
     assert catalog.model_uri("m1") == str(copy / "_models" / "m1")
     fetched = Path(catalog.fetch_model_files("m1", str(tmp_path / "fetched")))
     assert {p.name: p.read_bytes() for p in fetched.iterdir()} == MODEL_FILES
-    argv = ["search", "--ids", "r7", "-k", "3", "--gallery", "g", "--model", "m1"]
+    argv = ["search", "g", "--ids", "r7", "-k", "3", "--model", "m1"]
     assert main([*argv, "--store", str(copy), "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["results"][0]["ids"][0] == "r7"

@@ -75,7 +75,7 @@ def render_adopt(out: dict) -> str:
 
 
 def _adopt_arguments(p) -> None:
-    add_gallery(p, "the gallery to publish into (new or not)", old_flag=True)
+    add_gallery(p, "the gallery to publish into (new or not)")
     p.add_argument(
         "uri",
         help="a Delta or Iceberg table, or a folder of *.parquet files (local or s3://); or "
@@ -139,7 +139,7 @@ def export(args) -> dict | str:
 
 
 def _export_arguments(p) -> None:
-    add_gallery(p, old_flag=True)
+    add_gallery(p)
     p.add_argument(
         "target", help="Delta: a folder or s3:// URI; Iceberg: namespace.table in --catalog-uri"
     )

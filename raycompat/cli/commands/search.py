@@ -156,7 +156,7 @@ def render_search(out: dict) -> str:
 
 
 def _arguments(p) -> None:
-    add_gallery(p, old_flag=True)
+    add_gallery(p)
     p.add_argument("images", nargs="*", default=[], help="query images, embedded with --model")
     p.add_argument("--vectors", help="query vectors of --model: a .npy (Q, d) or a Parquet file")
     p.add_argument("--ids", nargs="+", help="query with rows stored in the version searched")

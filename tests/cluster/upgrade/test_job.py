@@ -357,7 +357,7 @@ def test_a_table_adopted_into_the_store_leaves_its_upgrade_job_working(
         pa.table({"id": np.arange(6), "embedding": embedding}), tmp_path / "table" / "p.parquet"
     )
     store_root = str(where / "store")
-    adopt = ["adopt", str(tmp_path / "table"), "--store", store_root, "--gallery", "ext"]
+    adopt = ["adopt", "ext", str(tmp_path / "table"), "--store", store_root]
     assert cli([*adopt, "--version", "v1", "--model", "extmodel"]) == 0
     capsys.readouterr()
     assert not Catalog(GalleryStore(store_root)).model("extmodel").has_weights

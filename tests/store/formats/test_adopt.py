@@ -328,11 +328,12 @@ def test_cli_adopts_a_table_and_fails_with_one_line(tmp_path, ray_data, capsys):
         )
         return done.returncode, done.stdout, done.stderr.strip().splitlines()
 
-    base = ["--store", root, "--gallery", "faces", "--model", "ext"]
-    code, out, err = cli("adopt", str(tmp_path / "t"), *base, "--version", "v1")
+    base = ["--store", root, "--model", "ext"]
+    table, bad = str(tmp_path / "t"), str(tmp_path / "bad")
+    code, out, err = cli("adopt", "faces", table, *base, "--version", "v1")
     assert code == 0, err
     assert "as gallery faces version v1: 10 rows in 2 file(s), 4-d float32" in out
-    code, _, err = cli("adopt", str(tmp_path / "t"), *base[:-1], "other", "--version", "v1")
+    code, _, err = cli("adopt", "faces", table, *base[:-1], "other", "--version", "v1")
     assert code == 1 and len(err) == 1  # before Ray
     assert err[0].startswith(
         "raycompat: error: gallery 'faces' already has version 'v1', which "
@@ -340,23 +341,22 @@ def test_cli_adopts_a_table_and_fails_with_one_line(tmp_path, ray_data, capsys):
     )
 
     capsys.readouterr()  # the same main() in this process, on the session's Ray
-    assert main(["adopt", str(tmp_path / "t"), *base, "--version", "v1"]) == 0  # a rerun: no-op
+    assert main(["adopt", "faces", table, *base, "--version", "v1"]) == 0  # a rerun: no-op
     assert "as gallery faces version v1" in capsys.readouterr().out
-    assert main(["adopt", str(tmp_path / "bad"), *base[:-1], "other", "--version", "v2"]) == 1
+    assert main(["adopt", "faces", bad, *base[:-1], "other", "--version", "v2"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("raycompat: error: ") and "Traceback" not in "\n".join(err)
     assert "bad/x.parquet: 1 row(s) of embedding hold NaN/inf; first is row 1" in err[-1]
     with pytest.raises(SystemExit) as usage:
-        main(["adopt", str(tmp_path / "t"), "--store", root, "--gallery", "faces"])
+        main(["adopt", "faces", str(tmp_path / "t"), "--store", root])
     assert usage.value.code == 2 and "required" in capsys.readouterr().err
     assert (
         main(
             [
                 "search",
+                "faces",
                 "--store",
                 root,
-                "--gallery",
-                "faces",
                 "--model",
                 "ext",
                 "--vectors",

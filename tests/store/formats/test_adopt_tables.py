@@ -186,11 +186,10 @@ def test_unsupported_formats_are_refused_in_one_line(tmp_path, marker, name, cap
     frame(0, 10).to_pandas().to_parquet(table / "part-0.parquet")
     argv = [
         "adopt",
+        "faces",
         str(table),
         "--store",
         str(tmp_path / "store"),
-        "--gallery",
-        "faces",
         "--version",
         "v1",
         "--model",
@@ -364,6 +363,7 @@ def test_an_iceberg_table_is_adopted_by_its_catalog_name(tmp_path, ray_local, ca
         main(
             [
                 "adopt",
+                "faces",
                 "iceberg:gallery.faces",
                 "--catalog-uri",
                 f"sqlite:///{tmp_path}/catalog.db",
@@ -371,8 +371,6 @@ def test_an_iceberg_table_is_adopted_by_its_catalog_name(tmp_path, ray_local, ca
                 f"{tmp_path}/warehouse",
                 "--store",
                 str(tmp_path / "store"),
-                "--gallery",
-                "faces",
                 "--version",
                 "v1",
                 "--model",
@@ -425,8 +423,6 @@ def test_an_unknown_catalog_name_is_refused_in_one_line(tmp_path, capsys):
     argv = [
         "--store",
         str(tmp_path / "store"),
-        "--gallery",
-        "faces",
         "--version",
         "v1",
         "--model",
@@ -436,6 +432,7 @@ def test_an_unknown_catalog_name_is_refused_in_one_line(tmp_path, capsys):
         main(
             [
                 "adopt",
+                "faces",
                 "iceberg:gallery.faces",
                 "--catalog-uri",
                 f"sqlite:///{tmp_path}/none.db",
@@ -448,6 +445,6 @@ def test_an_unknown_catalog_name_is_refused_in_one_line(tmp_path, capsys):
     assert "no such SQLite file" in capsys.readouterr().err
     for usage in (["iceberg:gallery.faces"], [str(tmp_path), "--catalog-uri", catalog]):
         with pytest.raises(SystemExit) as exit_:
-            main(["adopt", *usage, *argv])
+            main(["adopt", "faces", *usage, *argv])
         assert exit_.value.code == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1

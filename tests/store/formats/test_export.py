@@ -170,7 +170,7 @@ def test_the_cli_prints_one_line_or_json_and_exits_2_on_usage_errors(tmp_path, c
 
     store = GalleryStore(str(tmp_path / "store"))
     publish(store, "v1", 12, "float16")
-    base = ["export", "--store", str(tmp_path / "store"), "--gallery", "faces", "--version", "v1"]
+    base = ["export", "faces", "--store", str(tmp_path / "store"), "--version", "v1"]
 
     assert main([*base, "--format", "delta", str(tmp_path / "t")]) == 0
     out = capsys.readouterr().out.strip().splitlines()
@@ -189,7 +189,7 @@ def test_the_cli_prints_one_line_or_json_and_exits_2_on_usage_errors(tmp_path, c
     err = capsys.readouterr().err
     assert usage.value.code == 2
     assert err == "raycompat: error: --format iceberg needs --catalog-uri and --warehouse\n"
-    assert main([*base[:2], str(tmp_path / "nowhere"), *base[3:], "--format", "delta", "t"]) == 2
+    assert main([*base[:3], str(tmp_path / "nowhere"), *base[4:], "--format", "delta", "t"]) == 2
 
 
 def test_a_delta_export_to_s3_reads_back(s3_bucket):
