@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -188,19 +189,9 @@ def compare_orders(
         raise ValueError("random_seeds must name at least one seed")
     g = np.asarray(uncertainty).shape[0]
 
-    def curve(order: np.ndarray) -> BackfillCurve:
-        return backfill_curve(
-            query_new,
-            gallery_new,
-            gallery_transformed,
-            query_labels,
-            gallery_labels,
-            order,
-            fractions,
-            distance=distance,
-            exclude_self=exclude_self,
-            chunk_size=chunk_size,
-        )
+    pairs = (query_new, gallery_new, gallery_transformed, query_labels, gallery_labels)
+    options = dict(distance=distance, exclude_self=exclude_self, chunk_size=chunk_size)
+    curve = partial(backfill_curve, *pairs, fractions=fractions, **options)  # curve(order)
 
     return {
         "uncertainty": curve(backfill_order(uncertainty)),

@@ -143,21 +143,7 @@ def lfw_bin(
     )
 
 
-@DATASETS.register("synthetic")
-def synthetic(
-    *,
-    num_classes: int,
-    images_per_class: int,
-    image_size: int = 32,
-    channels: int = 3,
-    seed: int = 0,
-    difficulty: float = 1.0,
-    rank: int = 16,
-    transform: Transform | None = None,
-) -> ImageDataset:
-    return SyntheticIdentities(
-        num_classes, images_per_class, image_size, channels, seed, difficulty, rank, transform
-    )
+DATASETS.register("synthetic")(SyntheticIdentities)
 
 
 def create_dataset(name: str, **kwargs: Any) -> Any:
