@@ -308,8 +308,19 @@ def plan_build(
     """The sizes (module docstring: ``nlist``, ``nprobe``, the sample, the quantizer), the
     shards (from the part files' footers; without ``rows_per_shard``, :func:`default_shards`
     for ``workers`` tasks at a time) and the build folder's name; nothing is written.
-    ``threads``: faiss threads per task (the runner's). Raises ``ValueError`` for an ``nlist``
-    out of range or an unknown ``quantizer``."""
+    Raises ``ValueError`` for an ``nlist`` out of range or an unknown ``quantizer``.
+
+    Args:
+        threads: faiss threads per task (the runner's).
+        nlist / nprobe / train_size: default ``ivf_nlist(N)``, ``ivf_nprobe(nlist)``,
+            ``64 nlist`` sampled rows (module docstring).
+        rows_per_shard: rows added by one task (default: :func:`default_shards` shards, at
+            least one per worker of the runner, at most ``SHARD_BYTES`` of vectors each).
+        quantizer: the coarse quantizer, ``"flat"``, ``"hnsw"`` or ``"auto"`` (HNSW from
+            ``HNSW_MIN_NLIST`` lists on; module docstring).
+        build: the build folder's name (default: a digest of the version and the parameters,
+            so that a rerun resumes).
+    """
     nlist = int(nlist or ivf_nlist(info.rows))
     train_rows = min(info.rows, int(train_size or TRAIN_PER_LIST * nlist))
     if not 1 <= nlist <= train_rows:
@@ -435,48 +446,22 @@ def build_sharded_index(
     dist: Distance,
     *,
     runner: TaskRunner | None = None,
-    nlist: int | None = None,
-    nprobe: int | None = None,
-    train_size: int | None = None,
-    rows_per_shard: int | None = None,
-    batch_size: int = 65536,
-    seed: int = 0,
     use_gpu: bool | str = "auto",
-    build: str | None = None,
     keep_shards: bool = True,
-    quantizer: str = "auto",
+    **sizes: Any,
 ) -> dict:
     """Build (or resume) the sharded IVF index of ``info``; return the pointer to publish.
 
     Args:
         runner: a :class:`TaskRunner` that runs the tasks: :class:`LocalTasks` (default) or the
             Ray layer's ``RayTasks``.
-        nlist / nprobe / train_size: default ``ivf_nlist(N)``, ``ivf_nprobe(nlist)``,
-            ``64 nlist`` sampled rows (module docstring).
-        rows_per_shard: rows added by one task (default: :func:`default_shards` shards, at
-            least one per worker of the runner, at most ``SHARD_BYTES`` of vectors each).
-        quantizer: the coarse quantizer, ``"flat"``, ``"hnsw"`` or ``"auto"`` (HNSW from
-            ``HNSW_MIN_NLIST`` lists on; module docstring).
-        build: the build folder's name (default: a digest of the version and the parameters,
-            so that a rerun resumes).
+        sizes: :func:`plan_build`'s keywords (``nlist``, ``nprobe``, ``train_size``,
+            ``rows_per_shard``, ``batch_size``, ``seed``, ``build``, ``quantizer``); the runner
+            gives its ``threads`` and ``workers``.
     """
     runner = runner or LocalTasks()
-    plan = plan_build(
-        store,
-        gallery,
-        info,
-        dist,
-        threads=getattr(runner, "threads", None),
-        nlist=nlist,
-        nprobe=nprobe,
-        train_size=train_size,
-        rows_per_shard=rows_per_shard,
-        batch_size=batch_size,
-        seed=seed,
-        build=build,
-        workers=getattr(runner, "workers", 1),
-        quantizer=quantizer,
-    )
+    threads, workers = getattr(runner, "threads", None), getattr(runner, "workers", 1)
+    plan = plan_build(store, gallery, info, dist, threads=threads, workers=workers, **sizes)
     ctx = plan.ctx
     _record_plan(store, ctx, plan.identity, plan.shards)
     _remove_scratch(store, ctx)
