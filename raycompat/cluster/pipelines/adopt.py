@@ -19,6 +19,7 @@ adoption whose record was published completes it (model record and grant) withou
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow.fs as pafs
 import ray
@@ -72,15 +73,10 @@ def adopt_version(
     version: str,
     uri: str,
     *,
-    model: str,
-    id_column: str = "id",
-    embedding_column: str = "embedding",
     normalized: bool | None = None,
     lineage: str | None = None,
     batch_size: int = 65536,
-    as_of: str | None = None,
-    catalog_uri: str | None = None,
-    warehouse: str | None = None,
+    **source: Any,
 ) -> VersionInfo:
     """Publish the table at ``uri`` as ``gallery/version``, without copying.
 
@@ -93,6 +89,7 @@ def adopt_version(
             (``sqlite:///path/catalog.db``; ``warehouse`` its warehouse, optional), adopted
             from its location like a table folder; lineage names it
             (``adopt(iceberg:<namespace>.<table>@<snapshot>)``).
+        source: :func:`plan_adoption`'s keywords (``model`` is required):
         as_of: a Delta version or Iceberg snapshot id, or an ISO timestamp: adopt that
             snapshot instead of the current one.
         model: the version's model; registered in the catalog if new (no files: it searches
@@ -112,18 +109,7 @@ def adopt_version(
             version existing as this same adoption (a killed run) is not an error: the
             missing model record and grant are written.
     """
-    plan = plan_adoption(
-        store,
-        gallery,
-        version,
-        uri,
-        model=model,
-        id_column=id_column,
-        embedding_column=embedding_column,
-        as_of=as_of,
-        catalog_uri=catalog_uri,
-        warehouse=warehouse,
-    )
+    plan = plan_adoption(store, gallery, version, uri, **source)
     return run_adoption(store, plan, normalized=normalized, lineage=lineage, batch_size=batch_size)
 
 
