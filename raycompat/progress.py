@@ -18,6 +18,7 @@ import logging
 import time
 
 log = logging.getLogger("raycompat.progress")
+rows_log = logging.getLogger("raycompat.progress.rows")  # a pipeline's row counts
 
 
 def plural(count: int, noun: str) -> str:
@@ -95,7 +96,7 @@ class Progress:
             self._last = now
             left = self.total - self.skipped - self.done
             eta = left / self.rows_per_s if self.done else float("nan")
-            log.info(
+            rows_log.info(
                 "%s: %d / %d rows (%.1f%%, %d from an earlier run), %.0f rows/s, ETA %.0f s",
                 self.name,
                 self.skipped + self.done,
