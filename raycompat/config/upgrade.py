@@ -34,11 +34,12 @@ from raycompat.registry import UnknownNameError
 @dataclass
 class MapSpec:
     """The fit of a ``procrustes``, ``affine`` or ``adapter`` entry (docs/transformations.md):
-    ``pairs`` training images (a seeded sample of the entry's classes) embedded by both models,
-    ``lam`` the affine fit's orthogonality penalty (0: plain least squares). ``direction``:
-    ``query`` maps the new model's queries into the stored gallery's space (nothing is
-    rewritten); ``gallery`` maps the stored gallery forward into the new model's space, written
-    as a new version by the transform pipeline as FCT's h is."""
+    a seeded sample of about ``pairs`` rows of the stored gallery, each re-embedded by the new
+    model from the gallery's images on the workers (``cluster/pipelines/pairs.py``); ``lam``
+    the affine fit's orthogonality penalty (0: plain least squares). ``direction``: ``query``
+    maps the new model's queries into the stored gallery's space (nothing is rewritten);
+    ``gallery`` maps the stored gallery forward into the new model's space, written as a new
+    version by the transform pipeline as FCT's h is."""
 
     pairs: int = bounded(5000, ge=2)
     lam: float = bounded(0.0, ge=0.0)

@@ -40,7 +40,14 @@ __getattr__, __dir__, _TORCH_NAMES = lazy_exports(
     {
         "adapter": ("AdapterTransformation",),
         "base": ("INTERFACE_KEYS", "Transformation"),
-        "fit": ("Fit", "fit_adapter", "fit_affine", "fit_kind", "fit_procrustes"),
+        "fit": (
+            "Fit",
+            "fit_adapter",
+            "fit_affine",
+            "fit_kind",
+            "fit_procrustes",
+            "fit_statistics",
+        ),
         "linear": ("AffineTransformation", "ProcrustesTransformation"),
         "pairs": ("PairsError", "check_pairs"),
         "statistics": ("PairStatistics",),

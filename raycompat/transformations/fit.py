@@ -243,15 +243,31 @@ def fit_adapter(
     return Fit(h, stats.count, residual, stats.sum_sq_y / stats.count, settings)
 
 
+def _keeps_gram(kind: str, d_x: int, d_y: int) -> bool:
+    """Whether the ``kind`` fit from ``d_x`` to ``d_y`` needs the Gram ``X^T X``: the affine fit
+    always; Procrustes only for its residual where ``d_x > d_y`` (the map is not an isometry)."""
+    return kind == "affine" or (kind == "procrustes" and d_x > d_y)
+
+
+def fit_statistics(kind: str, stats: PairStatistics, *, lam: float = 0.0) -> Fit:
+    """The linear ``kind`` (``procrustes`` or ``affine``, penalty ``lam``) fitted on ``stats``,
+    accumulated anywhere (``PairStatistics.merge`` of the parts of many workers)."""
+    if kind == "procrustes":
+        return fit_procrustes(stats)
+    if kind == "affine":
+        return fit_affine(stats, lam)
+    raise ValueError(f"fit_statistics: {kind!r} is not fitted from statistics (procrustes, affine)")
+
+
 def fit_kind(kind: str, x, y, *, lam: float = 0.0, seed: int = 0, where: str = "pairs") -> Fit:
     """The ``kind`` map fitted on the pairs ``x (N, d_old)``, ``y (N, d_new)``: the one entry
-    point of ``raycompat adapt`` and the upgrade job's map methods. ``lam``: the affine fit's
-    penalty; ``seed``: the adapter's; ``where`` names the pairs in errors. Procrustes keeps the
-    Gram only where its residual needs it (``d_old > d_new``: the map is not an isometry)."""
+    point of ``raycompat adapt`` and of the fits on pairs in memory. ``lam``: the affine fit's
+    penalty; ``seed``: the adapter's; ``where`` names the pairs in errors."""
     if kind not in FITTED_KINDS:
         raise ValueError(f"fit_kind: {kind!r} is not one of {', '.join(FITTED_KINDS)}")
     if kind == "adapter":
         return fit_adapter(x, y, seed=seed, where=where)
-    wider = np.ndim(x) == np.ndim(y) == 2 and np.shape(x)[1] > np.shape(y)[1]
-    stats = PairStatistics.of(x, y, gram=kind == "affine" or wider, where=where)  # checks them
-    return fit_procrustes(stats) if kind == "procrustes" else fit_affine(stats, lam)
+    two_d = np.ndim(x) == np.ndim(y) == 2
+    gram = _keeps_gram(kind, np.shape(x)[1], np.shape(y)[1]) if two_d else True
+    stats = PairStatistics.of(x, y, gram=gram, where=where)  # checks them
+    return fit_statistics(kind, stats, lam=lam)

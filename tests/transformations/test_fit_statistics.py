@@ -182,3 +182,24 @@ def test_fit_kind_is_each_fit_with_its_settings(kind):
     )
     with pytest.raises(ValueError, match="fit_kind: 'fct' is not one of"):
         fit_kind("fct", x, y)
+
+
+def test_fit_statistics_fits_merged_parts_as_fit_kind_fits_their_rows():
+    """The job fits its linear maps from statistics merged over workers: the same map as the
+    rows in memory give; the adapter needs the rows, and says so."""
+    from raycompat.transformations import fit_kind, fit_statistics
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((80, 5))
+    y = x @ rng.standard_normal((5, 5)) + 0.01 * rng.standard_normal((80, 5))
+    merged = PairStatistics.of(x[:30], y[:30]).merge(PairStatistics.of(x[30:], y[30:]))
+    for kind in ("procrustes", "affine"):
+        whole, parts = fit_kind(kind, x, y, lam=0.2), fit_statistics(kind, merged, lam=0.2)
+        np.testing.assert_allclose(
+            parts.transformation.weight.detach().numpy(),
+            whole.transformation.weight.detach().numpy(),
+            atol=1e-6,
+        )
+        assert parts.pairs == 80 and parts.residual == pytest.approx(whole.residual)
+    with pytest.raises(ValueError, match="'adapter' is not fitted from statistics"):
+        fit_statistics("adapter", merged)

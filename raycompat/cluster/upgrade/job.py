@@ -478,12 +478,11 @@ class Upgrader:
     def _map_evidence(
         self, spec, reference: Reference, directory: str, features: np.ndarray, current
     ):
-        """Fit the candidate's query map (``steps.fit_query_map``) and score its mapped test
+        """Fit the candidate's query map (``steps.fit_map``) and score its mapped test
         queries against the stored gallery: ``(fit, evidence)``."""
         import torch
 
-        parent = reference.parent
-        fit = steps.fit_map(self.cfg, spec, parent, directory, current.normalized)
+        fit = steps.fit_map(self.cfg, spec, self.store, self.gallery, current, directory)
         with torch.no_grad():
             mapped = fit.transformation(torch.from_numpy(np.ascontiguousarray(features)))
         return fit, self._evidence(mapped.numpy(), reference)
@@ -496,7 +495,7 @@ class Upgrader:
         h(stored test rows): ``(fit, evidence)``."""
         from raycompat.transformations import save_transformation
 
-        fit = steps.fit_map(self.cfg, spec, reference.parent, directory, current.normalized)
+        fit = steps.fit_map(self.cfg, spec, self.store, self.gallery, current, directory)
         save_transformation(directory, fit.transformation, "h", **fit.info())
         transformed = transform_features(fit.transformation, reference.h_input)
         return fit, self._evidence(features, reference, transformed)

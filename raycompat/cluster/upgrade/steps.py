@@ -185,35 +185,40 @@ def publish_model(
     return catalog.grant(grant)
 
 
-def fit_map(
-    cfg: UpgradeConfig, spec: UpgradeSpec, parent: Parent, candidate: str, normalized: bool
-):
-    """The ``spec.method`` map (procrustes, affine, adapter), fitted on ``spec.map.pairs``
-    training images of the entry's classes (a sample seeded by ``training.seed``) embedded by
-    both models, the old side normalised like the stored rows: from the candidate's space into
-    the parent's (the stored gallery's) for ``map.direction: query``, from the parent's into
-    the candidate's for ``gallery``. Returns a ``raycompat.transformations.Fit``."""
-    import torch
-    import torch.nn.functional as F
+def fit_map(cfg: UpgradeConfig, spec: UpgradeSpec, store, gallery: str, current, candidate: str):
+    """The ``spec.method`` map (procrustes, affine, adapter), fitted on a seeded sample of about
+    ``spec.map.pairs`` rows of the stored version ``current`` (seed ``training.seed``), each
+    paired with the candidate's embedding of the same gallery image, re-extracted on the
+    workers (``raycompat.cluster.pipelines.pairs``): from the candidate's space into the stored
+    gallery's for ``map.direction: query``, the reverse for ``gallery``. The linear kinds are
+    fitted from statistics merged over the workers; the adapter trains on the sampled pairs.
+    Rows the job scores on are never sampled (:func:`held_out_rows`). Returns a
+    ``raycompat.transformations.Fit``."""
+    from raycompat.cluster.pipelines.pairs import sample_pair_statistics
+    from raycompat.transformations import fit_adapter, fit_statistics
 
-    from raycompat.fct.triples import compute_triples
+    stats, x, y = sample_pair_statistics(
+        store, gallery, current.version, cfg.gallery_images, candidate,
+        pairs=spec.map.pairs, seed=cfg.training.seed, direction=spec.map.direction,
+        keep_rows=spec.method == "adapter",
+        exclude=held_out_rows(cfg), run=cfg.pipeline,
+    )  # fmt: skip
+    if spec.method == "adapter":
+        return fit_adapter(x, y, seed=cfg.training.seed, where=f"{spec.model_version}'s pairs")
+    return fit_statistics(spec.method, stats, lam=spec.map.lam)
+
+
+def held_out_rows(cfg: UpgradeConfig) -> np.ndarray | None:
+    """The validation and test rows of the training data, when the gallery's images are that
+    data (its ids are then the data's row numbers): the job scores on them, so a map's pairs
+    never include them. None for a gallery of other images."""
     from raycompat.train.data import make_splits, open_dataset
-    from raycompat.transformations import fit_kind
 
-    base = cfg.training
-    dataset = open_dataset(base.data)
-    splits = make_splits(base, dataset.labels)
-    rows = splits.train[dataset.labels[splits.train] < spec.classes]
-    rng = np.random.default_rng(base.seed)
-    rows = np.sort(rng.choice(rows, size=min(spec.map.pairs, len(rows)), replace=False))
-    pairs = compute_triples(parent.directory, None, candidate, dataset, rows)
-    x, y = np.asarray(pairs.new, dtype=np.float32), np.asarray(pairs.old, dtype=np.float32)
-    if normalized:
-        y = F.normalize(torch.from_numpy(y), dim=1).numpy()
-    if spec.map.direction == "gallery":  # the stored rows are the input, the new model's target
-        x, y = y, x
-    where = f"{spec.model_version}'s pairs"
-    return fit_kind(spec.method, x, y, lam=spec.map.lam, seed=base.seed, where=where)
+    images, data = cfg.gallery_images, cfg.training.data
+    if images.kind != "dataset" or (images.name, images.options) != (data.name, data.options):
+        return None
+    splits = make_splits(cfg.training, open_dataset(data).labels)
+    return np.concatenate([splits.val, splits.test]).astype(np.int64)
 
 
 def existing_grant(catalog: Catalog, gallery: str, model_version: str) -> QueryGrant | None:

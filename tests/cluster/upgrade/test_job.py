@@ -560,7 +560,8 @@ def test_the_documented_recipe_ends_a_refusal_the_policy_expects_with_exit_0(
 
 def test_an_entry_without_compatible_training_is_decided_on_its_query_map(ray_local, tmp_path):
     """Issue 41, item 4: ``method: procrustes`` trains m2 on its own (as ``independent``), fits
-    the map from m2's space into m1's on ``map.pairs`` training images embedded by both, and
+    the map from m2's space into m1's on a sample of about ``map.pairs`` stored rows paired with
+    m2's embeddings of their images (none of the rows it is scored on), and
     decides on m2's mapped queries against the stored gallery (ECC, flips) as it would on a
     compatible model's. The tiny history's m2 trained alone is refused (see above); its map is
     what is judged here, and the report shows the kind, the pairs and the fit's residual."""
@@ -577,7 +578,7 @@ def test_an_entry_without_compatible_training_is_decided_on_its_query_map(ray_lo
     report = json.loads((tmp_path / "report" / "toy" / "report.json").read_text())
     m2 = next(o for o in report["outcomes"] if o["model_version"] == "m2")
     adapted, direct = m2["evidence"]["adapted"], m2["evidence"]["direct"]
-    assert (adapted["kind"], adapted["pairs"]) == ("procrustes", 400)
+    assert adapted["kind"] == "procrustes" and 300 <= adapted["pairs"] <= 500  # 400 expected
     assert adapted["relative_residual"] is not None and 0 <= adapted["relative_residual"] < 1
     assert adapted["old_self"] == direct["old_self"]  # the same gallery, the same old model
     assert adapted["cross"] != direct["cross"]  # the mapped queries, not the raw ones
@@ -589,7 +590,8 @@ def test_an_entry_without_compatible_training_is_decided_on_its_query_map(ray_lo
     assert not adapted["ecc"] and "ECC fails" in m2["reason"]
     assert not (tmp_path / "store" / "digits" / "_adapters").exists()  # nothing stored
     text = (tmp_path / "report" / "toy" / "report.md").read_text()
-    assert "m2 (procrustes) through its procrustes map on 400 pairs, relative residual" in text
+    line = f"m2 (procrustes) through its procrustes map on {adapted['pairs']} pairs, relative"
+    assert line in text
 
 
 def test_a_map_of_the_gallery_forward_is_published_or_refused_as_h_is(ray_local, tmp_path):
@@ -610,10 +612,10 @@ def test_a_map_of_the_gallery_forward_is_published_or_refused_as_h_is(ray_local,
     report = json.loads((tmp_path / "report" / "toy" / "report.json").read_text())
     m2 = next(o for o in report["outcomes"] if o["model_version"] == "m2")
     mapped = m2["evidence"]["transformed"]
-    assert (mapped["kind"], mapped["pairs"], mapped["lam"]) == ("affine", 400, 0.0)
+    assert (mapped["kind"], mapped["lam"]) == ("affine", 0.0) and 300 <= mapped["pairs"] <= 500
     assert "adapted" not in m2["evidence"]
-    # h(v1)'s test rows lift m2's cross-test from 32.9% (raw, against v1) to 40.4%, still under
-    # M(m1, m1) = 52.0%: ECC fails on h(gallery) and the default policy refuses, as for FCT
+    # h(v1)'s test rows lift m2's cross-test above the raw one (against v1), still under
+    # M(m1, m1): ECC fails on h(gallery) and the default policy refuses, as for FCT
     assert summary["decisions"] == {"m1": "initial", "m2": "refuse"}
     assert not mapped["ecc"] and mapped["cross"] > m2["evidence"]["direct"]["cross"]
     assert "ECC fails" in m2["reason"] and "h(" in m2["reason"]

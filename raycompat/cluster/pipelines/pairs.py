@@ -1,0 +1,176 @@
+"""Pairs for a training-free map, from a seeded sample of a stored version, on the workers.
+
+    stats = sample_pair_statistics(store, "faces", "v1", images, "runs/m2", pairs=5000, seed=0)
+    fit = fit_procrustes(stats)                  # raycompat.transformations.fit
+
+A map between two models' spaces (issue 41: ``procrustes``, ``affine``, ``adapter``) is fitted
+on items embedded by both. The stored version holds the old model's embeddings; the new model
+re-embeds a sample of its rows from the gallery's images (ids are row numbers of the image
+source, as extraction and the partial backfill take them). One Ray task per chunk of the
+version (:func:`~raycompat.cluster.pipelines.inputs.plan_version_chunks`) keeps a row when a
+seeded hash of its id falls below ``pairs / rows`` of the hash range, so the sample is the same
+whatever the chunking, the workers or a rerun, and has ``pairs`` rows in expectation. Each task
+returns the sample's :class:`~raycompat.transformations.PairStatistics` (O(d^2), whatever its
+rows); the driver merges them: nothing on the driver grows with the version's rows. The
+``adapter`` kind trains on the rows themselves, so with ``keep_rows`` the tasks also return
+their sampled pairs (O(pairs) on the driver, the budget the user set).
+
+``exclude``: ids never sampled (the upgrade job passes its validation and test rows when the
+gallery's images are its training data, so a map is never fitted on what it is scored on); the
+others are sampled at ``pairs / (rows - excluded)``, so the sample still has ``pairs`` rows in
+expectation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+import torch
+
+from raycompat.cluster.pipelines.extract import embed
+from raycompat.cluster.pipelines.index import RayTasks
+from raycompat.cluster.pipelines.inputs import iter_chunk_batches, plan_version_chunks
+from raycompat.cluster.pipelines.parts import Chunk
+from raycompat.cluster.pipelines.sources import open_source
+from raycompat.cluster.pipelines.weights import Shared, model_of, share_model
+from raycompat.config.pipelines import RunOptions, SourceSpec
+from raycompat.errors import SchemaError
+from raycompat.store import GalleryStore, VersionInfo
+from raycompat.store.part_record import hash_ids
+from raycompat.store.vectors import vectors
+from raycompat.transformations import PairsError, PairStatistics
+
+logger = logging.getLogger(__name__)
+DIRECTIONS = ("query", "gallery")  # x -> y: new -> stored (query side), stored -> new (gallery)
+_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
+_MASK = (1 << 64) - 1
+
+
+def sample_keys(ids: pa.Array, seed: int) -> np.ndarray:
+    """A uint64 per id, uniform over ``[0, 2^64)`` and a function of the id and ``seed`` alone:
+    splitmix64's finaliser over the id's hash xor a seed word."""
+    z = hash_ids(ids) ^ np.uint64((seed * _GOLDEN + _GOLDEN) & _MASK)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sample_threshold(pairs: int, rows: int) -> int:
+    """The key below which a row is sampled: ``pairs / rows`` of the range (all at >= 1)."""
+    if pairs < 1:
+        raise ValueError(f"pairs must be >= 1, got {pairs}")
+    return _MASK if pairs >= rows else int(pairs / rows * 2.0**64)
+
+
+@dataclass(frozen=True)
+class PairSample:
+    """What to sample and how to embed it: every task gets one (picklable)."""
+
+    images: SourceSpec
+    model: Shared | str  # the new model: a shared reference, or a folder (in process)
+    threshold: int
+    seed: int
+    direction: str
+    gram: bool
+    keep_rows: bool
+    exclude: pa.Array | None
+    batch_size: int
+
+
+def chunk_pairs(store: GalleryStore, info: VersionInfo, chunk: Chunk, sample: PairSample):
+    """``(statistics, x, y)`` of one chunk's sampled rows (``x``, ``y`` None unless
+    ``keep_rows``); the statistics are None when the chunk has no sampled row."""
+    torch.set_num_threads(1)
+    model, source = model_of(sample.model), open_source(sample.images)
+    where = store.backend.uri(chunk.path)
+    stats, kept = None, []
+    columns = ["id", "embedding"]
+    for batch in iter_chunk_batches(store, chunk, info, sample.batch_size, columns):
+        ids = batch.column("id")
+        chosen = sample_keys(ids, sample.seed) < np.uint64(sample.threshold)
+        if sample.exclude is not None:
+            outside = pc.invert(pc.is_in(ids, value_set=sample.exclude.cast(ids.type)))
+            chosen &= outside.to_numpy(zero_copy_only=False)
+        if not chosen.any():
+            continue
+        rows = ids.to_numpy(zero_copy_only=False)[chosen]
+        stored = vectors(batch, "embedding")[chosen]
+        new = embed(model, _images(source, rows, where), None, normalize=False).numpy()
+        x, y = (new, stored) if sample.direction == "query" else (stored, new)
+        part = PairStatistics.of(x, y, gram=sample.gram, where=f"{where} (sampled rows)")
+        stats = part if stats is None else stats.merge(part)
+        if sample.keep_rows:
+            kept.append((x, y))
+    if not sample.keep_rows or not kept:
+        return stats, None, None
+    return stats, np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])
+
+
+def _images(source, rows: np.ndarray, where: str) -> torch.Tensor:
+    try:
+        return source.dataset.batch(rows)
+    except (IndexError, AttributeError) as error:
+        raise SchemaError(
+            f"{where}: ids are row numbers of the image source, but {error}"
+        ) from None
+
+
+def sample_pair_statistics(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    images: SourceSpec,
+    model: str,
+    *,
+    pairs: int,
+    seed: int = 0,
+    direction: str = "query",
+    gram: bool = True,
+    keep_rows: bool = False,
+    exclude: np.ndarray | None = None,
+    run: RunOptions | None = None,
+) -> tuple[PairStatistics, np.ndarray | None, np.ndarray | None]:
+    """The statistics of a seeded sample of about ``pairs`` rows of ``gallery/version``, paired
+    with the exported ``model``'s embeddings of the same images (module docstring), and with
+    ``keep_rows`` the pairs ``(x, y)`` themselves. ``direction``: ``"query"`` maps the new
+    model's space into the stored one (``x`` new, ``y`` stored), ``"gallery"`` the reverse.
+    Runs ``run.actors`` Ray tasks at a time, ``run.threads_per_actor`` CPUs each.
+
+    Raises:
+        PairsError: the sample holds no row (the version is empty, or everything is excluded).
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    run = run or RunOptions()
+    info = store.version(gallery, version)
+    chunks, _, _ = plan_version_chunks(store, gallery, info, run.rows_per_file)
+    eligible = info.rows - (0 if exclude is None else len(exclude))  # excluded ids: assumed held
+    threshold = sample_threshold(pairs, max(eligible, 1))
+    sample = PairSample(
+        images, share_model(model), threshold, seed, direction, gram,
+        keep_rows, None if exclude is None else pa.array(exclude), run.batch_size,
+    )  # fmt: skip
+    store_ref, info_ref, sample_ref = ray.put(store), ray.put(info), ray.put(sample)
+    runner = RayTasks(run.actors, run.threads_per_actor, run.progress_every_s)
+    results = runner.map(
+        chunk_pairs,
+        [(store_ref, info_ref, chunk, sample_ref) for chunk in chunks],
+        name=f"pairs {gallery}/{version}",
+        rows=[chunk.rows for chunk in chunks],
+    )
+    found = [r for r in results if r[0] is not None]
+    if not found:
+        raise PairsError(f"{store.uri(gallery)}: the sample of version {version} holds no row")
+    stats = found[0][0]
+    for part, _, _ in found[1:]:
+        stats = stats.merge(part)
+    logger.info("pairs %s/%s: %d sampled rows of %d", gallery, version, stats.count, info.rows)
+    if not keep_rows:
+        return stats, None, None
+    return stats, np.concatenate([r[1] for r in found]), np.concatenate([r[2] for r in found])
