@@ -40,11 +40,19 @@ class Served:
             model k <= t: ``queries[k]`` for a compatible method, ``h``-transformed forward for
             FCT; ``galleries[t, t] = queries[t]``.
         labels: ``(N,)`` identities.
+        query_maps: ``query_maps[t, k]`` = model t's queries mapped into model k's space by a
+            query-side map (``_fidelity_maps``); None or a missing key: the queries as they are.
     """
 
     queries: list[np.ndarray]
     galleries: dict[tuple[int, int], np.ndarray]
     labels: np.ndarray
+    query_maps: dict[tuple[int, int], np.ndarray] | None = None
+
+    def query(self, t: int, k: int) -> np.ndarray:
+        """Model t's queries as they search model k's gallery: mapped into its space by a
+        query-side map (``query_maps[t, k]``), else as they are."""
+        return (self.query_maps or {}).get((t, k), self.queries[t])
 
 
 def compatibility(served: Served) -> np.ndarray:
@@ -55,7 +63,7 @@ def compatibility(served: Served) -> np.ndarray:
     for t in range(T):
         for k in range(t + 1):
             out[t, k] = score(
-                "identification", served.queries[t], served.galleries[t, k], eval_set, "cosine"
+                "identification", served.query(t, k), served.galleries[t, k], eval_set, "cosine"
             )
     return out
 
@@ -97,7 +105,7 @@ def run_metrics(served: Served, upper_self_tests: list[float]) -> dict:
     upgrades = [
         {
             "update_gain": _gain(M, t, upper_self_tests[t]),
-            "served": _flips(q[t - 1], q[t - 1], q[t], g[t, t - 1], labels),
+            "served": _flips(q[t - 1], q[t - 1], served.query(t, t - 1), g[t, t - 1], labels),
             "backfilled": _flips(q[t - 1], q[t - 1], q[t], q[t], labels),
         }
         for t in range(1, T)

@@ -1,10 +1,21 @@
 """Markdown tables of a ``benchmarks/fidelity.py`` result (its JSON, as a dict).
 
-Each cell is ``mean ± sd [min, max]`` over seeds (just the value for one seed; ``-`` where
+Each cell is ``mean ± sd [lo, hi]`` over seeds, ``[lo, hi]`` the 95% confidence interval of
+the mean (Student's t with n - 1 degrees of freedom; just the value for one seed; ``-`` where
 nothing was measured). ECC is shown as ``passed/seeds``.
 """
 
 from __future__ import annotations
+
+import math
+
+
+def interval(summary: dict, level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` confidence interval of the mean: ``mean ± t sd / sqrt(n)``."""
+    from scipy.stats import t
+
+    half = t.ppf(0.5 + level / 2, summary["n"] - 1) * summary["sd"] / math.sqrt(summary["n"])
+    return summary["mean"] - half, summary["mean"] + half
 
 
 def fmt(summary: dict | None, digits: int = 1, spread: bool = True) -> str:
@@ -16,7 +27,8 @@ def fmt(summary: dict | None, digits: int = 1, spread: bool = True) -> str:
     if summary["sd"] is not None:
         text += f" ± {summary['sd']:.{digits}f}"
         if spread:
-            text += f" [{summary['min']:.{digits}f}, {summary['max']:.{digits}f}]"
+            low, high = interval(summary)
+            text += f" [{low:.{digits}f}, {high:.{digits}f}]"
     return text
 
 
@@ -79,9 +91,9 @@ def markdown(result: dict) -> str:
     seeds = result["config"]["seeds"]
     lines = [
         "# Fidelity benchmark", "",
-        f"Seeds {seeds}; cells are mean ± sd [min, max] over seeds; M(t,k) = top-1 % of model "
-        "t's queries against model k's gallery (ECC passes/seeds in brackets); per-upgrade "
-        "measures are averaged over the upgrades of a seed first. Machine: "
+        f"Seeds {seeds}; cells are mean ± sd [95% confidence interval of the mean] over seeds; "
+        "M(t,k) = top-1 % of model t's queries against model k's gallery (ECC passes/seeds in "
+        "brackets); per-upgrade measures are averaged over the upgrades of a seed first. Machine: "
         f"{result['machine'].get('cpu_model', result['machine']['processor'])}, "
         f"{result['config']['processes']} processes of {result['config']['threads']} torch "
         f"thread(s); {result['timing']['measured_s'] / 60:.1f} min wall, "

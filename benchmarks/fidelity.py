@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fidelity_data import PROTOCOLS, Protocol  # noqa: E402
 from _fidelity_eval import combine, mean_leaf, run_metrics, summary_leaf  # noqa: E402
 from _fidelity_fct import COMPAT, Transformations  # noqa: E402
+from _fidelity_maps import MAP_ENTRIES, register  # noqa: E402
 from _fidelity_report import markdown  # noqa: E402
 from _fidelity_train import (  # noqa: E402
     Optim,
@@ -63,7 +64,9 @@ ENTRIES = {
     "fct": ("fct", "fct"),
     "fct_side": ("fct", "fct_side"),
     "fastfill": ("fct", "fastfill"),
+    **MAP_ENTRIES,  # procrustes, affine, adapter maps between independent models (issue 41)
 }
+register(COMPAT)
 # Whole run over its training steps alone: old-model forwards, h and psi, feature extraction and
 # scoring. The third full run measured 79.1 CPU-min against 75.6 estimated (docs/fidelity.md).
 OVERHEAD = 1.3

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,7 +154,8 @@ def test_summary_over_seeds_by_hand(bench):
     }
     assert ev.summary_leaf([5.0])["sd"] is None
     assert ev.combine([{"x": 1.0}, {"x": None}, {"x": 3.0}], ev.mean_leaf) == {"x": 2.0}
-    assert bench["report"].fmt(out["a"]) == "2.0 ± 1.0 [1.0, 3.0]"
+    # the 95% interval of the mean: 2 ± t(0.975, 2) 1 / sqrt(3) = 2 ± 4.303 / 1.732 = 2 ± 2.484
+    assert bench["report"].fmt(out["a"]) == "2.0 ± 1.0 [-0.5, 4.5]"
     assert bench["report"].fmt(out["ok"]) == "2/3"
 
 
@@ -365,3 +367,46 @@ def test_the_readme_table_is_the_committed_run(bench):
     table = bench["report"].readme_table(result, "mnist5k/open_set")
     assert len(table.splitlines()) == 2 + len(result["protocols"]["mnist5k/open_set"]["methods"])
     assert table in (ROOT / "README.md").read_text()
+
+
+class Rotated(torch.nn.Module):
+    """A "model" whose features are one fixed projection of the image, rotated by ``R``: any
+    two of them differ by an exact rotation, which Procrustes recovers from pairs."""
+
+    def __init__(self, base: torch.Tensor, rotation: torch.Tensor) -> None:
+        super().__init__()
+        self.base, self.rotation, self.embed_dim = base, rotation, rotation.shape[1]
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1) @ self.base @ self.rotation
+
+
+def test_procrustes_maps_between_rotated_models_serve_as_the_models_themselves(bench):
+    """Issue 41, item 5: a query map (composed per hop, or direct) makes model t's queries
+    model k's, and a gallery map moves model k's rows to model t's: with models that differ by
+    exact rotations, every M(t, k) equals M(k, k) (query side) or M(t, t) (gallery side)."""
+    import types
+
+    maps = importlib.import_module("_fidelity_maps")
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(60, 1, 4, 4, generator=gen)
+    labels = np.repeat(np.arange(12), 5)
+    base = torch.randn(16, 6, generator=gen)
+    models = [Rotated(base, torch.linalg.qr(torch.randn(6, 6, generator=gen))[0]) for _ in "abc"]
+    data = types.SimpleNamespace(images=images, step_rows=lambda t: torch.arange(20 + 20 * t))
+    fits = types.SimpleNamespace(models=models, data=data, seed=0)
+    queries = [bench["train"].features(m, images) for m in models]
+    own = [bench["eval"].compatibility(bench["eval"].Served(queries, {
+        (t, k): queries[k] for t in range(3) for k in range(t + 1)}, labels))[t, t]
+        for t in range(3)]  # fmt: skip
+    for name in ("procrustes_query", "procrustes_query_direct", "procrustes_gallery"):
+        served, extra = maps.serve_map(*maps.MAP_ENTRIES[name][1].split("/")[1:])(
+            queries, images, labels, fits
+        )
+        M = bench["eval"].compatibility(served)
+        for t, k in ((1, 0), (2, 0), (2, 1)):
+            expected = own[t] if name.endswith("gallery") else own[k]
+            assert M[t, k] == pytest.approx(expected), (name, t, k)
+        assert extra["pairs_min"] == 40 and extra["pairs_max"] == 60
+    served, _ = maps.serve_map("procrustes", "query", "hop", "100")(queries, images, labels, fits)
+    assert np.allclose(served.query(2, 0), bench["train"].normalized(queries[0]), atol=1e-4)
