@@ -346,7 +346,7 @@ def embeddings_of(
     return vectors(table, "embedding")[[where[i] for i in ids]], []
 
 
-def _column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
+def column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
     """The version's columns, from its first file's footer (no row is decoded)."""
     info = store.version(gallery, version)
     path, source = next(iter(store.version_files(gallery, info)))
@@ -358,7 +358,7 @@ def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndar
     """Stored ``label`` of each id, per query (``ids``: one array per query; None where
     unlabelled)."""
     wanted = sorted({i for row in ids for i in row.tolist()})
-    if not wanted or "label" not in _column_names(store, gallery, version):
+    if not wanted or "label" not in column_names(store, gallery, version):
         return [[None] * len(row) for row in ids]
     where, table = stored_rows(store, gallery, version, wanted, ["label"])
     labels = table.column("label").to_pylist()

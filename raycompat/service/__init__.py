@@ -9,6 +9,8 @@ the same app runs under uvicorn (``raycompat serve``) and behind a cluster's HTT
     requests.py   POST /v1/search bodies, checked before faiss sees them
     app.py        create_app: the endpoints, the token guard, errors as HTTP statuses
     metrics.py    Prometheus metrics: requests, latency, swaps, the version each pair serves
+    shadow.py     shadow traffic: a candidate version searched in the background, overlap@k
+                  and negative flips measured
     run.py        uvicorn in the foreground, or in a thread for tests and benchmarks
 
 docs/serving.md describes the endpoints, the swap and its guarantees.
@@ -23,5 +25,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "config": ("ServiceConfig", "read_token"),
         "served": ("NotServedError", "Served"),
         "run": ("running", "serve_forever"),
+        "shadow": ("Shadow", "ShadowSpec"),
     },
 )

@@ -40,6 +40,7 @@ from raycompat.service.requests import (
     parse_search,
 )
 from raycompat.service.served import NotServedError, Served
+from raycompat.service.shadow import Shadow
 from raycompat.service.watcher import Watcher
 
 ENDPOINTS = ("/v1/search", "/v1/galleries", "/healthz", "/metrics")
@@ -49,6 +50,7 @@ def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette
     """The app serving ``served`` (a :class:`Served` of a store) under ``config``. Starting it
     loads every pair (:meth:`Served.refresh`) and starts the watcher; stopping it stops it."""
     config = config or ServiceConfig()
+    shadow = Shadow(served.store, config.shadow, served.metrics) if config.shadow else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -59,11 +61,13 @@ def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette
             yield
         finally:
             watcher.stop()
+            if shadow is not None:
+                shadow.close()
 
     async def search(request: Request) -> Response:
         body = await _limited_body(request, config.max_body_bytes)
         asked = parse_search(body, config.max_k, config.max_batch)
-        return JSONResponse(await run_in_threadpool(answer, served, asked, config))
+        return JSONResponse(await run_in_threadpool(answer, served, asked, config, shadow))
 
     async def galleries(request: Request) -> Response:
         return JSONResponse({"galleries": served.listing()})
@@ -89,8 +93,11 @@ def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette
     return Guard(app, config.token, served)
 
 
-def answer(served: Served, asked: SearchRequest, config: ServiceConfig) -> dict:
-    """The answer to one search, from one snapshot of its pair."""
+def answer(
+    served: Served, asked: SearchRequest, config: ServiceConfig, shadow: Shadow | None = None
+) -> dict:
+    """The answer to one search, from one snapshot of its pair; ``shadow`` is handed the
+    queries and the hits afterwards (it compares in the background)."""
     from raycompat.index.query import adapted, ranked_hits, stored_vectors
 
     loaded: Loaded = served.for_request(asked.gallery, asked.model, config.check_each_request)
@@ -107,6 +114,8 @@ def answer(served: Served, asked: SearchRequest, config: ServiceConfig) -> dict:
         hits, _ = ranked_hits(loaded.index, queries, asked.k, model=loaded.model)
     except ZeroNormError as error:
         raise _bad("ids" if asked.ids is not None else "vectors", error) from None
+    if shadow is not None:
+        shadow.observe(loaded, queries, asked.ids, [ids for _, ids in hits], asked.k)
     return {
         "gallery": loaded.gallery,
         "model": loaded.model,

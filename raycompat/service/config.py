@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raycompat.errors import ConfigError
+from raycompat.service.shadow import ShadowSpec
 
 TOKEN_ENV = "RAYCOMPAT_SERVE_TOKEN"
 
@@ -30,6 +31,8 @@ class ServiceConfig:
             so an answer never comes from a version the records no longer serve; False: only
             the watcher follows (an answer may lag a change by up to ``poll_s`` plus a load).
         token: the bearer token every request must carry; None: no token asked.
+        shadow: pairs whose searches also run on a candidate version, in the background
+            (``shadow.py``).
     """
 
     max_k: int = 1000
@@ -38,6 +41,7 @@ class ServiceConfig:
     poll_s: float = 1.0
     check_each_request: bool = True
     token: str | None = field(default=None, repr=False)
+    shadow: tuple[ShadowSpec, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("max_k", "max_batch", "max_body_bytes"):

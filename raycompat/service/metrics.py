@@ -6,6 +6,10 @@
                                                      nothing)
     raycompat_serving{gallery, model, version}       1 for the version each pair serves now
     raycompat_indexes_freed_total                    old indexes freed after their last request
+    raycompat_shadow_overlap_at_k{gallery, model, candidate}       shadow traffic (shadow.py):
+    raycompat_shadow_labelled_queries_total{...}                   overlap@k per query, and the
+    raycompat_shadow_negative_flips_total{...}                     negative flips among labelled
+    raycompat_shadow_skipped_total{...}                            queries; skipped comparisons
 
 ``GET /metrics`` answers :meth:`ServiceMetrics.text` (the text exposition format).
 """
@@ -42,6 +46,24 @@ class ServiceMetrics:
         )  # fmt: skip
         self.freed = Counter(
             "raycompat_indexes_freed", "old indexes freed after their last request",
+            registry=self.registry,
+        )  # fmt: skip
+
+        shadow = ["gallery", "model", "candidate"]
+        self.shadow_overlap = Histogram(
+            "raycompat_shadow_overlap_at_k", "overlap@k of the served and the candidate top-k",
+            shadow, buckets=[i / 10 for i in range(11)], registry=self.registry,
+        )  # fmt: skip
+        self.shadow_labelled = Counter(
+            "raycompat_shadow_labelled_queries", "shadowed queries with a stored label", shadow,
+            registry=self.registry,
+        )  # fmt: skip
+        self.shadow_flips = Counter(
+            "raycompat_shadow_negative_flips", "served top-1 right, candidate top-1 wrong",
+            shadow, registry=self.registry,
+        )  # fmt: skip
+        self.shadow_skipped = Counter(
+            "raycompat_shadow_skipped", "comparisons skipped: too many waiting", shadow,
             registry=self.registry,
         )  # fmt: skip
 

@@ -121,3 +121,17 @@ def test_the_bearer_token_guards_every_endpoint_and_is_never_logged(store, caplo
         assert post(url, body, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     assert TOKEN not in caplog.text and "swap g/m1" in caplog.text
     assert TOKEN not in repr(ServiceConfig(token=TOKEN))
+
+
+def test_a_shadowed_pair_reports_its_overlap_in_the_metrics(store):
+    from raycompat.service.shadow import ShadowSpec
+
+    config = ServiceConfig(shadow=(ShadowSpec("g", "m1", "v4"),))
+    with running(create_app(Served(store), config)) as url:
+        answer = post(url, {"gallery": "g", "model": "m1", "ids": ["v1-1"], "k": 2}).json()
+        assert answer["version"] == "v1"
+        want = 'raycompat_shadow_overlap_at_k_count{candidate="v4",gallery="g",model="m1"} 1.0'
+        deadline = time.monotonic() + 5
+        while want not in httpx.get(f"{url}/metrics").text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert want in httpx.get(f"{url}/metrics").text

@@ -20,6 +20,7 @@ DEFAULT_PORT = 8321
 
 def serve(args) -> str:
     from raycompat.service import Served, ServiceConfig, create_app, read_token, serve_forever
+    from raycompat.service.shadow import ShadowSpec
 
     config = ServiceConfig(
         max_k=args.max_k,
@@ -28,6 +29,7 @@ def serve(args) -> str:
         poll_s=args.poll_s,
         check_each_request=not args.poll_only,
         token=read_token(args.token_file),
+        shadow=tuple(ShadowSpec.parse(text) for text in args.shadow),
     )
     store = open_store(args)
     serve_forever(create_app(Served(store), config), args.host, args.port)
@@ -65,6 +67,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="follow the records only by polling; by default each search first checks its "
         "model's records (two listings), so no answer lags a promote, rollback or revoke",
+    )
+    p.add_argument(
+        "--shadow",
+        action="append",
+        default=[],
+        metavar="G/M=V",
+        help="also search version V with model M's queries on gallery G, in the background, "
+        "measuring overlap@k and negative flips (/metrics); repeatable",
     )
     p.add_argument("--max-k", type=positive_int, default=1000, help="most hits per query")
     p.add_argument("--max-batch", type=positive_int, default=1000, help="most queries a request")
