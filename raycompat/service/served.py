@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections import defaultdict
 
 from raycompat.errors import NotInStoreError, StoreError
 from raycompat.registry import did_you_mean
@@ -49,7 +48,7 @@ class Served:
         self.metrics = metrics or ServiceMetrics()
         self._loaded: dict[Pair, Loaded] = {}
         self._gone: dict[Pair, tuple[str, int]] = {}  # serves nothing: why, at which count
-        self._locks: defaultdict[Pair, threading.Lock] = defaultdict(threading.Lock)
+        self._locks: dict[Pair, threading.Lock] = {}
 
     def refresh(self) -> None:
         """Find every (gallery, model) pair of the store and follow each; forget pairs gone
@@ -60,7 +59,7 @@ class Served:
                 self.follow(*pair, again=True)
             except StoreError as error:
                 logger.warning("%s/%s: serving records unreadable, kept as is: %s", *pair, error)
-        for pair in set(self._loaded) | set(self._gone):
+        for pair in set(dict(self._loaded)) | set(dict(self._gone)):
             if pair not in pairs:
                 self._drop(pair, f"model {pair[1]} no longer queries gallery {pair[0]}", -1)
 
@@ -91,7 +90,8 @@ class Served:
         gone = self._gone.get(pair)
         if not again and gone and gone[1] == changes(self.store, gallery, model):
             return None  # still revoked, retired, or without a grant
-        with self._locks[pair]:  # one load per pair; the others wait for it
+        # one load per pair, the others wait for it (setdefault: one lock, even in a race)
+        with self._locks.setdefault(pair, threading.Lock()):
             now = self._loaded.get(pair)
             count = changes(self.store, gallery, model)
             if now is not None and now.changes == count and retired(self.store, model) is None:
@@ -128,7 +128,7 @@ class Served:
             self.metrics.swapped(*pair, old.version, None)
 
     def _unknown(self, gallery: str, model: str) -> str:
-        pairs = set(self._loaded) | set(self._gone)
+        pairs = set(dict(self._loaded)) | set(dict(self._gone))
         galleries = sorted({g for g, _ in pairs})
         if gallery not in galleries:
             names = ", ".join(galleries) or "none"
@@ -144,8 +144,9 @@ class Served:
     def listing(self) -> dict:
         """``{gallery: {model: {"version", "index", "metric"} | {"serves": None, "why"}}}``."""
         out: dict[str, dict] = {}
-        for (gallery, model), loaded in sorted(self._loaded.items()):
-            out.setdefault(gallery, {})[model] = loaded.describe()
-        for (gallery, model), (why, _) in sorted(self._gone.items()):
+        loaded, gone = dict(self._loaded), dict(self._gone)  # copies: a swap may land meanwhile
+        for (gallery, model), now in sorted(loaded.items(), key=lambda item: item[0]):
+            out.setdefault(gallery, {})[model] = now.describe()
+        for (gallery, model), (why, _) in sorted(gone.items(), key=lambda item: item[0]):
             out.setdefault(gallery, {})[model] = {"serves": None, "why": why}
         return out
