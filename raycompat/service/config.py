@@ -27,9 +27,10 @@ class ServiceConfig:
         max_body_bytes: a larger request body is answered 413 before it is parsed.
         poll_s: seconds between two reads of the serving records by the watcher.
         check_each_request: before each search, count the model's alias records and look for
-            its retired tombstone (two listings, no record read) and follow a change at once,
-            so an answer never comes from a version the records no longer serve; False: only
-            the watcher follows (an answer may lag a change by up to ``poll_s`` plus a load).
+            its retired tombstone (a listing and a stat, no record read) and follow a change
+            at once, so an answer never comes from a version the records no longer serve;
+            False: only the watcher follows (an answer may lag a change by up to ``poll_s``
+            plus a load).
         token: the bearer token every request must carry; None: no token asked.
         shadow: pairs whose searches also run on a candidate version, in the background
             (``shadow.py``).

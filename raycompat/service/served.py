@@ -2,7 +2,7 @@
 model) pair, following the store's serving records.
 
 :meth:`Served.follow` brings one pair up to date: it counts the model's alias records and
-looks for its retired tombstone (two listings, no record read; ``store/aliases.py`` is
+looks for its retired tombstone (a listing and a stat, no record read; ``store/aliases.py`` is
 append-only, so the same count means the same log). On a change it reads what the model serves
 now (``aliases.current``: promote, rollback, revoke, retire), loads and warms the new version's
 index beside the old one, then replaces the pair's reference in one assignment: a request

@@ -66,7 +66,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--poll-only",
         action="store_true",
         help="follow the records only by polling; by default each search first checks its "
-        "model's records (two listings), so no answer lags a promote, rollback or revoke",
+        "model's records (a listing and a stat), so no answer lags a promote, rollback or revoke",
     )
     p.add_argument(
         "--shadow",
