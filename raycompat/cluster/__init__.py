@@ -6,5 +6,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "console": ("init_ray",),
+        "service": ("SearchService", "search_application"),
     },
 )

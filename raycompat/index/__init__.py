@@ -1,8 +1,9 @@
 """faiss indexes beside the store: distances, search, a version's index, sharded builds (no Ray).
 
-What a user calls: :func:`search_gallery` (:mod:`.query`: search a gallery as a model, or a
-given version), :func:`build_version_index` and :func:`open_search_index` (:mod:`.version_index`:
-a version's index, built and opened), :func:`build_index` (:mod:`.factory`: a
+What a user calls: :func:`search` (:mod:`.query`: search a gallery as a model, or a given
+version; the answer names the version, the index and the metric of its scores),
+:func:`build_version_index` and :func:`open_search_index` (:mod:`.version_index`: a version's
+index, built and opened), :func:`build_index` (:mod:`.factory`: a
 :class:`SearchIndex` by kind), :func:`adapt_queries` (:mod:`.adapt`: a query-side map fitted
 on paired rows, for a training-free upgrade), :func:`estimate_recall` (:mod:`.recall`) and
 :class:`TaskRunner` (:mod:`.tasks`: who runs a sharded build's tasks). faiss loads at the
@@ -23,6 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "query_problem",
             "query_vectors",
             "read_query_vectors",
+            "search",
             "search_gallery",
             "served_version",
             "stored_vectors",

@@ -136,12 +136,14 @@ class Distance:
         score_range: the scores the distance can give: ``[-1, 1]`` for cosine, ``<= 0`` for
             ``l2``. A quantized index (IVF-PQ) approximates them and may step outside it
             (a cosine of 1.0004); :meth:`from_faiss` clips its answers back in.
+        score_label: what a score is, in words, as every search answer labels it.
     """
 
     name: str
     normalize: bool
     squared_l2: bool
     score_range: tuple[float, float] = (-np.inf, np.inf)
+    score_label: str = "inner product"
 
     @property
     def faiss_metric(self) -> int:
@@ -197,12 +199,18 @@ DISTANCES: Registry[Distance] = Registry("distance")
 
 @DISTANCES.register("cosine")
 def cosine() -> Distance:
-    return Distance("cosine", normalize=True, squared_l2=False, score_range=(-1.0, 1.0))
+    return Distance(
+        "cosine", normalize=True, squared_l2=False, score_range=(-1.0, 1.0),
+        score_label="cosine similarity",
+    )  # fmt: skip
 
 
 @DISTANCES.register("l2")
 def l2() -> Distance:
-    return Distance("l2", normalize=False, squared_l2=True, score_range=(-np.inf, 0.0))
+    return Distance(
+        "l2", normalize=False, squared_l2=True, score_range=(-np.inf, 0.0),
+        score_label="negative squared L2",
+    )  # fmt: skip
 
 
 @DISTANCES.register("inner_product")

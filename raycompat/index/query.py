@@ -12,6 +12,10 @@ One home for what a search does between "these are the queries" and "these are t
   resized, with a note; a model registered without weights cannot embed, ``NoWeightsError``).
 - :func:`to_version_space`: a model whose grant is ``adapted`` (a training-free upgrade,
   ``store/query_adapters.py``) has its queries mapped into the version's space first.
+- :func:`search`: all of it in one call (the version ``model`` serves, its queries, the
+  search), the entry point of the CLI, the Python API and the service; its answer names the
+  version, the index that answered and what the scores are (cosine similarity or negative
+  squared L2).
 - :func:`search_gallery`: the top-k of each query in the version's published index (without a
   valid one, an exact in-memory search of a small version; ``index/version_index.py``), as
   gallery ids with their stored labels, and the notes a caller should show (why a query got
@@ -69,12 +73,23 @@ class QueryHits:
 @dataclass(frozen=True)
 class SearchResult:
     """The hits of each query on ``gallery``/``version``, in query order; ``notes``: one-line
-    notes a caller shows to the user (an exact search without an index, short hit lists)."""
+    notes a caller shows to the user (an exact search without an index, short hit lists).
+
+    Attributes:
+        index: what answered: ``build <id>`` (the published index build) or ``exact`` (an
+            in-memory search of the version's rows, no index published).
+        metric: what the scores are: ``cosine similarity``, ``negative squared L2`` or
+            ``inner product`` (the index's distance, ``index/distances.py``).
+        model: the query model, None for a version searched with its own vectors.
+    """
 
     gallery: str
     version: str
     hits: list[QueryHits]
     notes: list[str]
+    index: str = "exact"
+    metric: str = ""
+    model: str | None = None
 
 
 def check_k(k: int) -> None:
@@ -166,14 +181,25 @@ def to_version_space(
     grant is ``adapted`` to that version (``store/query_adapters.py``: nothing in the gallery
     was rewritten), else as they are (a compatible model's are cut or padded by
     :func:`to_width` at search time)."""
+    adapter = query_adapter(store, gallery, version, model)
+    return queries if adapter is None else adapted(adapter, queries)
+
+
+def query_adapter(store: GalleryStore, gallery: str, version: str, model: str):
+    """The map ``model``'s queries go through to search ``version`` (its grant is ``adapted``
+    to that version), loaded once; None when they are searched as they are."""
     from raycompat.store.query_adapters import ADAPTED, load_adapter
 
     grant = Catalog(store).grant_of(gallery, model)  # none: --version searches regardless
     if grant is None or grant.relation != ADAPTED or grant.gallery_version != version:
-        return queries
+        return None
+    return load_adapter(store, grant)
+
+
+def adapted(adapter, queries: np.ndarray) -> np.ndarray:
+    """``(Q, d_version)``: ``queries`` mapped by a :func:`query_adapter`."""
     import torch
 
-    adapter = load_adapter(store, grant)
     with torch.no_grad():
         mapped = adapter(torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)))
     return mapped.numpy()
@@ -320,7 +346,7 @@ def embeddings_of(
     return vectors(table, "embedding")[[where[i] for i in ids]], []
 
 
-def _column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
+def column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
     """The version's columns, from its first file's footer (no row is decoded)."""
     info = store.version(gallery, version)
     path, source = next(iter(store.version_files(gallery, info)))
@@ -332,7 +358,7 @@ def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndar
     """Stored ``label`` of each id, per query (``ids``: one array per query; None where
     unlabelled)."""
     wanted = sorted({i for row in ids for i in row.tolist()})
-    if not wanted or "label" not in _column_names(store, gallery, version):
+    if not wanted or "label" not in column_names(store, gallery, version):
         return [[None] * len(row) for row in ids]
     where, table = stored_rows(store, gallery, version, wanted, ["label"])
     labels = table.column("label").to_pylist()
@@ -347,6 +373,76 @@ def to_width(queries: np.ndarray, width: int) -> np.ndarray:
     if shared.shape[1] < width:
         shared = np.pad(shared, ((0, 0), (0, width - shared.shape[1])))
     return np.ascontiguousarray(shared, dtype=np.float32)
+
+
+def search(
+    store: GalleryStore,
+    gallery: str,
+    model: str | None,
+    *,
+    vectors: np.ndarray | str | None = None,
+    ids: Sequence[str] | None = None,
+    images: Sequence[str] | None = None,
+    k: int = 5,
+    version: str | None = None,
+    nprobe: int | None = None,
+    names: Sequence[Any] | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> SearchResult:
+    """Search ``gallery`` as ``model``: the one query path of the CLI, the Python API and the
+    service. The answer names the version searched, the index that answered and what its
+    scores are (:class:`SearchResult`).
+
+    Args:
+        model: the query model; it serves the version searched unless ``version`` is given
+            (then it may be None with ``vectors`` or ``ids``).
+        vectors: ``(Q, d)`` queries of ``model`` (an array, or a ``.npy``/Parquet file);
+            exactly one of ``vectors``, ``ids`` (rows stored in the version) and ``images``.
+        k, nprobe, names, on_note: as :func:`search_gallery`.
+    Raises:
+        QueryError: not exactly one source, ``k < 1``, or malformed vectors (the row named).
+        NotInStoreError, StoreError: as :func:`served_version`.
+    """
+    check_k(k)
+    if version is None:
+        if model is None:
+            raise QueryError("search needs the query model or the gallery version")
+        version = served_version(store, gallery, model).gallery_version
+    if isinstance(vectors, np.ndarray):
+        queries = _given_vectors(store, gallery, version, model, vectors)
+    else:
+        queries = query_vectors(
+            store, gallery, version, model, images=images, vectors=vectors, ids=ids,
+            on_note=on_note,
+        )  # fmt: skip
+    if names is None and isinstance(vectors, str):
+        names = [f"{vectors}[{q}]" for q in range(len(queries))]
+    return search_gallery(
+        store, gallery, queries, k, model=model, version=version, nprobe=nprobe, names=names,
+        on_note=on_note,
+    )  # fmt: skip
+
+
+def _given_vectors(
+    store: GalleryStore, gallery: str, version: str, model: str | None, vectors: np.ndarray
+) -> np.ndarray:
+    """``vectors`` checked as ``(Q, width)`` finite queries of ``model`` (of the version
+    without one) and taken into the version's space (:func:`to_version_space`).
+
+    Raises:
+        QueryError: what :func:`query_problem` finds, the row named.
+    """
+    if model is None:
+        width = store.version(gallery, version).width
+    else:
+        width = Catalog(store).model(model).embed_dim
+    problem = query_problem(vectors, width)
+    if problem:
+        raise QueryError(f"vectors: expected finite vectors of shape (Q, {width}), got {problem}")
+    queries = vectors.astype(np.float32)
+    if model is None:
+        return queries
+    return to_version_space(store, gallery, version, model, queries)
 
 
 def search_gallery(
@@ -396,24 +492,28 @@ def search_gallery(
     if exact:
         note(exact)
     names = list(range(len(queries))) if names is None else list(names)
-    hits, short = _hits(index, queries, k, nprobe, names, model)
+    hits, short = ranked_hits(index, queries, k, nprobe, names, model)
     if short:
         note(short)
     labels = labels_of(store, gallery, version, [ids for _, ids in hits])
     found = [QueryHits(i, s, lrow) for (s, i), lrow in zip(hits, labels, strict=True)]
-    return SearchResult(gallery, version, found, notes)
+    metric = index.index.distance.score_label
+    return SearchResult(gallery, version, found, notes, index.source, metric, model)
 
 
-def _hits(
+def ranked_hits(
     index: VersionIndex,
     queries: np.ndarray,
     k: int,
-    nprobe: int | None,
-    names: list,
-    model: str | None,
+    nprobe: int | None = None,
+    names: list | None = None,
+    model: str | None = None,
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], str | None]:
     """``index.hits`` of the queries at the index's width, and a note when a query got fewer
-    than ``k`` (else None)."""
+    than ``k`` (else None): the one ranking every search does, from the CLI's to the
+    service's (``raycompat/service/``), which keeps its indexes loaded. ``names``: what to
+    call each query in a zero-vector error (default its row number)."""
+    names = list(range(len(queries))) if names is None else names
     # nprobe tunes IVF indexes (large versions); an exact flat index has nothing to tune
     nprobe = nprobe if index.index.is_ivf else None
     try:

@@ -78,12 +78,19 @@ class VersionIndex:
         ids: row number -> gallery id: an array (flat, ivfpq) or, for ``sharded_ivf``, a
             memory-mapped :class:`MappedIds` that materialises only the rows looked up.
         local_files: the local copy of a remote sharded build, deleted with this object.
+        build: the published build it was loaded from; None for an exact in-memory index.
     """
 
     index: SearchIndex
     ids: np.ndarray | MappedIds
     info: VersionInfo
     local_files: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+    build: str | None = None
+
+    @property
+    def source(self) -> str:
+        """What answered, as search answers name it: ``build <id>`` or ``exact``."""
+        return "exact" if self.build is None else f"build {self.build}"
 
     def search(
         self, queries: Any, k: int, nprobe: int | None = None
@@ -402,7 +409,7 @@ def load_pointer_index(
             store, prefix, pointer, verify=verify, use_gpu=use_gpu
         )
         _check_matches(index, len(ids), info, source, version)
-        return VersionIndex(index, ids, info, local)
+        return VersionIndex(index, ids, info, local, build)
     uris = {name: store.backend.uri(f"{prefix}/{name}") for name in _FILES}
     with tempfile.TemporaryDirectory() as tmp:
         for name in _FILES:
@@ -435,7 +442,7 @@ def load_pointer_index(
             ) from None
     _check_matches(index, len(ids), info, source, version)
     index.place(use_gpu)
-    return VersionIndex(index, _id_array(ids.combine_chunks()), info)
+    return VersionIndex(index, _id_array(ids.combine_chunks()), info, build=build)
 
 
 def _id_array(ids: pa.Array) -> np.ndarray:

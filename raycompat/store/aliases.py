@@ -115,6 +115,18 @@ def log(store: GalleryStore, gallery: str, model: str) -> list[AliasRecord]:
     )  # fmt: skip
 
 
+def changes(store: GalleryStore, gallery: str, model: str) -> int:
+    """How many changes the model's alias log on the gallery holds: one listing, no record
+    read. The log is append-only, so a service that saw the same count saw the same log
+    (``raycompat/service/``: its check before each request)."""
+    selector = pafs.FileSelector(_dir(store, gallery, model), allow_not_found=True)
+    return sum(
+        1
+        for entry in store.filesystem.get_file_info(selector)
+        if entry.type == pafs.FileType.File and entry.base_name.removesuffix(".json").isdigit()
+    )
+
+
 def checked_stamp(store: GalleryStore, lease: LeaseRef | None, what: str) -> dict:
     """The lease stamp of a record about to be written, the lease checked just before (a lost
     one raises ``LeaseLostError`` naming ``what``); ``{}`` for a writer without a lease."""

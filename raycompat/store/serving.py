@@ -31,6 +31,12 @@ def _aliased_models(store: GalleryStore, gallery: str) -> list[str]:
     return sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
 
 
+def query_models(store: GalleryStore, gallery: str) -> list[str]:
+    """Every model that holds a grant or an alias log on ``gallery``, live or not, sorted."""
+    models = {g.model_version for g in Catalog(store).grants(gallery)}
+    return sorted(models | set(_aliased_models(store, gallery)))
+
+
 def reachable(store: GalleryStore, gallery: str, model: str) -> tuple[str | None, list[str]]:
     """``(serves, rollback targets)`` of a live model: what it serves now (None if revoked)
     and the versions successive rollbacks would return to; ``(None, [])`` once revoked."""
@@ -55,10 +61,8 @@ def serving_map(store: GalleryStore, gallery: str) -> dict[str, dict[str, list[s
     [aliases], "a rollback target of alias": [aliases]}}`` for the live models of ``gallery``
     (grants and aliases, less revoked and retired ones) and its named aliases. A corrupt
     grant, alias, named alias or tombstone raises: gc must not guess."""
-    models = {g.model_version for g in Catalog(store).grants(gallery)}
-    models |= set(_aliased_models(store, gallery))
     out: dict[str, dict[str, list[str]]] = {}
-    for model in sorted(models):
+    for model in query_models(store, gallery):
         if retired(store, model) is not None:
             continue
         serves, chain = reachable(store, gallery, model)

@@ -199,11 +199,14 @@ def test_search_takes_stored_ids_or_vectors_and_prints_labels(served, capsys, tm
     code, out = run(capsys, "search", "digits", "--vectors", str(tmp_path / "q.npy"), *base)
     assert code == 0 and out["results"][0]["ids"][0] == "img11"
     assert out["results"][0]["labels"] == [None, None]  # this gallery stores no labels
+    assert (out["metric"], out["index"]) == ("negative squared L2", "exact")
+    assert out["results"][0]["scores"][0] <= 0  # -||q - g||^2, the label's sign
     assert main(["search", "digits", "--ids", "img5", *base]) == 0  # the table a person reads
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("gallery digits version v1 (extracted for model m1)")
-    assert printed[1].split() == ["query", "rank", "id", "score", "label"]
-    assert printed[3].split()[:3] == ["img5", "1", "img5"] and printed[3].split()[-1] == "-"
+    assert printed[1] == "score: negative squared L2 (exact)"  # v1 is unnormalized: l2
+    assert printed[2].split() == ["query", "rank", "id", "score", "label"]
+    assert printed[4].split()[:3] == ["img5", "1", "img5"] and printed[4].split()[-1] == "-"
 
 
 def test_search_query_errors_are_one_line(served, capsys, tmp_path):

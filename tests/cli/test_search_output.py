@@ -121,7 +121,7 @@ def test_k_above_a_flat_versions_rows_gives_every_row_with_a_note(flat, tmp_path
     code, out, err = run(capfd, search(store, "--vectors", str(tmp_path / "q.npy"), "-k", "100"))
     assert code == 0, err
     assert "1 of 1 queries got fewer than -k 100 hits (fewest 40): version v1 holds 40 rows" in err
-    assert len(out.splitlines()) == 3 + 40  # header, column names, rule, one line per row
+    assert len(out.splitlines()) == 4 + 40  # header, score line, column names, rule, the rows
 
 
 QUERY_FILES = {

@@ -12,6 +12,7 @@ import pytest
 from raycompat.index.query import (
     QueryError,
     read_query_vectors,
+    search,
     search_gallery,
     served_version,
     stored_vectors,
@@ -123,3 +124,30 @@ def test_stored_vectors_come_back_in_query_order(store):
 def test_served_version_is_the_models_grant(store):
     served = served_version(store, "g", "m1")
     assert (served.gallery_version, served.relation, served.source) == ("v1", "extracted", "grant")
+
+
+def test_search_names_the_version_the_index_and_the_metric_of_its_scores(store):
+    """``search``: the one entry of the CLI, the API and the service (issue 42, item 1)."""
+    from raycompat.index.version_index import build_version_index
+
+    exact = search(store, "g", "m1", vectors=ONE_HOT[[1]], k=1)
+    assert (exact.version, exact.model, exact.index) == ("v1", "m1", "exact")
+    assert exact.metric == "cosine similarity" and exact.hits[0].ids.tolist() == ["b"]
+    build = build_version_index(store, "g", "v1", distance="l2", use_gpu=False)
+    indexed = search(store, "g", "m1", ids=["c"], k=2)
+    assert indexed.index == f"build {build.rsplit('/', 1)[-1]}"
+    assert indexed.metric == "negative squared L2"
+    assert indexed.hits[0].scores.tolist() == pytest.approx([0.0, -2.0])  # -||e_2 - e_j||^2
+    assert search(store, "g", None, ids=["8"], k=1, version="v2").hits[0].ids.tolist() == [8]
+
+
+@pytest.mark.parametrize(
+    ("vectors", "message"),
+    [
+        (np.ones((2, 4)), r"shape \(Q, 3\), got shape \(2, 4\)"),
+        (np.array([[1.0, 0, 0], [np.nan, 0, 0]]), "NaN or inf in row 1"),
+    ],
+)
+def test_search_refuses_bad_vectors_naming_the_row_before_faiss_sees_them(store, vectors, message):
+    with pytest.raises(QueryError, match=f"^vectors: .*{message}"):
+        search(store, "g", "m1", vectors=vectors, k=1)

@@ -17,6 +17,7 @@ from raycompat.store.aliases import (
     NoRollbackError,
     NotServableError,
     RevokedError,
+    changes,
     current,
     promote,
     revoke,
@@ -26,7 +27,7 @@ from raycompat.store.gc import collect, make_plan
 from raycompat.store.lease import Lease, LeaseLostError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.retired import RetiredModelError, retire
-from raycompat.store.serving import serving_map
+from raycompat.store.serving import query_models, serving_map
 from tests.store.test_gc import DAY, age, publish
 from tests.store.test_model_catalog import publish as publish_in
 
@@ -218,3 +219,17 @@ def test_aliases_on_s3_conflict_and_resolve_as_locally(s3_bucket):
     retire(store, "m2")
     with pytest.raises(RetiredModelError, match="model m2 was retired at"):
         current(store, "g", "m2")
+
+
+def test_changes_counts_the_log_without_reading_it_and_query_models_lists_every_model(store):
+    """What the search service checks before each request (issue 42, item 3)."""
+    assert changes(store, "g", "m2") == 0  # no log yet: the grant serves
+    promote(store, "g", "m2", "v2")
+    revoke(store, "g", "m2")
+    assert changes(store, "g", "m2") == 2
+    with open(store.path("g", "_aliases", "m2", "00000002.json"), "w") as handle:
+        handle.write("not json")  # counted, not read: a corrupt record is current()'s to name
+    assert changes(store, "g", "m2") == 2
+    assert query_models(store, "g") == ["m1", "m2", "m3"]
+    retire(store, "m3")
+    assert query_models(store, "g") == ["m1", "m2", "m3"]  # retired still listed: 404 says why

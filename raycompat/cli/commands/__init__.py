@@ -8,6 +8,7 @@
     index.py        index build | verify             a version's faiss index
     serve.py        promote, rollback, revoke,       which version each model serves
                     retire
+    service.py      serve                            the search service (HTTP, uvicorn)
     alias.py        alias set | rollback | list      named aliases: (version, model) pairs
     adapt.py        adapt                            a query-side map fitted on paired rows
     formats.py      adopt, export                    Delta, Iceberg and Parquet tables
@@ -31,12 +32,14 @@ from raycompat.cli.commands import (
     report,
     search,
     serve,
+    service,
     status,
     store,
 )
 
 GROUPS = (
-    store, history, status, search, index, serve, alias, adapt, formats, maintenance, report,
+    store, history, status, search, index, serve, service, alias, adapt, formats, maintenance,
+    report,
 )  # fmt: skip
 
 

@@ -1,11 +1,12 @@
 """``raycompat search GALLERY``: top-k gallery ids for query images, vectors or stored ids.
 
-The query path is the core's (``index/query.py``: :func:`served_version`,
-:func:`query_vectors`, :func:`search_gallery`); this command parses, prints notes on stderr and
-renders. It finds the gallery version model M serves (or the version and model a named alias,
-``--alias prod``, points at: :func:`aliased_version`), embeds the images with M (or takes
-``--vectors`` / ``--ids``) and searches that version's published faiss index, else a small
-version exactly in memory; it never writes the store. No Ray; torch only to embed images.
+The query path is the core's (``index/query.py``: :func:`search`, which the service uses
+too); this command parses, prints notes on stderr and renders (the second line names what the
+scores are and which index answered). It finds the gallery version model M serves (or the
+version and model a named alias, ``--alias prod``, points at: :func:`aliased_version`), embeds
+the images with M (or takes ``--vectors`` / ``--ids``) and searches that version's published
+faiss index, else a small version exactly in memory; it never writes the store. No Ray; torch
+only to embed images.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def search(args) -> dict:
 
 
 def _search(args) -> dict:
-    from raycompat.index.query import query_vectors, search_gallery
+    from raycompat.index.query import search as search_as
 
     store = open_store(args)
 
@@ -41,35 +42,28 @@ def _search(args) -> dict:
         print(f"{PROG}: note: {line}", file=sys.stderr)
 
     model, version, relation = _searched_pair(store, args, note)
-    queries = query_vectors(
+    # Read-only: the published index, else an exact in-memory search of a small version.
+    result = search_as(
         store,
         args.gallery,
-        version,
         model,
         images=args.images,
         vectors=args.vectors,
         ids=args.ids,
-        on_note=note,
-    )
-    names = args.images or args.ids or [f"{args.vectors}[{q}]" for q in range(len(queries))]
-    # Read-only: the published index, else an exact in-memory search of a small version.
-    result = search_gallery(
-        store,
-        args.gallery,
-        queries,
-        args.k,
-        model=model,
+        k=args.k,
         version=version,
         nprobe=args.nprobe,
-        names=names,
         on_note=note,
     )
+    names = args.images or args.ids or [f"{args.vectors}[{q}]" for q in range(len(result.hits))]
     return {
         "gallery": args.gallery,
         "gallery_version": version,
         "relation": relation,
         "model": model,
         "alias": args.alias,
+        "index": result.index,
+        "metric": result.metric,
         "results": [
             {
                 "query": str(name),
@@ -152,6 +146,7 @@ def render_search(out: dict) -> str:
     else:
         how = "as asked" + (f", queries of model {out['model']}" if out["model"] else "")
     head = f"gallery {out['gallery']} version {out['gallery_version']} ({how})"
+    head += f"\nscore: {out['metric']} ({out['index']})"
     return head + "\n" + table(rows, COLUMNS + [("label", "label")])
 
 

@@ -1,0 +1,96 @@
+"""``raycompat serve --store S``: the search service on one machine (uvicorn), following the
+store's serving records (``raycompat/service/``, docs/serving.md).
+
+It binds 127.0.0.1 unless ``--host`` says otherwise; the bearer token comes from
+``--token-file`` or ``RAYCOMPAT_SERVE_TOKEN`` and is never printed. It runs until interrupted
+(Ctrl-C or SIGTERM) and then answers one line. (``serve.py`` beside it holds promote, rollback,
+revoke and retire: the records this service follows.)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from raycompat.cli.arguments import STORE, positive_int
+from raycompat.cli.command import Command
+from raycompat.cli.store_options import add_store_arguments, open_store
+
+DEFAULT_PORT = 8321
+
+
+def serve(args) -> str:
+    from raycompat.service import Served, ServiceConfig, create_app, read_token, serve_forever
+    from raycompat.service.shadow import ShadowSpec
+
+    config = ServiceConfig(
+        max_k=args.max_k,
+        max_batch=args.max_batch,
+        max_body_bytes=args.max_body_bytes,
+        poll_s=args.poll_s,
+        check_each_request=not args.poll_only,
+        token=read_token(args.token_file),
+        shadow=tuple(ShadowSpec.parse(text) for text in args.shadow),
+    )
+    store = open_store(args)
+    serve_forever(create_app(Served(store), config), args.host, args.port)
+    return f"stopped serving {store.uri()} on {args.host}:{args.port}"
+
+
+def _positive_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
+    return value
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    add_store_arguments(p)
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every "
+        "interface, with a --token-file)",
+    )
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    p.add_argument(
+        "--token-file",
+        help="a file whose first line is the bearer token every request must carry (default: "
+        "the environment's RAYCOMPAT_SERVE_TOKEN; neither: no token asked)",
+    )
+    p.add_argument("--poll-s", type=_positive_s, default=1.0, help="seconds between polls of "
+                   "the serving records (default 1)")  # fmt: skip
+    p.add_argument(
+        "--poll-only",
+        action="store_true",
+        help="follow the records only by polling; by default each search first checks its "
+        "model's records (a listing and a stat), so no answer lags a promote, rollback or revoke",
+    )
+    p.add_argument(
+        "--shadow",
+        action="append",
+        default=[],
+        metavar="G/M=V",
+        help="also search version V with model M's queries on gallery G, in the background, "
+        "measuring overlap@k and negative flips (/metrics); repeatable",
+    )
+    p.add_argument("--max-k", type=positive_int, default=1000, help="most hits per query")
+    p.add_argument("--max-batch", type=positive_int, default=1000, help="most queries a request")
+    p.add_argument(
+        "--max-body-bytes", type=positive_int, default=8 * 1024 * 1024, help="larger: 413"
+    )
+
+
+COMMANDS = (
+    Command(
+        "serve",
+        "serve searches over HTTP from warm indexes, following promote, rollback, revoke and "
+        "retire",
+        _arguments,
+        serve,
+        example=f"raycompat serve --store {STORE} --port {DEFAULT_PORT}",
+        as_json=False,
+    ),
+)

@@ -1,0 +1,137 @@
+"""The service over real HTTP (uvicorn on a free loopback port, httpx): answers equal the
+library's ``search``, name their version, index and metric; bad input is refused with the
+field and row named; the bearer token guards every endpoint; metrics count what happened
+(issue 42, items 2 and 6)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from raycompat.index.query import search
+from raycompat.service import Served, ServiceConfig, create_app, running
+from raycompat.store.aliases import promote
+
+TOKEN = "s3cr3t-t0ken-for-tests"
+
+
+@pytest.fixture
+def url(store):
+    with running(create_app(Served(store), ServiceConfig(max_k=50, max_body_bytes=4096))) as url:
+        yield url
+
+
+def post(url: str, body: dict, headers: dict | None = None) -> httpx.Response:
+    """POST ``body`` as Python writes JSON: NaN as the ``NaN`` literal many clients send."""
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    return httpx.post(f"{url}/v1/search", content=json.dumps(body), headers=headers, timeout=10)
+
+
+def test_an_answer_equals_the_librarys_search_and_names_version_index_and_metric(url, store):
+    queries = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+    got = post(url, {"gallery": "g", "model": "m2", "vectors": queries.tolist(), "k": 3})
+    assert got.status_code == 200, got.text
+    answer = got.json()
+    want = search(store, "g", "m2", vectors=queries, k=3)
+    assert {k: answer[k] for k in ("gallery", "model", "version", "index", "metric")} == {
+        "gallery": "g", "model": "m2", "version": want.version, "index": want.index,
+        "metric": want.metric,
+    }  # fmt: skip
+    assert (answer["version"], answer["metric"]) == ("v1", "negative squared L2")
+    for hits, expected in zip(answer["hits"], want.hits, strict=True):
+        assert [h["id"] for h in hits] == expected.ids.tolist()
+        assert [h["score"] for h in hits] == pytest.approx(expected.scores.tolist(), rel=1e-5)
+    by_id = post(url, {"gallery": "g", "model": "m1", "ids": ["v1-7"], "k": 1}).json()
+    assert by_id["hits"] == [[{"id": "v1-7", "score": 0.0}]]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"gallery": "gg", "model": "m2", "ids": ["v1-1"]}, 404, "galleries are g; did you"),
+        ({"gallery": "g", "model": "m9", "ids": ["v1-1"]}, 404, "its models are m1, m2, m3"),
+        ({"gallery": "g", "model": "m2", "vectors": [[1, 2, 3]]}, 400,
+         "vectors: expected finite rows of model m2's width 4, got shape (1, 3)"),
+        ({"gallery": "g", "model": "m2", "vectors": [[1, 2, 3, 4], [1, 2, float("nan"), 4]]},
+         400, "NaN or inf in row 1"),
+        ({"gallery": "g", "model": "m2", "vectors": [[1, 2, 3, 4], [1, 2]]}, 400,
+         "vectors[1]: expected a list of 4 numbers"),
+        ({"gallery": "g", "model": "m2", "vectors": [[1, 2, 3, 4]], "k": 51}, 400,
+         "k: expected an integer from 1 to 50"),
+        ({"gallery": "g", "model": "m2", "ids": ["v1-1"], "top": 3}, 400,
+         "unknown field(s) top"),
+        ({"gallery": "g", "model": "m2", "ids": ["nope"]}, 400, "ids: g/v1 holds no row"),
+        ({"gallery": "g", "model": "m2", "ids": ["x"] * 1000}, 413, "over the limit of 4096"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_refused_naming_the_field(url, body, status, message):
+    got = post(url, body)
+    assert got.status_code == status and message in got.json()["error"], got.text
+
+
+def test_the_other_endpoints_list_what_is_served_and_count_requests(url):
+    assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "pairs": 3}
+    listing = httpx.get(f"{url}/v1/galleries").json()["galleries"]
+    assert listing["g"]["m3"] == {
+        "version": "v1",
+        "index": "exact",
+        "metric": "negative squared L2",
+    }
+    post(url, {"gallery": "g", "model": "m1", "ids": ["v1-1"]})
+    post(url, {"gallery": "g", "model": "m0", "ids": ["v1-1"]})
+    text = httpx.get(f"{url}/metrics").text
+    assert 'raycompat_requests_total{endpoint="/v1/search",status="200"} 1.0' in text
+    assert 'raycompat_requests_total{endpoint="/v1/search",status="404"} 1.0' in text
+    assert 'raycompat_serving{gallery="g",model="m2",version="v1"} 1.0' in text
+    assert 'raycompat_request_seconds_count{endpoint="/v1/search"} 2.0' in text
+
+
+def test_the_watcher_swaps_without_any_request(store):
+    config = ServiceConfig(poll_s=0.05, check_each_request=False)
+    with running(create_app(Served(store), config)) as url:
+        promote(store, "g", "m2", "v2")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            listing = httpx.get(f"{url}/v1/galleries").json()["galleries"]
+            if listing["g"]["m2"]["version"] == "v2":
+                break
+            time.sleep(0.02)
+        assert listing["g"]["m2"]["version"] == "v2"
+        assert (
+            'raycompat_swaps_total{gallery="g",model="m2"} 2.0' in httpx.get(f"{url}/metrics").text
+        )
+
+
+def test_the_bearer_token_guards_every_endpoint_and_is_never_logged(store, caplog):
+    caplog.set_level(logging.DEBUG)
+    with running(create_app(Served(store), ServiceConfig(token=TOKEN))) as url:
+        for path in ("/healthz", "/metrics", "/v1/galleries"):
+            assert httpx.get(f"{url}{path}").status_code == 401
+            wrong = httpx.get(f"{url}{path}", headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+            right = httpx.get(f"{url}{path}", headers={"Authorization": f"Bearer {TOKEN}"})
+            assert right.status_code == 200
+        body = {"gallery": "g", "model": "m1", "ids": ["v1-1"]}
+        assert post(url, body).status_code == 401
+        assert post(url, body, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert TOKEN not in caplog.text and "swap g/m1" in caplog.text
+    assert TOKEN not in repr(ServiceConfig(token=TOKEN))
+
+
+def test_a_shadowed_pair_reports_its_overlap_in_the_metrics(store):
+    from raycompat.service.shadow import ShadowSpec
+
+    config = ServiceConfig(shadow=(ShadowSpec("g", "m1", "v4"),))
+    with running(create_app(Served(store), config)) as url:
+        answer = post(url, {"gallery": "g", "model": "m1", "ids": ["v1-1"], "k": 2}).json()
+        assert answer["version"] == "v1"
+        want = 'raycompat_shadow_overlap_at_k_count{candidate="v4",gallery="g",model="m1"} 1.0'
+        deadline = time.monotonic() + 5
+        while want not in httpx.get(f"{url}/metrics").text and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert want in httpx.get(f"{url}/metrics").text

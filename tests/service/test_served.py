@@ -1,0 +1,105 @@
+"""What a replica serves follows the serving records: promote, rollback, revoke and retire are
+followed before the next request, old indexes are freed once their last request ends, and each
+swap is counted (issue 42, item 3)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from raycompat.index.query import ranked_hits
+from raycompat.service.served import NotServedError, Served
+from raycompat.store.aliases import promote, revoke, rollback
+from raycompat.store.retired import retire
+
+Q = np.full((1, 4), 0.5, np.float32)
+
+
+@pytest.fixture
+def served(store) -> Served:
+    served = Served(store)
+    served.refresh()
+    return served
+
+
+def swaps(served: Served, model: str = "m2") -> float:
+    return served.metrics.swaps.labels("g", model)._value.get()
+
+
+def test_each_pair_of_the_store_is_loaded_with_what_its_records_serve(served):
+    assert {m: d["version"] for m, d in served.listing()["g"].items()} == {
+        "m1": "v1", "m2": "v1", "m3": "v1",
+    }  # fmt: skip
+    assert served.listing()["g"]["m2"] == {
+        "version": "v1", "index": "exact", "metric": "negative squared L2",
+    }  # fmt: skip
+
+
+def test_a_promote_and_a_rollback_are_followed_before_the_next_request(served, store):
+    before = served.for_request("g", "m2")
+    promote(store, "g", "m2", "v3")
+    after = served.for_request("g", "m2")
+    assert (before.version, after.version, swaps(served)) == ("v1", "v3", 2)  # load + swap
+    assert after.index.ids[0].startswith("v3-")
+    # the request that took v1 before the swap still answers wholly from v1
+    ((_, ids),) = ranked_hits(before.index, Q, 3)[0]
+    assert all(i.startswith("v1-") for i in ids.tolist())
+    rollback(store, "g", "m2")
+    assert served.for_request("g", "m2").version == "v1" and swaps(served) == 3
+
+
+def test_without_the_check_each_request_only_the_watchers_poll_follows(served, store):
+    promote(store, "g", "m2", "v2")
+    assert served.for_request("g", "m2", check=False).version == "v1"  # stale until the poll
+    served.refresh()
+    assert served.for_request("g", "m2", check=False).version == "v2"
+
+
+def test_the_old_index_is_freed_when_its_last_request_lets_go(served, store):
+    held = served.for_request("g", "m2")
+    freed = served.metrics.freed._value.get()
+    promote(store, "g", "m2", "v2")
+    served.for_request("g", "m2")
+    gc.collect()
+    assert served.metrics.freed._value.get() == freed  # a request still holds v1's index
+    del held
+    gc.collect()
+    assert served.metrics.freed._value.get() == freed + 1
+
+
+def test_a_revoke_is_a_404_from_the_next_request_and_a_rollback_serves_again(served, store):
+    served.for_request("g", "m2")
+    revoke(store, "g", "m2")
+    with pytest.raises(NotServedError, match="'m2' may not query gallery 'g': revoked at"):
+        served.for_request("g", "m2")
+    assert served.listing()["g"]["m2"]["serves"] is None
+    rollback(store, "g", "m2")
+    assert served.for_request("g", "m2").version == "v1"
+
+
+def test_a_retired_model_is_a_404(served, store):
+    retire(store, "m3", "replaced")
+    with pytest.raises(NotServedError, match="model m3 was retired at .*replaced"):
+        served.for_request("g", "m3")
+    assert served.for_request("g", "m1").version == "v1"
+
+
+def test_unknown_names_are_404s_listing_the_valid_ones(served):
+    with pytest.raises(NotServedError, match="gallery 'gg' is not served: galleries are g; did"):
+        served.for_request("gg", "m2")
+    with pytest.raises(NotServedError, match="its models are m1, m2, m3; did you mean 'm2'"):
+        served.for_request("g", "m22")
+
+
+def test_a_model_granted_after_the_start_is_served_from_the_next_poll(served, store):
+    from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+
+    Catalog(store).register_model(ModelRecord("m4", "", 4, "bct"))
+    served.refresh()
+    with pytest.raises(NotServedError, match="its models are m1, m2, m3"):
+        served.for_request("g", "m4")
+    Catalog(store).grant(QueryGrant("g", "v1", "m4", "compatible"))
+    served.refresh()
+    assert served.for_request("g", "m4").version == "v1"
