@@ -59,8 +59,8 @@ class PairStatistics:
     def of(cls, x, y, *, gram: bool = True, **checks) -> PairStatistics:
         """The statistics of one part ``x (N, d_old)``, ``y (N, d_new)``; ``checks`` as
         :func:`~raycompat.transformations.pairs.check_pairs` takes them (ids, ``where``)."""
-        x, y = check_pairs(x, y, **checks)
-        return cls.empty(x.shape[1], y.shape[1], gram=gram).add(x, y)
+        x, y = check_pairs(x, y, finite=False, **checks)  # add checks NaN/inf on the row norms
+        return cls.empty(x.shape[1], y.shape[1], gram=gram).add(x, y, **checks)
 
     @property
     def has_gram(self) -> bool:
