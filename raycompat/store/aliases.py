@@ -119,12 +119,7 @@ def changes(store: GalleryStore, gallery: str, model: str) -> int:
     """How many changes the model's alias log on the gallery holds: one listing, no record
     read. The log is append-only, so a service that saw the same count saw the same log
     (``raycompat/service/``: its check before each request)."""
-    selector = pafs.FileSelector(_dir(store, gallery, model), allow_not_found=True)
-    return sum(
-        1
-        for entry in store.filesystem.get_file_info(selector)
-        if entry.type == pafs.FileType.File and entry.base_name.removesuffix(".json").isdigit()
-    )
+    return len(numbered_files(store, _dir(store, gallery, model)))
 
 
 def checked_stamp(store: GalleryStore, lease: LeaseRef | None, what: str) -> dict:
@@ -148,19 +143,25 @@ def write_numbered(store: GalleryStore, path: str, record, lost: Callable[[], Ex
         raise lost() from None
 
 
+def numbered_files(store: GalleryStore, directory: str) -> list[tuple[int, str]]:
+    """``(number, path)`` of the files ``<number>.json`` of an append-only log, in order: one
+    listing, no record read."""
+    found = []
+    for entry in store.filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+        stem = entry.base_name.removesuffix(".json")
+        if entry.type == pafs.FileType.File and entry.base_name.endswith(".json"):
+            if stem.isdigit():
+                found.append((int(stem), entry.path))
+    return sorted(found)
+
+
 def numbered_log(store: GalleryStore, directory: str, parse, key, expected: tuple, what: str):
     """The records ``00000001.json``, ``00000002.json``... of an append-only log, oldest first,
     each read with ``parse(data, source)``. A gap, or a record whose ``key(record)`` is not
     ``expected`` or whose ``seq`` is not its number, raises ``CorruptFileError`` naming it."""
     fs = store.filesystem
-    found = []
-    for entry in fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
-        stem = entry.base_name.removesuffix(".json")
-        if entry.type == pafs.FileType.File and entry.base_name.endswith(".json"):
-            if stem.isdigit():
-                found.append((int(stem), entry.path))
     records = []
-    for number, (seq, path) in enumerate(sorted(found), start=1):
+    for number, (seq, path) in enumerate(numbered_files(store, directory), start=1):
         source = store.backend.uri(path)
         if seq != number:
             raise CorruptFileError(f"{source}: {what} {number} of this log is missing")
