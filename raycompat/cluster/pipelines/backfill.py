@@ -62,7 +62,12 @@ from raycompat.cluster.pipelines.selection import (
     select_rows,
     stored_selection,
 )
-from raycompat.cluster.pipelines.sources import SourceSpec, open_source
+from raycompat.cluster.pipelines.sources import (
+    SourceSpec,
+    images_of_rows,
+    open_source,
+    source_name,
+)
 from raycompat.cluster.pipelines.weights import (
     Shared,
     model_of,
@@ -71,7 +76,7 @@ from raycompat.cluster.pipelines.weights import (
     transformation_of,
 )
 from raycompat.config.pipelines import RunOptions
-from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
+from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.part_record import IdFingerprint
 from raycompat.store.schema import ID_TYPES
 from raycompat.store.vectors import vectors
@@ -103,7 +108,7 @@ class BackfillChunks(ChunkWorker):
         self.carried, self.with_uncertainty = carried, with_uncertainty
         self.h = transformation_of(transformation, H).to(self.device) if transformation else None
         self.model = model_of(model).to(self.device)
-        self.images, self.images_name = open_source(images), f"{images.kind} {images.name!r}"
+        self.images, self.images_name = open_source(images), source_name(images)
 
     def fill(self, chunk: Chunk, writer: PartWriter) -> None:
         keys = read_keys(self.staging, chunk) if self.selection.threshold is not None else None
@@ -143,17 +148,11 @@ class BackfillChunks(ChunkWorker):
                 raise StoreError(f"{source}: an extracted row is not selected; budget too low")
             extract = chosen & ~stored
             rows = ids.to_numpy(zero_copy_only=False)[extract]
-            images = self.load_images(rows, source) if rows.size else None
+            images = None
+            if rows.size:
+                images = images_of_rows(self.images, rows, source, self.images_name)
             yield batch, chosen, extract, key, images
             offset += n
-
-    def load_images(self, rows: np.ndarray, source: str) -> torch.Tensor:
-        try:
-            return self.images.dataset.batch(rows)
-        except IndexError as error:
-            raise SchemaError(
-                f"{source}: ids are row numbers of the image source {self.images_name}, but {error}"
-            ) from None
 
     def rows(self, batch, chosen, extract, key, images) -> pa.Table:
         sigma = None

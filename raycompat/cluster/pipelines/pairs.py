@@ -8,8 +8,9 @@ on items embedded by both. The stored version holds the old model's embeddings; 
 re-embeds a sample of its rows from the gallery's images (ids are row numbers of the image
 source, as extraction and the partial backfill take them). One Ray task per chunk of the
 version (:func:`~raycompat.cluster.pipelines.inputs.plan_version_chunks`) keeps a row when a
-seeded hash of its id falls below ``pairs / rows`` of the hash range, so the sample is the same
-whatever the chunking, the workers or a rerun, and has ``pairs`` rows in expectation. Each task
+seeded key of its id (``selection.random_keys``, the partial backfill's random order) falls
+below ``pairs / rows``, so the sample is the same whatever the chunking, the workers or a
+rerun, and has ``pairs`` rows in expectation. Each task
 returns the sample's :class:`~raycompat.transformations.PairStatistics` (O(d^2), whatever its
 rows); the driver merges them: nothing on the driver grows with the version's rows. The
 ``adapter`` kind trains on the rows themselves, so with ``keep_rows`` the tasks also return
@@ -36,36 +37,24 @@ from raycompat.cluster.pipelines.extract import embed
 from raycompat.cluster.pipelines.index import RayTasks
 from raycompat.cluster.pipelines.inputs import iter_chunk_batches, plan_version_chunks
 from raycompat.cluster.pipelines.parts import Chunk
-from raycompat.cluster.pipelines.sources import open_source
+from raycompat.cluster.pipelines.selection import random_keys
+from raycompat.cluster.pipelines.sources import images_of_rows, open_source, source_name
 from raycompat.cluster.pipelines.weights import Shared, model_of, share_model
 from raycompat.config.pipelines import RunOptions, SourceSpec
-from raycompat.errors import SchemaError
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.part_record import hash_ids
 from raycompat.store.vectors import vectors
 from raycompat.transformations import PairsError, PairStatistics
 
 logger = logging.getLogger(__name__)
 DIRECTIONS = ("query", "gallery")  # x -> y: new -> stored (query side), stored -> new (gallery)
-_GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
-_MASK = (1 << 64) - 1
 
 
-def sample_keys(ids: pa.Array, seed: int) -> np.ndarray:
-    """A uint64 per id, uniform over ``[0, 2^64)`` and a function of the id and ``seed`` alone:
-    splitmix64's finaliser over the id's hash xor a seed word."""
-    z = hash_ids(ids) ^ np.uint64((seed * _GOLDEN + _GOLDEN) & _MASK)
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def sample_threshold(pairs: int, rows: int) -> int:
-    """The key below which a row is sampled: ``pairs / rows`` of the range (all at >= 1)."""
+def sample_fraction(pairs: int, rows: int) -> float:
+    """The share of rows to sample for ``pairs`` of ``rows`` (1.0: every row): a row is kept
+    when its seeded key (``selection.random_keys``, in [0, 1)) falls below it."""
     if pairs < 1:
         raise ValueError(f"pairs must be >= 1, got {pairs}")
-    return _MASK if pairs >= rows else int(pairs / rows * 2.0**64)
+    return min(1.0, pairs / rows)
 
 
 @dataclass(frozen=True)
@@ -74,7 +63,7 @@ class PairSample:
 
     images: SourceSpec
     model: Shared | str  # the new model: a shared reference, or a folder (in process)
-    threshold: int
+    fraction: float
     seed: int
     direction: str
     gram: bool
@@ -85,23 +74,27 @@ class PairSample:
 
 def chunk_pairs(store: GalleryStore, info: VersionInfo, chunk: Chunk, sample: PairSample):
     """``(statistics, x, y)`` of one chunk's sampled rows (``x``, ``y`` None unless
-    ``keep_rows``); the statistics are None when the chunk has no sampled row."""
+    ``keep_rows``); the statistics are None when the chunk has no sampled row. The model and
+    the image source are opened only for a chunk that has one."""
     torch.set_num_threads(1)
-    model, source = model_of(sample.model), open_source(sample.images)
     where = store.backend.uri(chunk.path)
-    stats, kept = None, []
+    model = source = stats = None
+    kept = []
     columns = ["id", "embedding"]
     for batch in iter_chunk_batches(store, chunk, info, sample.batch_size, columns):
         ids = batch.column("id")
-        chosen = sample_keys(ids, sample.seed) < np.uint64(sample.threshold)
+        chosen = random_keys(ids, sample.seed) < sample.fraction
         if sample.exclude is not None:
             outside = pc.invert(pc.is_in(ids, value_set=sample.exclude.cast(ids.type)))
             chosen &= outside.to_numpy(zero_copy_only=False)
         if not chosen.any():
             continue
+        if model is None:
+            model, source = model_of(sample.model), open_source(sample.images)
         rows = ids.to_numpy(zero_copy_only=False)[chosen]
+        images = images_of_rows(source, rows, where, source_name(sample.images))
         stored = vectors(batch, "embedding")[chosen]
-        new = embed(model, _images(source, rows, where), None, normalize=False).numpy()
+        new = embed(model, images, None, normalize=False).numpy()
         x, y = (new, stored) if sample.direction == "query" else (stored, new)
         part = PairStatistics.of(x, y, gram=sample.gram, where=f"{where} (sampled rows)")
         stats = part if stats is None else stats.merge(part)
@@ -110,15 +103,6 @@ def chunk_pairs(store: GalleryStore, info: VersionInfo, chunk: Chunk, sample: Pa
     if not sample.keep_rows or not kept:
         return stats, None, None
     return stats, np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])
-
-
-def _images(source, rows: np.ndarray, where: str) -> torch.Tensor:
-    try:
-        return source.dataset.batch(rows)
-    except (IndexError, AttributeError) as error:
-        raise SchemaError(
-            f"{where}: ids are row numbers of the image source, but {error}"
-        ) from None
 
 
 def sample_pair_statistics(
@@ -151,9 +135,9 @@ def sample_pair_statistics(
     info = store.version(gallery, version)
     chunks, _, _ = plan_version_chunks(store, gallery, info, run.rows_per_file)
     eligible = info.rows - (0 if exclude is None else len(exclude))  # excluded ids: assumed held
-    threshold = sample_threshold(pairs, max(eligible, 1))
+    fraction = sample_fraction(pairs, max(eligible, 1))
     sample = PairSample(
-        images, share_model(model), threshold, seed, direction, gram,
+        images, share_model(model), fraction, seed, direction, gram,
         keep_rows, None if exclude is None else pa.array(exclude), run.batch_size,
     )  # fmt: skip
     store_ref, info_ref, sample_ref = ray.put(store), ray.put(info), ray.put(sample)

@@ -150,3 +150,20 @@ def augment_batch(images: torch.Tensor, augment: Augmentation, generator) -> tor
 
 def open_source(spec: SourceSpec):
     return SOURCES.create(spec.kind, spec=spec)
+
+
+def source_name(spec: SourceSpec) -> str:
+    """How errors name a source: ``dataset 'mnist5k'``."""
+    return f"{spec.kind} {spec.name!r}"
+
+
+def images_of_rows(source, rows: np.ndarray, where: str, name: str) -> torch.Tensor:
+    """The images of ``rows`` of a ``dataset`` source, whose row numbers are a version's ids
+    (the partial backfill re-extracts them, a map's pairs re-embed them); an id past the
+    dataset's end is one ``SchemaError`` naming ``where`` and the source ``name``."""
+    try:
+        return source.dataset.batch(rows)
+    except IndexError as error:
+        raise SchemaError(
+            f"{where}: ids are row numbers of the image source {name}, but {error}"
+        ) from None

@@ -119,3 +119,17 @@ def test_a_corrupt_image_fails_the_chunk_by_row_and_leaves_no_part(tmp_path):
         "part-00000-0000.parquet"  # what a rerun's driver finds complete
     ]
     assert not any(Path(staging.path).glob("_tmp/*"))
+
+
+def test_an_id_past_the_image_source_is_one_error_naming_the_part_and_the_source():
+    """The partial backfill and a map's pairs read a version's ids as row numbers of its image
+    source: one past the end is a ``SchemaError`` naming the part and the source."""
+    from raycompat.cluster.pipelines.sources import images_of_rows, source_name
+    from raycompat.store import SchemaError
+
+    spec = SourceSpec(kind="dataset", name="mnist5k", options={"per_class": 2})
+    source = open_source(spec)
+    assert images_of_rows(source, np.array([0, 19]), "p.parquet", source_name(spec)).shape[0] == 2
+    with pytest.raises(SchemaError, match=r"^p\.parquet: ids are row numbers of the image source "
+                       r"dataset 'mnist5k', but "):  # fmt: skip
+        images_of_rows(source, np.array([3, 20]), "p.parquet", source_name(spec))

@@ -16,11 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from raycompat.cluster.pipelines import RunOptions, SourceSpec
-from raycompat.cluster.pipelines.pairs import (
-    sample_keys,
-    sample_pair_statistics,
-    sample_threshold,
-)
+from raycompat.cluster.pipelines.pairs import sample_fraction, sample_pair_statistics
+from raycompat.cluster.pipelines.selection import random_keys
 from raycompat.data import create_dataset
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.train.export import load_exported_model
@@ -54,23 +51,26 @@ def gallery(tmp_path_factory):
 
 
 def test_the_sample_is_a_function_of_the_id_and_the_seed_alone():
+    """A row is sampled when its seeded key (the partial backfill's ``random_keys``) is below
+    ``pairs / rows``: the same for a slice of the ids, about ``pairs`` rows, another sample for
+    another seed, every row from ``pairs >= rows`` on."""
     ids = pa.array(np.arange(20_000, dtype=np.int64))
-    keys = sample_keys(ids, seed=3)
-    assert keys.dtype == np.uint64
-    assert np.array_equal(keys[5000:6000], sample_keys(ids.slice(5000, 1000), seed=3))
-    kept = keys < np.uint64(sample_threshold(1000, len(ids)))
+    keys = random_keys(ids, seed=3)
+    assert keys.dtype == np.float64 and 0 <= keys.min() and keys.max() < 1
+    assert np.array_equal(keys[5000:6000], random_keys(ids.slice(5000, 1000), seed=3))
+    kept = keys < sample_fraction(1000, len(ids))
     assert 850 <= kept.sum() <= 1150  # 1000 expected, binomial sd ~31
-    other = sample_keys(ids, seed=4) < np.uint64(sample_threshold(1000, len(ids)))
+    other = random_keys(ids, seed=4) < sample_fraction(1000, len(ids))
     assert (kept & other).sum() < 150  # another seed, another sample (~50 shared by chance)
-    assert sample_threshold(20_000, 20_000) == sample_threshold(50_000, 20_000) == 2**64 - 1
+    assert sample_fraction(20_000, 20_000) == sample_fraction(50_000, 20_000) == 1.0
+    assert (keys < 1.0).all()  # so a fraction of 1.0 keeps every row
     with pytest.raises(ValueError, match="pairs must be >= 1"):
-        sample_threshold(0, 10)
+        sample_fraction(0, 10)
 
 
 def reference(gallery, pairs: int, seed: int, exclude=()) -> np.ndarray:
     ids = np.arange(ROWS, dtype=np.int64)
-    threshold = sample_threshold(pairs, ROWS - len(exclude))
-    chosen = sample_keys(pa.array(ids), seed) < np.uint64(threshold)
+    chosen = random_keys(pa.array(ids), seed) < sample_fraction(pairs, ROWS - len(exclude))
     return ids[chosen & ~np.isin(ids, exclude)]
 
 
