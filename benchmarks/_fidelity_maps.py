@@ -22,9 +22,8 @@ tuned: ``lam`` 0 for ``affine``, the adapter's defaults.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from _fidelity_eval import Served
-from _fidelity_train import features, normalized
+from _fidelity_train import apply_h, features, normalized
 
 from raycompat.transformations import fit_kind
 
@@ -42,11 +41,6 @@ MAP_ENTRIES = {
 }
 
 
-def mapped(h, rows: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        return h(torch.from_numpy(np.ascontiguousarray(rows)).float()).numpy()
-
-
 class Maps:
     """The maps of one model sequence, fitted on first use and shared by every entry and
     evaluation set (``fits``: its FCT ``Transformations``, for the models, the training data and
@@ -55,15 +49,20 @@ class Maps:
     def __init__(self, fits) -> None:
         self.models, self.data, self.seed = fits.models, fits.data, fits.seed
         self._maps: dict[tuple, object] = {}
+        self._features: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.pairs_used: dict[tuple, int] = {}
 
     def pairs(self, source: int, target: int, budget: str) -> tuple[np.ndarray, np.ndarray]:
         """``(x, y)``: model ``source``'s and model ``target``'s features of the newer model's
         training images (module docstring: which side is normalised)."""
-        newer = max(source, target)
-        images = self.data.images[self.data.step_rows(newer)]
-        x, y = features(self.models[source], images), features(self.models[target], images)
-        x, y = (normalized(x), normalized(y)) if source > target else (normalized(x), y)
+        if (source, target) not in self._features:  # every kind and budget fits on these
+            images = self.data.images[self.data.step_rows(max(source, target))]
+            x, y = features(self.models[source], images), features(self.models[target], images)
+            self._features[source, target] = (
+                normalized(x),
+                normalized(y) if source > target else y,
+            )
+        x, y = self._features[source, target]
         if budget != "all":
             need = max(int(budget), x.shape[1] + 1, y.shape[1] + 1)
             rng = np.random.default_rng(self.seed * 1000 + 10 * source + target)
@@ -114,15 +113,15 @@ def serve_map(kind: str, side: str, chain: str, budget: str):
 def _query(maps: Maps, used, kind, chain, budget, rows, t: int, k: int) -> np.ndarray:
     hops = [(t, k)] if chain == "direct" else [(j, j - 1) for j in range(t, k, -1)]
     for source, target in hops:  # t -> t-1 -> .. -> k: each hop's map on its own pairs
-        rows = mapped(maps.fit(kind, source, target, budget, used), normalized(rows))
-    return rows
+        rows = apply_h(maps.fit(kind, source, target, budget, used), normalized(rows), None)
+    return rows  # unit rows: the cosine scores are those of the mapped queries
 
 
 def _gallery(maps: Maps, used, kind, chain, budget, rows, t: int, k: int) -> np.ndarray:
     rows = normalized(rows)  # the stored rows
     hops = [(k, t)] if chain == "direct" else [(j - 1, j) for j in range(k + 1, t + 1)]
     for source, target in hops:
-        rows = normalized(mapped(maps.fit(kind, source, target, budget, used), rows))
+        rows = apply_h(maps.fit(kind, source, target, budget, used), rows, None)
     return rows
 
 
