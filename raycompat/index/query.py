@@ -136,28 +136,38 @@ def query_vectors(
     model: str | None,
     *,
     images: Sequence[str] | None = None,
-    vectors: str | None = None,
+    vectors: str | np.ndarray | None = None,
     ids: Sequence[str] | None = None,
     on_note: Callable[[str], None] | None = None,
 ) -> np.ndarray:
-    """``(Q, d)`` queries of ``model`` from exactly one source: the file ``vectors`` (.npy or a
-    Parquet ``embedding`` column, checked against the model's width, or the version's without a
-    model), the rows ``ids`` stored in ``gallery``/``version``, or ``images`` embedded with the
-    model (``on_note`` is told when an image is resized to the model's input size).
+    """``(Q, d)`` queries of ``model`` from exactly one source: ``vectors`` (an array, or a
+    .npy file or Parquet ``embedding`` column; checked against the model's width, or the
+    version's without a model), the rows ``ids`` stored in ``gallery``/``version``, or
+    ``images`` embedded with the model (``on_note`` is told when an image is resized to the
+    model's input size).
 
     Raises:
-        QueryError: not exactly one source, or images without a model.
+        QueryError: not exactly one source, images without a model, or malformed vectors (the
+            row named).
         NoWeightsError: images, and the model was registered without weights (adopted).
     """
-    if sum(map(bool, (images, vectors, ids))) != 1:
+    given = vectors is not None if isinstance(vectors, np.ndarray) else bool(vectors)
+    if sum((bool(images), given, bool(ids))) != 1:
         raise QueryError("query_vectors takes images, vectors or ids (one of them)")
     catalog = Catalog(store)
     if ids:
         return stored_vectors(store, gallery, version, list(ids))
-    if vectors and model is None:
-        return read_query_vectors(vectors, store.version(gallery, version).width)
-    if vectors:
-        queries = read_query_vectors(vectors, catalog.model(model).embed_dim)
+    if given:
+        if model is None:
+            width = store.version(gallery, version).width
+        else:
+            width = catalog.model(model).embed_dim
+        if isinstance(vectors, str):
+            queries = read_query_vectors(vectors, width)
+        else:
+            queries = checked_vectors(vectors, width, "vectors")
+        if model is None:
+            return queries
     elif model is None:
         raise QueryError("query images need --model, the model that embeds them")
     else:
@@ -274,11 +284,17 @@ def read_query_vectors(path: str, width: int) -> np.ndarray:
         npy = path.endswith(".npy")
         what = "not a readable .npy array" if npy else "no readable fixed-size list 'embedding'"
         raise QueryError(f"{path}: {what} ({error})") from None
+    return checked_vectors(x, width, path, f" for model width {width}")
+
+
+def checked_vectors(x: np.ndarray, width: int, where: str, why: str = "") -> np.ndarray:
+    """``x`` as float32 ``(Q, width)`` queries; else a ``QueryError`` that starts with
+    ``where`` and says what :func:`query_problem` found (the row named); ``why`` follows the
+    expected shape."""
     problem = query_problem(x, width)
     if problem:
         raise QueryError(
-            f"{path}: expected finite vectors of shape (Q, {width}) for model width {width}, "
-            f"got {problem}"
+            f"{where}: expected finite vectors of shape (Q, {width}){why}, got {problem}"
         )
     return x.astype(np.float32)
 
@@ -408,41 +424,15 @@ def search(
         if model is None:
             raise QueryError("search needs the query model or the gallery version")
         version = served_version(store, gallery, model).gallery_version
-    if isinstance(vectors, np.ndarray):
-        queries = _given_vectors(store, gallery, version, model, vectors)
-    else:
-        queries = query_vectors(
-            store, gallery, version, model, images=images, vectors=vectors, ids=ids,
-            on_note=on_note,
-        )  # fmt: skip
+    queries = query_vectors(
+        store, gallery, version, model, images=images, vectors=vectors, ids=ids, on_note=on_note
+    )
     if names is None and isinstance(vectors, str):
         names = [f"{vectors}[{q}]" for q in range(len(queries))]
     return search_gallery(
         store, gallery, queries, k, model=model, version=version, nprobe=nprobe, names=names,
         on_note=on_note,
     )  # fmt: skip
-
-
-def _given_vectors(
-    store: GalleryStore, gallery: str, version: str, model: str | None, vectors: np.ndarray
-) -> np.ndarray:
-    """``vectors`` checked as ``(Q, width)`` finite queries of ``model`` (of the version
-    without one) and taken into the version's space (:func:`to_version_space`).
-
-    Raises:
-        QueryError: what :func:`query_problem` finds, the row named.
-    """
-    if model is None:
-        width = store.version(gallery, version).width
-    else:
-        width = Catalog(store).model(model).embed_dim
-    problem = query_problem(vectors, width)
-    if problem:
-        raise QueryError(f"vectors: expected finite vectors of shape (Q, {width}), got {problem}")
-    queries = vectors.astype(np.float32)
-    if model is None:
-        return queries
-    return to_version_space(store, gallery, version, model, queries)
 
 
 def search_gallery(
