@@ -1,19 +1,21 @@
 """The search service as an ASGI app (Starlette): the same app under uvicorn on one machine
 (``raycompat serve``) and behind a cluster's HTTP proxy.
 
-    POST /v1/search     {"gallery", "model", "vectors": [[...]] | "ids": [...], "k"}
-                        -> {"gallery", "model", "version", "index", "metric",
+    POST /v1/search     {"gallery", "model" | "alias", "vectors": [[...]] | "ids": [...], "k"}
+                        -> {"gallery", "model", ["alias",] "version", "index", "metric",
                             "hits": [[{"id", "score"}, ...], ...]}
-    GET  /v1/galleries  what each (gallery, model) pair serves, or why it serves nothing
-    GET  /healthz       {"status": "ok", "pairs": N}
+    GET  /v1/galleries  what each (gallery, model) pair and each named alias serves, or why
+                        it serves nothing
+    GET  /healthz       {"status": "ok", "pairs": N, "aliases": A}
     GET  /metrics       Prometheus text (``metrics.py``)
 
 Each search takes one snapshot of its pair at its start (``served.py``) and is answered from
 it alone, so an answer names exactly the version and index build it came from. Errors are
 ``{"error": message}``: 400 (a field, and its row, named: ``requests.py``), 401 (no or a
-wrong bearer token, on every endpoint), 404 (unknown gallery or model, the valid names
-listed; revoked or retired), 413 (body over the limit), 503 (the records name a version this
-replica cannot load). faiss runs in a worker thread, never on the event loop.
+wrong bearer token, on every endpoint), 404 (unknown gallery, model or alias, the valid names
+listed; revoked or retired), 409 (an alias asked with a model it does not point at), 413
+(body over the limit), 503 (the records name a version this replica cannot load). faiss runs
+in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from raycompat.index.distances import ZeroNormError
 from raycompat.service.config import ServiceConfig
 from raycompat.service.loaded import Loaded
 from raycompat.service.requests import (
+    AliasMovedError,
     BadRequest,
     BodyTooLarge,
     SearchRequest,
@@ -70,11 +73,13 @@ def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette
         return JSONResponse(await run_in_threadpool(answer, served, asked, config, shadow))
 
     async def galleries(request: Request) -> Response:
-        return JSONResponse({"galleries": served.listing()})
+        listing = served.listing()
+        return JSONResponse({"galleries": listing["model"], "aliases": listing["alias"]})
 
     async def healthz(request: Request) -> Response:
-        pairs = sum(len(models) for models in served.listing().values())
-        return JSONResponse({"status": "ok", "pairs": pairs})
+        listing = served.listing()
+        pairs, aliases = (sum(map(len, listing[kind].values())) for kind in ("model", "alias"))
+        return JSONResponse({"status": "ok", "pairs": pairs, "aliases": aliases})
 
     async def metrics(request: Request) -> Response:
         return Response(served.metrics.text(), media_type=served.metrics.content_type)
@@ -100,7 +105,12 @@ def answer(
     queries and the hits afterwards (it compares in the background)."""
     from raycompat.index.query import adapted, ranked_hits, stored_vectors
 
-    loaded: Loaded = served.for_request(asked.gallery, asked.model, config.check_each_request)
+    loaded: Loaded = served.for_request(asked.route(), config.check_each_request)
+    if asked.alias is not None and asked.model not in (None, loaded.model):
+        raise AliasMovedError(
+            f"model: alias {asked.alias} of gallery {asked.gallery} points at version "
+            f"{loaded.version} searched by model {loaded.model} now, not model {asked.model}"
+        )
     if asked.ids is not None:
         try:
             queries = stored_vectors(served.store, loaded.gallery, loaded.version, asked.ids)
@@ -119,6 +129,7 @@ def answer(
     return {
         "gallery": loaded.gallery,
         "model": loaded.model,
+        **({"alias": asked.alias} if asked.alias is not None else {}),
         "version": loaded.version,
         "index": loaded.source,
         "metric": loaded.metric,
@@ -153,6 +164,8 @@ def status_of(error: RaycompatError) -> int:
         return 404
     if isinstance(error, BodyTooLarge):
         return 413
+    if isinstance(error, AliasMovedError):
+        return 409
     return 400 if isinstance(error, UsageError) else 503
 
 

@@ -27,7 +27,7 @@ class Loaded:
     """``model`` searching ``version`` of ``gallery`` through ``index``.
 
     Attributes:
-        changes: the alias-log length the serving record was read at (``aliases.changes``).
+        state: the route's state the serving record was read at (``routes.py``).
         width: the model's query width (vectors of another width are refused).
         adapter: the model's query map into the version's space, or None.
         index: the loaded :class:`~raycompat.index.version_index.VersionIndex`.
@@ -37,7 +37,7 @@ class Loaded:
     model: str
     version: str
     relation: str
-    changes: int
+    state: tuple
     width: int
     adapter: Any
     index: Any
@@ -57,7 +57,7 @@ class Loaded:
 def load(
     store: GalleryStore,
     serving: Serving,
-    changes: int,
+    state: tuple,
     on_free: Callable[[str], None] | None = None,
 ) -> Loaded:
     """Load and warm what ``serving`` names: the version's published index (else an exact
@@ -74,7 +74,7 @@ def load(
     width = Catalog(store).model(model).embed_dim
     adapter = query_adapter(store, gallery, version, model)
     index.hits(np.ones((1, index.info.width), np.float32), 1)  # warm: faiss's first search
-    loaded = Loaded(gallery, model, version, serving.relation, changes, width, adapter, index)
+    loaded = Loaded(gallery, model, version, serving.relation, state, width, adapter, index)
     what = f"{gallery}/{version} ({index.source}) of model {model}"
     weakref.finalize(index, _freed, what, on_free)
     return loaded

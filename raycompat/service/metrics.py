@@ -5,6 +5,8 @@
     raycompat_swaps_total{gallery, model}            versions swapped (a revoke is a swap to
                                                      nothing)
     raycompat_serving{gallery, model, version}       1 for the version each pair serves now
+    raycompat_alias_swaps_total{gallery, alias}      the same for named aliases (``prod``),
+    raycompat_alias_serving{gallery, alias, model, version}   with the model they point at
     raycompat_indexes_freed_total                    old indexes freed after their last request
     raycompat_shadow_overlap_at_k{gallery, model, candidate}       shadow traffic (shadow.py):
     raycompat_shadow_labelled_queries_total{...}                   overlap@k per query, and the
@@ -44,6 +46,14 @@ class ServiceMetrics:
             "raycompat_serving", "1 for the version a (gallery, model) pair serves now",
             ["gallery", "model", "version"], registry=self.registry,
         )  # fmt: skip
+        self.alias_swaps = Counter(
+            "raycompat_alias_swaps", "named alias swaps", ["gallery", "alias"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.alias_serving = Gauge(
+            "raycompat_alias_serving", "1 for the (version, model) pair a named alias serves now",
+            ["gallery", "alias", "model", "version"], registry=self.registry,
+        )  # fmt: skip
         self.freed = Counter(
             "raycompat_indexes_freed", "old indexes freed after their last request",
             registry=self.registry,
@@ -71,12 +81,20 @@ class ServiceMetrics:
         self.requests.labels(endpoint, str(status)).inc()
         self.latency.labels(endpoint).observe(seconds)
 
-    def swapped(self, gallery: str, model: str, old: str | None, new: str | None) -> None:
-        self.swaps.labels(gallery, model).inc()
+    def swapped(self, route, old, new) -> None:
+        """``route`` went from serving ``old`` to ``new`` (each a ``Loaded`` or None)."""
+        alias = route.kind == "alias"
+        (self.alias_swaps if alias else self.swaps).labels(route.gallery, route.name).inc()
+        gauge = self.alias_serving if alias else self.serving
+
+        def labels(loaded) -> tuple:
+            model = (loaded.model,) if alias else ()
+            return route.gallery, route.name, *model, loaded.version
+
         if old is not None:
-            self.serving.remove(gallery, model, old)
+            gauge.remove(*labels(old))
         if new is not None:
-            self.serving.labels(gallery, model, new).set(1)
+            gauge.labels(*labels(new)).set(1)
 
     def freed_index(self, what: str) -> None:
         self.freed.inc()

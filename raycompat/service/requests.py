@@ -1,6 +1,8 @@
 """``POST /v1/search`` bodies, checked before anything reaches faiss.
 
-``{"gallery": G, "model": M, "vectors": [[...], ...] | "ids": [...], "k": K}``. Every problem
+``{"gallery": G, "model": M, "vectors": [[...], ...] | "ids": [...], "k": K}``, or ``"alias": A``
+(a named alias of G, ``prod``) in place of the model, or beside it (then the alias must point
+at that model: vectors embedded by one model are not searched as another's). Every problem
 is a :class:`BadRequest` (400) naming the field, and the row where a row is at fault; a body
 over the size limit is :class:`BodyTooLarge` (413). The vectors' width and finiteness are
 checked against the model once its snapshot is taken (:func:`check_vectors`).
@@ -15,13 +17,19 @@ import numpy as np
 
 from raycompat.errors import UsageError
 from raycompat.index.query import query_problem
+from raycompat.service.routes import Route
 
-FIELDS = ("gallery", "model", "vectors", "ids", "k")
+FIELDS = ("gallery", "model", "alias", "vectors", "ids", "k")
 DEFAULT_K = 10
 
 
 class BadRequest(UsageError, ValueError):
     """A request the service refuses as it stands (HTTP 400); the message names the field."""
+
+
+class AliasMovedError(UsageError, ValueError):
+    """A search asked a named alias and a model, and the alias points at another model now
+    (HTTP 409): the caller's vectors are another model's, so they are not searched."""
 
 
 class BodyTooLarge(UsageError, ValueError):
@@ -30,13 +38,20 @@ class BodyTooLarge(UsageError, ValueError):
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """One search: ``vectors`` ``(Q, d)`` float32 or ``ids`` (stored rows), never both."""
+    """One search of ``model`` or ``alias`` (or both): ``vectors`` ``(Q, d)`` float32 or
+    ``ids`` (stored rows), never both."""
 
     gallery: str
-    model: str
+    model: str | None
     k: int
     vectors: np.ndarray | None
     ids: list | None
+    alias: str | None = None
+
+    def route(self) -> Route:
+        if self.alias is not None:
+            return Route(self.gallery, self.alias, "alias")
+        return Route(self.gallery, self.model)
 
 
 def parse_search(body: bytes, max_k: int, max_batch: int) -> SearchRequest:
@@ -50,8 +65,10 @@ def parse_search(body: bytes, max_k: int, max_batch: int) -> SearchRequest:
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise BadRequest(f"body: unknown field(s) {', '.join(unknown)}; fields are {FIELDS}")
-    for name in ("gallery", "model"):
-        if not isinstance(data.get(name), str) or not data[name]:
+    if "model" not in data and "alias" not in data:
+        raise BadRequest("body: give model (or alias, a named alias of the gallery)")
+    for name in ("gallery", "model", "alias"):
+        if (name == "gallery" or name in data) and not _name(data.get(name)):
             raise BadRequest(f"{name}: expected a name (a non-empty string)")
     k = data.get("k", DEFAULT_K)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max_k:
@@ -62,9 +79,12 @@ def parse_search(body: bytes, max_k: int, max_batch: int) -> SearchRequest:
     what = "vectors" if "vectors" in data else "ids"
     if not isinstance(rows, list) or not 1 <= len(rows) <= max_batch:
         raise BadRequest(f"{what}: expected a list of 1 to {max_batch} rows")
-    if what == "ids":
-        return SearchRequest(data["gallery"], data["model"], k, None, _ids(rows))
-    return SearchRequest(data["gallery"], data["model"], k, _vectors(rows), None)
+    vectors, ids = (None, _ids(rows)) if what == "ids" else (_vectors(rows), None)
+    return SearchRequest(data["gallery"], data.get("model"), k, vectors, ids, data.get("alias"))
+
+
+def _name(value) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 def _ids(rows: list) -> list:

@@ -34,6 +34,7 @@ from raycompat.store.aliases import (
     NoRollbackError,
     RevokedError,
     checked_stamp,
+    numbered_files,
     numbered_log,
     write_numbered,
 )
@@ -108,6 +109,12 @@ def names(store: GalleryStore, gallery: str) -> list[str]:
     selector = pafs.FileSelector(store.path(gallery, NAMED_DIR), allow_not_found=True)
     entries = store.filesystem.get_file_info(selector)
     return sorted(e.base_name for e in entries if e.type == pafs.FileType.Directory)
+
+
+def changes(store: GalleryStore, gallery: str, alias: str) -> int:
+    """How many changes the alias's log holds: one listing, no record read (as
+    ``aliases.changes`` for a model's log; the search service's check before each request)."""
+    return len(numbered_files(store, _dir(store, gallery, alias)))
 
 
 def log(store: GalleryStore, gallery: str, alias: str) -> list[NamedAliasRecord]:

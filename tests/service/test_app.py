@@ -67,6 +67,9 @@ def test_an_answer_equals_the_librarys_search_and_names_version_index_and_metric
          "unknown field(s) top"),
         ({"gallery": "g", "model": "m2", "ids": ["nope"]}, 400, "ids: g/v1 holds no row"),
         ({"gallery": "g", "model": "m2", "ids": ["x"] * 1000}, 413, "over the limit of 4096"),
+        ({"gallery": "g", "ids": ["v1-1"]}, 400, "body: give model (or alias"),
+        ({"gallery": "g", "alias": "", "ids": ["v1-1"]}, 400, "alias: expected a name"),
+        ({"gallery": "g", "alias": "prd", "ids": ["v1-1"]}, 404, "has no alias 'prd'"),
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_naming_the_field(url, body, status, message):
@@ -75,7 +78,7 @@ def test_bad_input_is_refused_naming_the_field(url, body, status, message):
 
 
 def test_the_other_endpoints_list_what_is_served_and_count_requests(url):
-    assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "pairs": 3}
+    assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "pairs": 3, "aliases": 0}
     listing = httpx.get(f"{url}/v1/galleries").json()["galleries"]
     assert listing["g"]["m3"] == {
         "version": "v1",
@@ -89,6 +92,34 @@ def test_the_other_endpoints_list_what_is_served_and_count_requests(url):
     assert 'raycompat_requests_total{endpoint="/v1/search",status="404"} 1.0' in text
     assert 'raycompat_serving{gallery="g",model="m2",version="v1"} 1.0' in text
     assert 'raycompat_request_seconds_count{endpoint="/v1/search"} 2.0' in text
+
+
+def test_a_named_alias_answers_naming_its_pair_and_refuses_another_models_vectors(store):
+    from raycompat.store import named_aliases
+
+    named_aliases.set_alias(store, "g", "prod", "v3", "m2")
+    with running(create_app(Served(store))) as url:
+        assert httpx.get(f"{url}/healthz").json()["aliases"] == 1
+        listed = httpx.get(f"{url}/v1/galleries").json()["aliases"]["g"]["prod"]
+        assert (listed["version"], listed["model"]) == ("v3", "m2")
+        body = {"gallery": "g", "alias": "prod", "ids": ["v3-5"], "k": 1}
+        answer = post(url, body).json()
+        assert (answer["alias"], answer["model"], answer["version"]) == ("prod", "m2", "v3")
+        assert answer["hits"][0][0]["id"] == "v3-5"
+        vectors = {"gallery": "g", "alias": "prod", "model": "m2", "vectors": [[1, 2, 3, 4]]}
+        assert post(url, vectors).json()["version"] == "v3"
+        named_aliases.set_alias(store, "g", "prod", "v1", "m1")  # the alias moves to m1
+        moved = post(url, vectors)  # m2's vectors are not searched as m1's
+        assert moved.status_code == 409, moved.text
+        assert moved.json()["error"] == (
+            "model: alias prod of gallery g points at version v1 searched by model m1 now, "
+            "not model m2"
+        )
+        assert post(url, body | {"ids": ["v1-5"]}).json()["version"] == "v1"
+        text = httpx.get(f"{url}/metrics").text
+        assert 'raycompat_alias_swaps_total{alias="prod",gallery="g"} 2.0' in text
+        assert 'raycompat_alias_serving{alias="prod",gallery="g",model="m1",version="v1"}' in text
+        assert 'model="m2",version="v3"' not in text  # the old pair's gauge is gone
 
 
 def test_the_watcher_swaps_without_any_request(store):

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from raycompat.index.query import ranked_hits
+from raycompat.service.routes import Route
 from raycompat.service.served import NotServedError, Served
+from raycompat.store import named_aliases
 from raycompat.store.aliases import promote, revoke, rollback
 from raycompat.store.retired import retire
 
@@ -29,39 +31,39 @@ def swaps(served: Served, model: str = "m2") -> float:
 
 
 def test_each_pair_of_the_store_is_loaded_with_what_its_records_serve(served):
-    assert {m: d["version"] for m, d in served.listing()["g"].items()} == {
+    assert {m: d["version"] for m, d in served.listing()["model"]["g"].items()} == {
         "m1": "v1", "m2": "v1", "m3": "v1",
     }  # fmt: skip
-    assert served.listing()["g"]["m2"] == {
+    assert served.listing()["model"]["g"]["m2"] == {
         "version": "v1", "index": "exact", "metric": "negative squared L2",
     }  # fmt: skip
 
 
 def test_a_promote_and_a_rollback_are_followed_before_the_next_request(served, store):
-    before = served.for_request("g", "m2")
+    before = served.for_request(Route("g", "m2"))
     promote(store, "g", "m2", "v3")
-    after = served.for_request("g", "m2")
+    after = served.for_request(Route("g", "m2"))
     assert (before.version, after.version, swaps(served)) == ("v1", "v3", 2)  # load + swap
     assert after.index.ids[0].startswith("v3-")
     # the request that took v1 before the swap still answers wholly from v1
     ((_, ids),) = ranked_hits(before.index, Q, 3)[0]
     assert all(i.startswith("v1-") for i in ids.tolist())
     rollback(store, "g", "m2")
-    assert served.for_request("g", "m2").version == "v1" and swaps(served) == 3
+    assert served.for_request(Route("g", "m2")).version == "v1" and swaps(served) == 3
 
 
 def test_without_the_check_each_request_only_the_watchers_poll_follows(served, store):
     promote(store, "g", "m2", "v2")
-    assert served.for_request("g", "m2", check=False).version == "v1"  # stale until the poll
+    assert served.for_request(Route("g", "m2"), check=False).version == "v1"  # stale until the poll
     served.refresh()
-    assert served.for_request("g", "m2", check=False).version == "v2"
+    assert served.for_request(Route("g", "m2"), check=False).version == "v2"
 
 
 def test_the_old_index_is_freed_when_its_last_request_lets_go(served, store):
-    held = served.for_request("g", "m2")
+    held = served.for_request(Route("g", "m2"))
     freed = served.metrics.freed._value.get()
     promote(store, "g", "m2", "v2")
-    served.for_request("g", "m2")
+    served.for_request(Route("g", "m2"))
     gc.collect()
     assert served.metrics.freed._value.get() == freed  # a request still holds v1's index
     del held
@@ -70,27 +72,27 @@ def test_the_old_index_is_freed_when_its_last_request_lets_go(served, store):
 
 
 def test_a_revoke_is_a_404_from_the_next_request_and_a_rollback_serves_again(served, store):
-    served.for_request("g", "m2")
+    served.for_request(Route("g", "m2"))
     revoke(store, "g", "m2")
     with pytest.raises(NotServedError, match="'m2' may not query gallery 'g': revoked at"):
-        served.for_request("g", "m2")
-    assert served.listing()["g"]["m2"]["serves"] is None
+        served.for_request(Route("g", "m2"))
+    assert served.listing()["model"]["g"]["m2"]["serves"] is None
     rollback(store, "g", "m2")
-    assert served.for_request("g", "m2").version == "v1"
+    assert served.for_request(Route("g", "m2")).version == "v1"
 
 
 def test_a_retired_model_is_a_404(served, store):
     retire(store, "m3", "replaced")
     with pytest.raises(NotServedError, match="model m3 was retired at .*replaced"):
-        served.for_request("g", "m3")
-    assert served.for_request("g", "m1").version == "v1"
+        served.for_request(Route("g", "m3"))
+    assert served.for_request(Route("g", "m1")).version == "v1"
 
 
 def test_unknown_names_are_404s_listing_the_valid_ones(served):
     with pytest.raises(NotServedError, match="gallery 'gg' is not served: galleries are g; did"):
-        served.for_request("gg", "m2")
+        served.for_request(Route("gg", "m2"))
     with pytest.raises(NotServedError, match="its models are m1, m2, m3; did you mean 'm2'"):
-        served.for_request("g", "m22")
+        served.for_request(Route("g", "m22"))
 
 
 def test_a_model_granted_after_the_start_is_served_from_the_next_poll(served, store):
@@ -99,7 +101,42 @@ def test_a_model_granted_after_the_start_is_served_from_the_next_poll(served, st
     Catalog(store).register_model(ModelRecord("m4", "", 4, "bct"))
     served.refresh()
     with pytest.raises(NotServedError, match="its models are m1, m2, m3"):
-        served.for_request("g", "m4")
+        served.for_request(Route("g", "m4"))
     Catalog(store).grant(QueryGrant("g", "v1", "m4", "compatible"))
     served.refresh()
-    assert served.for_request("g", "m4").version == "v1"
+    assert served.for_request(Route("g", "m4")).version == "v1"
+
+
+def alias_swaps(served: Served) -> float:
+    return served.metrics.alias_swaps.labels("g", "prod")._value.get()
+
+
+def test_a_named_alias_is_served_and_follows_set_rollback_and_its_models_revoke(store):
+    prod = Route("g", "prod", "alias")
+    named_aliases.set_alias(store, "g", "prod", "v1", "m1")
+    served = Served(store)
+    served.refresh()
+    first = served.for_request(prod)
+    assert (first.version, first.model, alias_swaps(served)) == ("v1", "m1", 1)
+    assert served.listing()["alias"]["g"]["prod"]["model"] == "m1"
+    named_aliases.set_alias(store, "g", "prod", "v3", "m2")  # a new pair: version and model
+    moved = served.for_request(prod)
+    assert (moved.version, moved.model, alias_swaps(served)) == ("v3", "m2", 2)
+    assert moved.index.ids[0].startswith("v3-")
+    revoke(store, "g", "m2")  # the model the alias points at: the alias stops too
+    with pytest.raises(NotServedError, match="model m2 was revoked on gallery g"):
+        served.for_request(prod)
+    assert served.for_request(Route("g", "m1")).version == "v1"  # other routes unaffected
+    named_aliases.rollback(store, "g", "prod")  # back to (v1, m1), whose model is live
+    assert (served.for_request(prod).version, alias_swaps(served)) == ("v1", 4)
+
+
+def test_an_unknown_alias_is_a_404_listing_the_gallerys_aliases(store):
+    named_aliases.set_alias(store, "g", "prod", "v1", "m1")
+    served = Served(store)
+    served.refresh()
+    with pytest.raises(NotServedError, match="has no alias 'prd': its aliases are prod; did you"):
+        served.for_request(Route("g", "prd", "alias"))
+    named_aliases.set_alias(store, "g", "staging", "v4", "m1")  # made after the start
+    served.refresh()
+    assert served.for_request(Route("g", "staging", "alias")).version == "v4"
