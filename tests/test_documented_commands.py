@@ -23,13 +23,20 @@ import pytest
 from tests.cluster.upgrade.test_job import ANSI, ray_head  # noqa: F401 (the fixture)
 from tests.test_docs import BLOCKS, ROOT, commands, run_bash, templates, workdir  # noqa: F401
 
-JOB_COMMAND = re.compile(r"^(ray job submit .* -- )?python jobs/(upgrade|train|tune|transform)\.py")
+JOB_COMMAND = re.compile(
+    r"^(ray job submit .* -- )?python jobs/(upgrade|train|tune|transform|deploy)\.py"
+)
 CANNOT_RUN = {
     "python jobs/transform.py --config configs/transform_fct.yaml [key.sub=value ...]": (
         "a synopsis ([key.sub=value ...]), not a command"
     ),
     "ray job submit --working-dir . -- python jobs/transform.py --config "
     "configs/transform_fct.yaml": "reads h and the gallery from your bucket and /mnt on a cluster",
+    "ray job submit --working-dir . -- python jobs/deploy.py --config configs/deploy_demo.yaml "
+    '--output-root "$PWD"': (
+        "serves the store `make demo` writes; tests/cluster/test_service.py submits it to a real "
+        "head against a store of its own"
+    ),
 }
 PLACEHOLDER = "configs/<x>.yaml"  # a form for your own config: not a command
 

@@ -127,7 +127,8 @@ def announce_outputs(
     """Log where the job's outputs go (after its checks, so that a config error stays the
     only line a failing job prints). ``dry_run`` (``--dry-run``): check that every output
     location can be written, print the plan (``inputs`` and ``outputs``, resolved) and exit 0."""
-    log.info("outputs: %s", ", ".join(f"{key}={get_key(cfg, key)}" for key in outputs))
+    if outputs:  # a job that only reads (deploy) has none to announce
+        log.info("outputs: %s", ", ".join(f"{key}={get_key(cfg, key)}" for key in outputs))
     if not dry_run:
         return
     lines = ["dry run: the config is valid; nothing was run or written"]

@@ -2,20 +2,26 @@
 (``raycompat/service/app.py``) behind Ray Serve's HTTP proxy, for clusters.
 
 Each replica builds its own app when it starts (``__serve_build_asgi_app__``): it opens the
-store, loads every pair's index once and starts its own watcher, so replicas follow the
+store, loads every route's index once and starts its own watcher, so replicas follow the
 serving records independently and each answer names the version it came from. Ray Serve runs
-the app's lifespan (the first load, the watcher) as uvicorn does.
+the app's lifespan (the first load, the watcher) as uvicorn does. Replicas, autoscaling and
+resources come from a :class:`~raycompat.config.serve.ServeJobConfig` (``deployment``):
 
-    from ray import serve
-    from raycompat.cluster.service import search_application
+    serve run raycompat.cluster.service:app config=configs/deploy_demo.yaml [key.sub=value ...]
+    ray job submit --working-dir . -- python jobs/deploy.py --config configs/deploy_demo.yaml
 
-    serve.run(search_application("s3://bucket/store", num_replicas=2), route_prefix="/")
+or from Python: ``serve.run(search_application(load_config(ServeJobConfig, path)))``.
 """
 
 from __future__ import annotations
 
+import os
+
 from ray import serve
 
+from raycompat.config import load_config
+from raycompat.config.serve import ServeJobConfig
+from raycompat.errors import ConfigError
 from raycompat.service import Served, ServiceConfig, create_app
 from raycompat.store import GalleryStore
 
@@ -34,17 +40,23 @@ class SearchService:
         return create_app(Served(GalleryStore(self.store, self.storage_options)), self.config)
 
 
-def search_application(
-    store: str,
-    storage_options: dict | None = None,
-    config: ServiceConfig | None = None,
-    *,
-    num_replicas: int = 1,
-    num_cpus: float = 1,
-):
-    """The bound application ``serve.run`` takes: ``num_replicas`` replicas of
-    :class:`SearchService`, ``num_cpus`` each."""
-    deployment = serve.deployment(
-        SearchService, num_replicas=num_replicas, ray_actor_options={"num_cpus": num_cpus}
-    )
-    return deployment.bind(store, storage_options, config)
+def search_application(cfg: ServeJobConfig, service: ServiceConfig | None = None):
+    """The bound application ``serve.run`` takes: :class:`SearchService` deployed as
+    ``cfg.deployment`` says, over ``cfg.store`` (a local root made absolute here: replicas
+    run elsewhere), enforcing ``service`` (default: ``cfg.service`` built, its token read
+    here, once)."""
+    if not cfg.store.root:
+        raise ConfigError("store.root must be set: the store the service searches")
+    root = cfg.store.root if "://" in cfg.store.root else os.path.abspath(cfg.store.root)
+    deployment = serve.deployment(SearchService, **cfg.deployment.options())
+    return deployment.bind(root, cfg.store.storage_options, service or cfg.service.build())
+
+
+def app(args: dict):
+    """The application builder of ``serve run raycompat.cluster.service:app config=FILE
+    [key.sub=value ...]``: ``config`` is a :class:`ServeJobConfig` YAML file (optional), every
+    other argument an override of its keys."""
+    args = dict(args)
+    path = args.pop("config", None)
+    overrides = [f"{key}={value}" for key, value in args.items()]
+    return search_application(load_config(ServeJobConfig, path, overrides))

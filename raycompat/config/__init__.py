@@ -359,6 +359,7 @@ __getattr__, __dir__, _JOB_CONFIGS = lazy_exports(
         "tune": ("SweepConfig",),
         "upgrade": ("UpgradeConfig",),
         "pipelines": ("RunOptions", "SourceSpec", "StoreSpec", "TransformJobConfig"),
+        "serve": ("ServeJobConfig",),
     },
 )
 

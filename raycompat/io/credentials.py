@@ -62,8 +62,11 @@ _lock = threading.Lock()
 
 
 def is_secret_key(name: Any) -> bool:
-    """Whether ``name`` is a credential key (case-insensitive): ``secret``, ``AWS_..._TOKEN``."""
+    """Whether ``name`` is a credential key (case-insensitive): ``secret``, ``AWS_..._TOKEN``;
+    not a key that names where one is kept (``token_file``: a path, named in errors)."""
     lowered = str(name).lower()
+    if lowered.endswith(("_file", "_path")):
+        return False
     return lowered in SECRET_KEYS or any(part in lowered for part in SECRET_PARTS)
 
 

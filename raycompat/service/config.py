@@ -55,20 +55,23 @@ class ServiceConfig:
             raise ConfigError("service token is empty: give one, or none")
 
 
-def read_token(token_file: str | None, environ: dict | None = None) -> str | None:
+def read_token(
+    token_file: str | None, environ: dict | None = None, key: str = "--token-file"
+) -> str | None:
     """The bearer token: the first line of ``token_file`` (whitespace stripped), else the
     environment's ``RAYCOMPAT_SERVE_TOKEN``, else None. Never logged.
 
     Raises:
-        ConfigError: the file cannot be read or is empty (the message names the file only).
+        ConfigError: the file cannot be read or is empty (the message names ``key``, the
+            option or config key, and the file only).
     """
     if token_file is None:
         return (environ if environ is not None else os.environ).get(TOKEN_ENV) or None
     try:
         text = Path(token_file).read_text()
     except OSError as error:
-        raise ConfigError(f"--token-file {token_file}: unreadable ({error.strerror})") from None
+        raise ConfigError(f"{key} {token_file}: unreadable ({error.strerror})") from None
     token = text.strip().splitlines()[0].strip() if text.strip() else ""
     if not token:
-        raise ConfigError(f"--token-file {token_file}: empty")
+        raise ConfigError(f"{key} {token_file}: empty")
     return token

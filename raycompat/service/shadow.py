@@ -41,12 +41,13 @@ class ShadowSpec:
     version: str
 
     @classmethod
-    def parse(cls, text: str) -> ShadowSpec:
-        """``"G/M=V"`` -> the spec; anything else is a :class:`ConfigError` naming the form."""
+    def parse(cls, text: str, key: str = "--shadow") -> ShadowSpec:
+        """``"G/M=V"`` -> the spec; anything else is a :class:`ConfigError` naming ``key`` (the
+        option or config key it came from) and the form."""
         pair, _, version = text.partition("=")
         gallery, _, model = pair.partition("/")
         if not (gallery and model and version) or "/" in model:
-            raise ConfigError(f"--shadow {text!r}: expected GALLERY/MODEL=VERSION, e.g. g/m1=v3")
+            raise ConfigError(f"{key} {text!r}: expected GALLERY/MODEL=VERSION, e.g. g/m1=v3")
         return cls(gallery, model, version)
 
 

@@ -18,7 +18,7 @@ from raycompat.config.train import TrainConfig
 from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
 
 ROOT = Path(__file__).resolve().parents[2]
-JOBS = ("train", "transform", "tune", "upgrade")
+JOBS = ("train", "transform", "tune", "upgrade", "deploy")
 
 
 def help_examples(job: str, capsys) -> list[list[str]]:

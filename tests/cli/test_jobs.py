@@ -16,7 +16,7 @@ import pytest
 from raycompat.cli.jobs import upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
-JOBS = ("upgrade", "train", "transform", "tune")
+JOBS = ("upgrade", "train", "transform", "tune", "deploy")
 
 
 def scripts() -> dict[str, str]:

@@ -17,6 +17,7 @@ from raycompat.cluster.tune.space import param_space, trial_overrides
 from raycompat.cluster.tune.sweep import check_asha
 from raycompat.config import load_config
 from raycompat.config.pipelines import TransformJobConfig
+from raycompat.config.serve import ServeJobConfig
 from raycompat.config.train import TrainConfig
 from raycompat.config.tune import SweepConfig
 from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config
@@ -55,6 +56,7 @@ COMMANDS = {
     "python -m raycompat.cli.demo": DemoConfig,
     "python jobs/transform.py": TransformJobConfig,
     "python jobs/upgrade.py": UpgradeConfig,
+    "python jobs/deploy.py": ServeJobConfig,
 }
 
 

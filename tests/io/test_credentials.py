@@ -29,6 +29,7 @@ from raycompat.io.credentials import (
     ScrubSecrets,
     configure_logging,
     drop_redacted,
+    is_secret_key,
     redact,
     register_secrets,
     scrub,
@@ -92,6 +93,15 @@ def test_redact_nested_case_insensitive_and_keeps_the_rest():
         "token": None,  # empty values hide nothing and still mean "not given"
         "password": "",
     }
+
+
+def test_a_key_naming_where_a_secret_is_kept_is_not_one():
+    """``service.token_file`` is a path, named in the deploy job's errors; the token is not."""
+    assert is_secret_key("token") and is_secret_key("AWS_SESSION_TOKEN")
+    assert not is_secret_key("token_file") and not is_secret_key("credentials_path")
+    assert redact({"token_file": "/etc/t", "token": "abc"}) == {
+        "token_file": "/etc/t", "token": REDACTED,
+    }  # fmt: skip
 
 
 def test_redact_dataclass_configs_and_dump_config():

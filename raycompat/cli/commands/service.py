@@ -19,18 +19,18 @@ DEFAULT_PORT = 8321
 
 
 def serve(args) -> str:
-    from raycompat.service import Served, ServiceConfig, create_app, read_token, serve_forever
-    from raycompat.service.shadow import ShadowSpec
+    from raycompat.config.serve import ServiceSpec
+    from raycompat.service import Served, create_app, serve_forever
 
-    config = ServiceConfig(
+    config = ServiceSpec(
         max_k=args.max_k,
         max_batch=args.max_batch,
         max_body_bytes=args.max_body_bytes,
         poll_s=args.poll_s,
         check_each_request=not args.poll_only,
-        token=read_token(args.token_file),
-        shadow=tuple(ShadowSpec.parse(text) for text in args.shadow),
-    )
+        token_file=args.token_file,
+        shadow=list(args.shadow),
+    ).build(options=True)
     store = open_store(args)
     serve_forever(create_app(Served(store), config), args.host, args.port)
     return f"stopped serving {store.uri()} on {args.host}:{args.port}"

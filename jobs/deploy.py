@@ -1,0 +1,19 @@
+"""Deploy the search service on a Ray cluster (Ray Serve) and return; it serves until
+``serve delete``.
+
+The recipe is :mod:`raycompat.cli.jobs.deploy` (also the console script ``raycompat-deploy``);
+this file keeps ``python jobs/deploy.py`` and ``ray job submit ... -- python jobs/deploy.py``
+working from a checkout, installed or not.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from raycompat.cli.jobs.deploy import main, run  # noqa: E402
+
+__all__ = ["main"]
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,139 @@
+"""Typed config of the search service on a Ray cluster (``jobs/deploy.py`` and
+``serve run raycompat.cluster.service:app config=...``); unknown keys are errors. No Ray.
+
+    store:       where the galleries live (root, storage_options)
+    service:     what each replica enforces and how it follows the store (ServiceConfig's
+                 settings; the token comes from a file or RAYCOMPAT_SERVE_TOKEN, never YAML)
+    deployment:  the Ray Serve application: name, route, replicas or autoscaling, resources
+    http:        where the job starts Serve's HTTP proxy (when Serve is not running yet)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raycompat.config import bounded
+from raycompat.errors import ConfigError
+
+
+@dataclass
+class ServeStore:
+    """The store served: a local directory (made absolute before the replicas see it) or
+    ``s3://bucket/prefix`` with its s3fs ``storage_options``."""
+
+    root: str = ""
+    storage_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class ServiceSpec:
+    """:class:`~raycompat.service.config.ServiceConfig` as config keys (and as the options of
+    ``raycompat serve``: both build it here, :meth:`build`)."""
+
+    max_k: int = bounded(1000, ge=1)
+    max_batch: int = bounded(1000, ge=1)
+    max_body_bytes: int = bounded(8 * 1024 * 1024, ge=1)
+    poll_s: float = bounded(1.0, gt=0)
+    check_each_request: bool = True
+    token_file: str | None = None  # else RAYCOMPAT_SERVE_TOKEN, else no token
+    shadow: list[str] = field(default_factory=list)  # "G/M=V" each
+
+    def build(self, options: bool = False):
+        """The ``ServiceConfig`` (the token read from ``token_file`` or the environment); an
+        error names the config key (``service.token_file``), or with ``options`` the
+        command-line option (``--token-file``)."""
+        from raycompat.service import ServiceConfig, read_token
+        from raycompat.service.shadow import ShadowSpec
+
+        token_key, shadow_key = (
+            ("--token-file", "--shadow") if options else ("service.token_file", "service.shadow")
+        )
+
+        return ServiceConfig(
+            max_k=self.max_k,
+            max_batch=self.max_batch,
+            max_body_bytes=self.max_body_bytes,
+            poll_s=self.poll_s,
+            check_each_request=self.check_each_request,
+            token=read_token(self.token_file, key=token_key),
+            shadow=tuple(ShadowSpec.parse(text, shadow_key) for text in self.shadow),
+        )
+
+
+@dataclass
+class AutoscalingSpec:
+    """Ray Serve's autoscaling of the replicas (``autoscaling_config``): between
+    ``min_replicas`` and ``max_replicas``, aiming at ``target_ongoing_requests`` per replica."""
+
+    min_replicas: int = bounded(1, ge=0)
+    max_replicas: int = bounded(4, ge=1)
+    target_ongoing_requests: float = bounded(8.0, gt=0)
+
+    def __post_init__(self) -> None:
+        if self.min_replicas > self.max_replicas:
+            raise ConfigError(
+                f"deployment.autoscaling: min_replicas {self.min_replicas} is above "
+                f"max_replicas {self.max_replicas}"
+            )
+
+
+@dataclass
+class DeploymentSpec:
+    """The Ray Serve application. ``autoscaling`` set: the replicas scale within it, and
+    ``num_replicas`` must stay unset; else ``num_replicas`` (default 1) fixed replicas. Each
+    replica reserves ``num_cpus``, ``num_gpus`` and ``memory_gb`` (0: no reservation) and
+    holds every served index in its memory."""
+
+    name: str = "raycompat-search"
+    route_prefix: str = "/"
+    num_replicas: int | None = None
+    autoscaling: AutoscalingSpec | None = None
+    num_cpus: float = bounded(1.0, ge=0)
+    num_gpus: float = bounded(0.0, ge=0)
+    memory_gb: float = bounded(0.0, ge=0)
+    max_ongoing_requests: int = bounded(32, ge=1)
+
+    def __post_init__(self) -> None:
+        if self.autoscaling is not None and self.num_replicas is not None:
+            raise ConfigError(
+                "deployment: give num_replicas or autoscaling, not both (autoscaling sets the "
+                "replicas between its min_replicas and max_replicas)"
+            )
+        if self.num_replicas is not None and self.num_replicas < 1:
+            raise ConfigError(f"deployment.num_replicas must be >= 1, got {self.num_replicas}")
+
+    def options(self) -> dict:
+        """The keyword arguments of ``serve.deployment`` these settings mean."""
+        if self.autoscaling is not None:
+            replicas = {"autoscaling_config": {**vars(self.autoscaling)}}
+        else:
+            replicas = {"num_replicas": self.num_replicas or 1}
+        resources = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory_gb:
+            resources["memory"] = int(self.memory_gb * 2**30)
+        return {
+            "name": "SearchService",
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "ray_actor_options": resources,
+            **replicas,
+        }
+
+
+@dataclass
+class HttpSpec:
+    """Where Serve's HTTP proxy listens when the job starts Serve (a running Serve keeps its
+    own: ``serve start --http-host H --http-port P`` sets it for ``serve run``)."""
+
+    host: str = "127.0.0.1"
+    port: int = bounded(8000, ge=1, le=65535)
+
+
+@dataclass
+class ServeJobConfig:
+    """The search service as a Ray Serve application (docs/serving.md, "On a cluster")."""
+
+    store: ServeStore = field(default_factory=ServeStore)
+    service: ServiceSpec = field(default_factory=ServiceSpec)
+    deployment: DeploymentSpec = field(default_factory=DeploymentSpec)
+    http: HttpSpec = field(default_factory=HttpSpec)
+    ray_address: str | None = None
