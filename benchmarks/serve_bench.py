@@ -21,7 +21,10 @@ process talks to it with one keep-alive ``httpx.Client`` per thread over loopbac
   it ran), every hit's id against that version (a mixed answer), and a 404 is allowed only
   when a revoke stood during the request. ``failed``: any other status or a transport error.
   ``--poll-only``: the service follows by its 1 s poll only, so its answers lag the changes:
-  the control that shows the judge catches them.
+  the control that shows the judge catches them. ``--via alias``: the searches name the named
+  alias ``prod`` (set to (v1, m1) before the service starts) instead of the model, and the
+  cycle moves the alias: set prod to (v2, m1), roll prod back (v1), revoke m1 (the alias stops
+  too: 404), roll m1 back (prod serves v1 again).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info, store_root  # noqa: E402
 
-GALLERY, MODEL, OFFSET, K = "bench", "m1", 10_000_000, 10
+GALLERY, MODEL, ALIAS, OFFSET, K = "bench", "m1", "prod", 10_000_000, 10
 REVOKED = None
 
 
@@ -183,37 +186,47 @@ def throughput(root: str, url: str, args) -> dict:
     return out
 
 
-CYCLE = (("promote", "v2"), ("rollback", "v1"), ("revoke", REVOKED), ("rollback", "v1"))
+CYCLES = {  # what the searches name -> the changes cycled (action, version served after it)
+    "model": (("promote", "v2"), ("rollback", "v1"), ("revoke", REVOKED), ("rollback", "v1")),
+    "alias": (("set", "v2"), ("alias rollback", "v1"), ("revoke", REVOKED), ("rollback", "v1")),
+}
 
 
-def change_records(root: str, every_s: float, stop: threading.Event, changes: list) -> None:
-    """Cycle m1's serving records through :data:`CYCLE`, one change every ``every_s``."""
-    from raycompat.store import GalleryStore
+def change_records(
+    root: str, every_s: float, stop: threading.Event, changes: list, via: str = "model"
+) -> None:
+    """Cycle the serving records through ``CYCLES[via]``, one change every ``every_s``."""
+    from raycompat.store import GalleryStore, named_aliases
     from raycompat.store.aliases import promote, revoke, rollback
 
-    store, step = GalleryStore(root), 0
+    store, step, cycle = GalleryStore(root), 0, CYCLES[via]
     do = {
         "promote": lambda: promote(store, GALLERY, MODEL, "v2"),
         "rollback": lambda: rollback(store, GALLERY, MODEL),
         "revoke": lambda: revoke(store, GALLERY, MODEL),
+        "set": lambda: named_aliases.set_alias(store, GALLERY, ALIAS, "v2", MODEL),
+        "alias rollback": lambda: named_aliases.rollback(store, GALLERY, ALIAS),
     }
     while not stop.wait(every_s):
-        action, version = CYCLE[step % len(CYCLE)]
+        action, version = cycle[step % len(cycle)]
         start = time.monotonic()
         do[action]()
         changes.append(Change(start, time.monotonic(), version))
         step += 1
 
 
-def search_loop(url: str, width: int, seed: int, stop: threading.Event, out: list) -> None:
-    """Single-query searches one after another until ``stop``: ``(sent, got, status, answer)``
-    each (status -1: a transport error)."""
+def search_loop(
+    url: str, width: int, seed: int, stop: threading.Event, out: list, via: str = "model"
+) -> None:
+    """Single-query searches of the model (or ``via`` the alias) one after another until
+    ``stop``: ``(sent, got, status, answer)`` each (status -1: a transport error)."""
     import httpx
 
     rng = np.random.default_rng(seed)
+    names = {"model": MODEL} if via == "model" else {"alias": ALIAS, "model": MODEL}
     with httpx.Client(base_url=url, timeout=30) as client:
         while not stop.is_set():
-            body = {"gallery": GALLERY, "model": MODEL, "k": K}
+            body = {"gallery": GALLERY, **names, "k": K}
             body["vectors"] = rng.normal(size=(1, width)).tolist()
             sent = time.monotonic()
             try:
@@ -226,9 +239,10 @@ def search_loop(url: str, width: int, seed: int, stop: threading.Event, out: lis
 
 def swap_run(root: str, url: str, args) -> dict:
     stop, changes, results = threading.Event(), [], []
-    threads = [threading.Thread(target=change_records, args=(root, args.swap_every, stop, changes))]
+    writer = (root, args.swap_every, stop, changes, args.via)
+    threads = [threading.Thread(target=change_records, args=writer)]
     threads += [
-        threading.Thread(target=search_loop, args=(url, args.width, seed, stop, results))
+        threading.Thread(target=search_loop, args=(url, args.width, seed, stop, results, args.via))
         for seed in range(args.clients)
     ]
     for thread in threads:
@@ -302,6 +316,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--poll-only", action="store_true", help="the service follows by polling only (1 s)"
     )
+    parser.add_argument(
+        "--via", choices=sorted(CYCLES), default="model",
+        help="the swap run's searches name the model, or the named alias prod",
+    )  # fmt: skip
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     import faiss
@@ -309,6 +327,10 @@ def main(argv: list[str] | None = None) -> dict:
     load = os.getloadavg()[0]
     root, _keep = store_root(None)
     publish(root, args.rows, args.width)
+    if args.via == "alias":
+        from raycompat.store import GalleryStore, named_aliases
+
+        named_aliases.set_alias(GalleryStore(root), GALLERY, ALIAS, "v1", MODEL)
     port = free_port()
     faiss.omp_set_num_threads(args.faiss_threads)
     service = start_service(root, port, args.poll_only, args.faiss_threads)

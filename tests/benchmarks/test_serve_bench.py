@@ -43,6 +43,12 @@ def test_under_swaps_every_answer_names_what_the_records_served(bench):
     assert (swaps["failed"], swaps["wrong_version"], swaps["mixed"]) == (0, 0, 0), swaps
 
 
+def test_through_a_named_alias_every_answer_names_what_the_alias_served(bench):
+    swaps = bench.main([*ARGS, "--via", "alias"])["swaps"]
+    assert swaps["changes"] >= 6 and swaps["answered"] > 0 and swaps["revoked_404"] > 0
+    assert (swaps["failed"], swaps["wrong_version"], swaps["mixed"]) == (0, 0, 0), swaps
+
+
 def test_a_service_that_only_polls_answers_from_versions_the_records_left(bench):
     swaps = bench.main([*ARGS, "--poll-only"])["swaps"]
     assert swaps["wrong_version"] > 0 and swaps["failed"] == 0, swaps
