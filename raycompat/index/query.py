@@ -337,15 +337,25 @@ def stored_vectors(store: GalleryStore, gallery: str, version: str, ids: list[st
     import pyarrow as pa
 
     first = next(store.iter_batches(gallery, version, batch_size=1, columns=["id"]))
-    if pa.types.is_int64(first.schema.field("id").type):
-        try:
-            ids = [int(i) for i in ids]
-        except ValueError:
-            raise StoreError(f"{gallery}/{version} has int64 ids; got {ids}") from None
+    ids = typed_ids(ids, pa.types.is_int64(first.schema.field("id").type), f"{gallery}/{version}")
     found, missing = embeddings_of(store, gallery, version, ids)
     if missing:
-        raise StoreError(f"{gallery}/{version} holds no row with id(s) {missing}")
+        raise no_rows(f"{gallery}/{version}", missing)
     return found
+
+
+def typed_ids(ids: list[str], int64: bool, where: str) -> list:
+    """``ids`` given as text, parsed as ints where the version ``where`` has int64 ids."""
+    if not int64:
+        return ids
+    try:
+        return [int(i) for i in ids]
+    except ValueError:
+        raise StoreError(f"{where} has int64 ids; got {ids}") from None
+
+
+def no_rows(where: str, missing: list) -> StoreError:
+    return StoreError(f"{where} holds no row with id(s) {missing}")
 
 
 def embeddings_of(

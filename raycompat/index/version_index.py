@@ -119,6 +119,25 @@ class VersionIndex:
         scores, rows = self.index.search(queries, min(int(k), self.index.ntotal), nprobe)
         return real_hits(scores, rows, self.ids)
 
+    def holds_vectors(self) -> bool:
+        """Whether the index keeps every row's vector as stored (``flat``, and the exact
+        in-memory index): :meth:`vectors_of` reads them from memory."""
+        return self.index.kind == "flat" and isinstance(self.ids, np.ndarray)
+
+    def vectors_of(self, ids: list, order: np.ndarray) -> tuple[np.ndarray | None, list]:
+        """``(vectors (len(ids), d) in ``ids`` order, [])`` from the index itself, or ``(None,
+        the ids no row holds)``; ``ids`` of the version's id type, ``order`` =
+        ``np.argsort(self.ids)`` (computed once by the caller). Only where
+        :meth:`holds_vectors`: a flat index's rows are the stored vectors (normalised for a
+        cosine version, as its search normalises queries)."""
+        wanted = np.asarray(ids, dtype=self.ids.dtype)
+        at = np.searchsorted(self.ids, wanted, sorter=order).clip(max=len(order) - 1)
+        rows = order[at]
+        found = self.ids[rows] == wanted
+        if not found.all():
+            return None, [i for i, ok in zip(ids, found.tolist(), strict=True) if not ok]
+        return self.index.index.reconstruct_batch(rows.astype(np.int64)), []
+
 
 def _vectors(batch: pa.RecordBatch, width: int) -> np.ndarray:
     # float16 versions are searched as float32 (faiss's input type)

@@ -103,7 +103,7 @@ def answer(
 ) -> dict:
     """The answer to one search, from one snapshot of its pair; ``shadow`` is handed the
     queries and the hits afterwards (it compares in the background)."""
-    from raycompat.index.query import adapted, ranked_hits, stored_vectors
+    from raycompat.index.query import adapted, ranked_hits
 
     loaded: Loaded = served.for_request(asked.route(), config.check_each_request)
     if asked.alias is not None and asked.model not in (None, loaded.model):
@@ -113,7 +113,7 @@ def answer(
         )
     if asked.ids is not None:
         try:
-            queries = stored_vectors(served.store, loaded.gallery, loaded.version, asked.ids)
+            queries = loaded.stored(served.store, asked.ids)
         except StoreError as error:
             raise _bad("ids", error) from None
     else:

@@ -31,6 +31,9 @@ class Loaded:
         width: the model's query width (vectors of another width are refused).
         adapter: the model's query map into the version's space, or None.
         index: the loaded :class:`~raycompat.index.version_index.VersionIndex`.
+        order: ``argsort`` of the index's ids where the index holds the vectors (flat,
+            exact): ``ids`` queries are read from memory (:meth:`stored`); else None, and
+            they are read from the version's files.
     """
 
     gallery: str
@@ -41,6 +44,7 @@ class Loaded:
     width: int
     adapter: Any
     index: Any
+    order: np.ndarray | None = None
 
     @property
     def source(self) -> str:
@@ -49,6 +53,24 @@ class Loaded:
     @property
     def metric(self) -> str:
         return self.index.index.distance.score_label
+
+    def stored(self, store: GalleryStore, ids: list[str]) -> np.ndarray:
+        """The stored embeddings of ``ids`` (given as text), in their order: from the index
+        when it holds them, else one scan of the version's files (``query.stored_vectors``).
+
+        Raises:
+            StoreError: an id no row holds, or not an int of an int64-id version.
+        """
+        from raycompat.index.query import no_rows, stored_vectors, typed_ids
+
+        if self.order is None:
+            return stored_vectors(store, self.gallery, self.version, ids)
+        where = f"{self.gallery}/{self.version}"
+        wanted = typed_ids(ids, self.index.ids.dtype != object, where)
+        found, missing = self.index.vectors_of(wanted, self.order)
+        if missing:
+            raise no_rows(where, missing)
+        return found
 
     def describe(self) -> dict:
         return {"version": self.version, "index": self.source, "metric": self.metric}
@@ -74,7 +96,8 @@ def load(
     width = Catalog(store).model(model).embed_dim
     adapter = query_adapter(store, gallery, version, model)
     index.hits(np.ones((1, index.info.width), np.float32), 1)  # warm: faiss's first search
-    loaded = Loaded(gallery, model, version, serving.relation, state, width, adapter, index)
+    order = np.argsort(index.ids, kind="stable") if index.holds_vectors() else None
+    loaded = Loaded(gallery, model, version, serving.relation, state, width, adapter, index, order)
     what = f"{gallery}/{version} ({index.source}) of model {model}"
     weakref.finalize(index, _freed, what, on_free)
     return loaded

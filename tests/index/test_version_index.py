@@ -166,3 +166,24 @@ def test_zero_query_is_refused_on_cosine_and_answered_on_l2(indexed):
     scores, rows = l2.search(np.zeros((1, 8), np.float32), 3)
     np.testing.assert_allclose(scores, -1.0, atol=1e-5)  # unit gallery: ||0 - g||^2 = 1
     assert (rows >= 0).all()
+
+
+@pytest.mark.parametrize("int_ids", [False, True])
+def test_a_flat_index_gives_its_rows_vectors_by_id_as_stored(tmp_path, int_ids):
+    """What the service answers ``ids`` queries from (no scan of the files): the rows' vectors
+    in the order asked, and the ids no row holds."""
+    store = GalleryStore(str(tmp_path / "store"))
+    x = unit_rows(50, 8)
+    ids = [7 * k + 3 for k in range(50)] if int_ids else [f"i{k}" for k in range(50)]
+    staging = store.begin("g", VersionInfo("v1", "m1", 8, True, "v1 = extract(m1)"))
+    staging.write_table(embedding_table(ids, x), "p.parquet")
+    staging.commit(expected_rows=50)
+    build_version_index(store, "g", "v1", kind="flat", use_gpu=False)
+    index = load_version_index(store, "g", "v1", use_gpu=False)
+    assert index.holds_vectors()
+    order = np.argsort(index.ids, kind="stable")
+    found, missing = index.vectors_of([ids[9], ids[0], ids[9]], order)
+    np.testing.assert_allclose(found, x[[9, 0, 9]], atol=1e-6)
+    assert missing == []
+    absent = 4 if int_ids else "nope"  # 4 falls between stored ids 3 and 10
+    assert index.vectors_of([ids[1], absent], order) == (None, [absent])

@@ -140,3 +140,22 @@ def test_an_unknown_alias_is_a_404_listing_the_gallerys_aliases(store):
     named_aliases.set_alias(store, "g", "staging", "v4", "m1")  # made after the start
     served.refresh()
     assert served.for_request(Route("g", "staging", "alias")).version == "v4"
+
+
+def test_ids_queries_are_read_from_a_flat_index_without_scanning_the_files(
+    served, store, monkeypatch
+):
+    from raycompat.errors import StoreError
+    from raycompat.index import query
+
+    scanned = query.stored_vectors(store, "g", "v1", ["v1-3", "v1-0"])
+    loaded = served.for_request(Route("g", "m2"))
+    assert loaded.order is not None  # the exact in-memory index holds the vectors
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("the version's files were scanned")
+
+    monkeypatch.setattr(query, "stored_vectors", no_scan)
+    np.testing.assert_array_equal(loaded.stored(store, ["v1-3", "v1-0"]), scanned)
+    with pytest.raises(StoreError, match=r"g/v1 holds no row with id\(s\) \['nope'\]"):
+        loaded.stored(store, ["v1-3", "nope"])
