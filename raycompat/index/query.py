@@ -207,12 +207,9 @@ def query_adapter(store: GalleryStore, gallery: str, version: str, model: str):
 
 
 def adapted(adapter, queries: np.ndarray) -> np.ndarray:
-    """``(Q, d_version)``: ``queries`` mapped by a :func:`query_adapter`."""
-    import torch
-
-    with torch.no_grad():
-        mapped = adapter(torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)))
-    return mapped.numpy()
+    """``(Q, d_version)``: ``queries`` mapped by a :func:`query_adapter` (its
+    ``map_arrays``: NumPy for the linear kinds)."""
+    return adapter.map_arrays(queries)
 
 
 def embed_images(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -66,6 +67,12 @@ class Transformation(nn.Module):
     def has_uncertainty(self) -> bool:
         """Whether :meth:`forward_with_uncertainty` gives a per-row uncertainty."""
         return False
+
+    def map_arrays(self, old: np.ndarray) -> np.ndarray:
+        """``forward`` on a float32 array ``(N, d_old)`` (no side-information), as an array:
+        what a query-side search runs on each request. A kind may answer without torch."""
+        with torch.no_grad():
+            return self(torch.from_numpy(np.ascontiguousarray(old, dtype=np.float32))).numpy()
 
     def forward_with_uncertainty(
         self, old: torch.Tensor, side: torch.Tensor | None = None

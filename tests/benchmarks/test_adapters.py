@@ -17,12 +17,13 @@ def adapters():
 
 def test_a_tiny_run_reports_every_number(adapters, tmp_path, capsys):
     out = tmp_path / "adapters.json"
-    sizes = "--dim 16 --gallery 300 --batch 4 --repeats 50 --pairs 400 --rounds 2"
+    sizes = "--dim 16 --gallery 300 --batch 4 --repeats 50 --pairs 400 --rounds 2 --search-rounds 3"
     result = adapters.main([*sizes.split(), "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(capsys.readouterr().out) == result
     assert result["machine"]["cpu_count"] >= 1 and result["settings"]["dim"] == 16
     single = result["query_side"]["single_query"]
-    assert all(single[k] > 0 for k in ("torch_addmm_us", "module_call_us", "numpy_us"))
+    assert all(single[k] > 0 for k in ("torch_addmm_us", "torch_module_us", "numpy_us"))
+    assert single["search_path_meets_target"] == (single["search_path_us"] <= 10.0)
     batch = result["query_side"]["search"]["batch"]
     assert batch["added"] == pytest.approx(batch["with_map_ms"] / batch["plain_faiss_ms"] - 1)
     fit = result["fit"]

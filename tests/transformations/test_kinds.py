@@ -79,3 +79,23 @@ def test_listing_the_kinds_imports_no_torch():
         "assert list_transformations(); assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter"])
+def test_map_arrays_is_forward_on_arrays_for_every_query_side_kind(kind):
+    """What a query-side search runs (NumPy for the linear kinds, torch for the adapter)."""
+    import numpy as np
+
+    torch.manual_seed(0)
+    h = create_transformation(kind, **SPECS[kind])
+    if hasattr(h, "set_weights"):
+        rng = np.random.default_rng(0)
+        h.set_weights(rng.normal(size=(5, 3)), rng.normal(size=3))
+    x = np.random.default_rng(1).normal(size=(4, 5)).astype(np.float32)
+    with torch.no_grad():
+        want = h(torch.from_numpy(x)).numpy()
+    got = h.map_arrays(x)
+    assert got.dtype == np.float32 and got.shape == (4, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"shape \(N, 5\), got \(4, 4\)"):
+        h.map_arrays(x[:, :4])
