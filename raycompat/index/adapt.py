@@ -5,12 +5,15 @@
 The file holds ``id`` and ``embedding`` columns: the new model's embeddings of items the
 version stores (re-extract a sample of the gallery with the new model). Each row is paired
 with the version's stored embedding of the same id (one streamed scan of the version, keeping
-only the matches: memory grows with the pairs, not with the gallery), the map from the model's
+only the matches: memory grows with the pairs, not with the gallery; on Ray, one task per
+chunk of the version, ``raycompat adapt --runner ray``), the map from the model's
 space into the version's is fitted (``raycompat.transformations.fit``) and stored with a grant
 (``store/query_adapters.py``); from then on ``search`` maps the model's queries through it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -56,8 +59,11 @@ def adapt_queries(
     *,
     kind: str = "procrustes",
     lam: float = 0.0,
+    rows_of: Callable | None = None,
 ) -> QueryGrant:
     """Fit ``kind`` on the pairs of ``pairs`` and grant ``model`` ``version`` through it.
+    ``rows_of`` finds the version's rows of the pairs' ids (:func:`embeddings_of`: one scan
+    in this process by default, or Ray tasks over its chunks).
 
     Raises:
         PairsFileError: the file is bad, or an id is not in the version.
@@ -73,7 +79,7 @@ def adapt_queries(
     ids, x = read_pairs(pairs, model_record(Catalog(store), model).embed_dim)
     if len(set(ids)) != len(ids):
         raise PairsFileError(f"{pairs}: an id appears twice")
-    y, missing = embeddings_of(store, gallery, version, ids)
+    y, missing = embeddings_of(store, gallery, version, ids, rows_of)
     if missing:
         raise PairsFileError(
             f"{pairs}: {len(missing)} of {len(ids)} ids are not in {gallery}/{version} "

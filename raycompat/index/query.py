@@ -356,13 +356,15 @@ def no_rows(where: str, missing: list) -> StoreError:
 
 
 def embeddings_of(
-    store: GalleryStore, gallery: str, version: str, ids: list
+    store: GalleryStore, gallery: str, version: str, ids: list, rows_of: Callable | None = None
 ) -> tuple[np.ndarray | None, list]:
     """``(embeddings (len(ids), d) in ``ids`` order, [])`` of the rows holding ``ids`` (ids of
-    the version's id type), or ``(None, the ids no row holds)``; one streamed scan."""
+    the version's id type), or ``(None, the ids no row holds)``. ``rows_of`` finds them, as
+    :func:`stored_rows` (the default: one streamed scan in this process) or the Ray layer's
+    ``stored_matches`` (tasks over the version's chunks)."""
     from raycompat.store.vectors import vectors  # the core's: pipelines would import Ray
 
-    where, table = stored_rows(store, gallery, version, ids, ["embedding"])
+    where, table = (rows_of or stored_rows)(store, gallery, version, ids, ["embedding"])
     missing = [i for i in ids if i not in where]
     if missing:
         return None, missing

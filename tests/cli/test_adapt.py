@@ -125,3 +125,17 @@ def test_a_named_alias_may_point_at_the_adapted_pair(world, capsys):
     code, out, err = run(capsys, "search", "g", "--alias", "prod", "--vectors", query,
                          "--store", store.root, "-k", "1", "--json")  # fmt: skip
     assert code == 0 and json.loads(out)["results"][0]["ids"] == ["150"], err
+
+
+@pytest.mark.ray
+def test_the_join_on_ray_fits_the_same_adapter_as_the_join_here(world, capsys, ray_local):
+    """``--runner ray`` joins the pairs to v1's rows in Ray tasks (the session's Ray, as
+    ``--address`` would name one): the same pairs, so the same stored map and grant."""
+    store, pairs, _, _ = world
+    code, out, err = adapt(capsys, store, pairs, "--runner", "ray", "--json")
+    assert code == 0, err
+    on_ray = json.loads(out)
+    grant = Catalog(store).queryable_version("g", "m9")
+    assert on_ray["pairs"] == 120 and grant.evidence["adapter"] == on_ray["adapter"]
+    assert adapt(capsys, store, pairs)[0] == 0  # here: the same fit, so nothing new written
+    assert Catalog(store).queryable_version("g", "m9") == grant

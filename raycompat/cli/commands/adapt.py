@@ -5,12 +5,18 @@ Fits a map from model M's embedding space into version V's (``--kind procrustes`
 or ``adapter``; docs/transformations.md) on the pairs of FILE (M's embeddings of items V stores,
 by ``id``), stores it and grants M the version through it (``index/adapt.py``,
 ``store/query_adapters.py``). From then on ``raycompat search G --model M`` maps M's queries
-into V's space: nothing in the gallery is rewritten. No Ray; torch for the fit.
+into V's space: nothing in the gallery is rewritten. The pairs are joined to V's rows in this
+process (``--runner local``, the default: no Ray) or by Ray tasks over V's chunks (``--runner
+ray``, on ``--address`` or a local Ray that ends with the command), each keeping only its
+matches; torch for the fit.
 """
 
 from __future__ import annotations
 
-from raycompat.cli.arguments import STORE, add_gallery
+from contextlib import ExitStack
+from functools import partial
+
+from raycompat.cli.arguments import RAY_ADDRESS_HELP, STORE, add_gallery, positive_int
 from raycompat.cli.command import Command
 from raycompat.cli.store_options import add_store_arguments, open_store
 
@@ -19,9 +25,11 @@ def adapt(args) -> dict | str:
     from raycompat.index.adapt import adapt_queries
 
     store = open_store(args, gallery=args.gallery)
-    grant = adapt_queries(
-        store, args.gallery, args.version, args.model, args.pairs, kind=args.kind, lam=args.lam
-    )
+    with ExitStack() as ray_session:
+        grant = adapt_queries(
+            store, args.gallery, args.version, args.model, args.pairs,
+            kind=args.kind, lam=args.lam, rows_of=_rows_of(args, ray_session),
+        )  # fmt: skip
     evidence = grant.evidence
     if args.json:
         return {"gallery": args.gallery, "version": args.version, "model": args.model, **evidence}
@@ -32,6 +40,18 @@ def adapt(args) -> dict | str:
         f"query adapter fitted on {evidence['pairs']} pairs{residual} "
         f"({store.uri(args.gallery, evidence['adapter'])})"
     )
+
+
+def _rows_of(args, ray_session: ExitStack):
+    """How the pairs find V's rows: None (one scan here) or Ray tasks (``--runner ray``)."""
+    if args.runner == "local":
+        return None
+    from raycompat.cluster.local_ray import ray_for_command
+    from raycompat.cluster.pipelines.pairs import stored_matches
+
+    ray_options = {"include_dashboard": False, "log_to_driver": False}
+    ray_session.enter_context(ray_for_command(args.address, **ray_options))
+    return partial(stored_matches, workers=args.workers)
 
 
 def _arguments(p) -> None:
@@ -51,6 +71,15 @@ def _arguments(p) -> None:
     p.add_argument(
         "--lam", type=float, default=0.0, help="affine: the orthogonality penalty (default 0)"
     )
+    p.add_argument(
+        "--runner",
+        choices=("local", "ray"),
+        default="local",
+        help="join the pairs to the version's rows in this process (default) or in Ray tasks "
+        "over its chunks (a large version)",
+    )
+    p.add_argument("--workers", type=positive_int, default=2, help="--runner ray: tasks at once")
+    p.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
     add_store_arguments(p)
     p.add_argument("--json", action="store_true", help="JSON instead of one line")
 

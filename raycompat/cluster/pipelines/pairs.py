@@ -105,6 +105,42 @@ def chunk_pairs(store: GalleryStore, info: VersionInfo, chunk: Chunk, sample: Pa
     return stats, np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept])
 
 
+def chunk_matches(
+    store: GalleryStore, info: VersionInfo, chunk: Chunk, wanted: pa.Array, columns: list
+) -> pa.Table | None:
+    """The rows of one chunk whose id is in ``wanted`` (``id`` and ``columns``), or None."""
+    found = []
+    for batch in iter_chunk_batches(store, chunk, info, 65536, ["id", *columns]):
+        ids = batch.column("id")
+        kept = batch.filter(pc.is_in(ids, value_set=wanted.cast(ids.type)))
+        if kept.num_rows:
+            found.append(kept)
+    return pa.Table.from_batches(found) if found else None
+
+
+def stored_matches(
+    store: GalleryStore, gallery: str, version: str, ids: list, columns: list, *, workers: int = 2
+) -> tuple[dict, pa.Table]:
+    """``(id -> row, table)`` of the version's rows holding ``ids``, as
+    ``raycompat.index.query.stored_rows`` gives them, from ``workers`` Ray tasks at a time, one
+    per chunk of the version, each returning only its matches: the driver holds the ids and
+    the matched rows (O(pairs)), never a chunk of the version."""
+    info = store.version(gallery, version)
+    chunks, _, _ = plan_version_chunks(store, gallery, info, RunOptions().rows_per_file)
+    runner = RayTasks(workers, 1, RunOptions().progress_every_s)
+    refs = ray.put(store), ray.put(info), ray.put(pa.array(ids))
+    tables = runner.map(
+        chunk_matches,
+        [(refs[0], refs[1], chunk, refs[2], columns) for chunk in chunks],
+        name=f"pairs join {gallery}/{version}",
+        rows=[chunk.rows for chunk in chunks],
+    )
+    found = [t for t in tables if t is not None]
+    table = pa.concat_tables(found) if found else pa.table({})
+    ids_found = table.column("id").to_pylist() if found else []
+    return {i: k for k, i in enumerate(ids_found)}, table
+
+
 def sample_pair_statistics(
     store: GalleryStore,
     gallery: str,

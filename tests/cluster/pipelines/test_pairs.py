@@ -113,3 +113,19 @@ def test_a_sample_with_no_row_is_one_error(gallery, ray_local):
         sample_pair_statistics(
             gallery["store"], "g", "v1", IMAGES, gallery["m2"], pairs=10, direction="up"
         )
+
+
+def test_the_join_on_ray_tasks_finds_the_rows_the_scan_in_process_finds(ray_local, gallery):
+    """``raycompat adapt --runner ray``'s join: one task per chunk of the version (one per
+    file here, three), each keeping only its matches, gives the scan's rows; the ids no row
+    holds are missing alike."""
+    from raycompat.cluster.pipelines.pairs import stored_matches
+    from raycompat.index.query import embeddings_of
+
+    store, ids = gallery["store"], [299, 3, 150, 49, 50]
+    local, missing = embeddings_of(store, "g", "v1", ids)
+    on_ray, missing_ray = embeddings_of(store, "g", "v1", ids, stored_matches)
+    assert missing == missing_ray == []
+    np.testing.assert_array_equal(on_ray, local)
+    np.testing.assert_allclose(on_ray, gallery["old"][ids], atol=1e-6)
+    assert embeddings_of(store, "g", "v1", [3, 999, 1000], stored_matches) == (None, [999, 1000])
