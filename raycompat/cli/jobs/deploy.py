@@ -10,8 +10,8 @@ The job checks the config and that the store can be read, starts Serve's HTTP pr
 deploys ``deployment`` (replicas or autoscaling, resources) and waits until every replica has
 loaded the store's indexes; it logs the URL and exits 0. The application outlives the job: it
 serves and follows the store until ``serve delete <deployment.name>`` (or ``serve shutdown``).
-Submitting it again with a changed config updates the application in place (Ray Serve's rolling
-update); with the same config it is a no-op. docs/serving.md, "On a cluster".
+Submitting it again deploys the application again under the same name: Ray Serve replaces its
+replicas with a rolling update. docs/serving.md, "On a cluster".
 """
 
 from __future__ import annotations
