@@ -18,14 +18,17 @@ def interval(summary: dict, level: float = 0.95) -> tuple[float, float]:
     return summary["mean"] - half, summary["mean"] + half
 
 
-def fmt(summary: dict | None, digits: int = 1, spread: bool = True) -> str:
+def fmt(summary: dict | None, digits: int = 1, spread: bool = True, sd: bool = True) -> str:
+    """``mean ± sd [lo, hi]`` (module docstring); ``sd``/``spread`` False leave out the sd /
+    the interval."""
     if summary is None:
         return "-"
     if "pass_rate" in summary:
         return f"{round(summary['pass_rate'] * summary['n'])}/{summary['n']}"
     text = f"{summary['mean']:.{digits}f}"
     if summary["sd"] is not None:
-        text += f" ± {summary['sd']:.{digits}f}"
+        if sd:
+            text += f" ± {summary['sd']:.{digits}f}"
         if spread:
             low, high = interval(summary)
             text += f" [{low:.{digits}f}, {high:.{digits}f}]"
@@ -111,7 +114,8 @@ def markdown(result: dict) -> str:
 def readme_table(result: dict, key: str) -> str:
     """The README's table of one protocol (``"mnist5k/open_set"``): per method the old
     self-test, the new models' queries against the first gallery, the last self-test, ECC
-    over all pairs and the negative flips as served, each ``mean [min, max]`` over seeds.
+    over all pairs and the negative flips as served, each ``mean [lo, hi]`` over seeds with
+    ``[lo, hi]`` the 95% confidence interval of the mean (:func:`interval`).
     ``tests/benchmarks/test_fidelity.py`` holds the README to this output of the committed
     JSON."""
     methods = result["protocols"][key]["methods"]
@@ -121,13 +125,9 @@ def readme_table(result: dict, key: str) -> str:
     for name, method in methods.items():
         s = method["summary"]
         cells = [s["matrix"][t][k] for t, k in ((0, 0), (1, 0), (2, 0), (2, 2))]
-        rows.append([name] + [_range(c) for c in cells]
-                    + [fmt(s["ecc_all"]), _range(s["upgrade_mean"]["served"]["nfr"])])
+        rows.append([name] + [fmt(c, sd=False) for c in cells]
+                    + [fmt(s["ecc_all"]), fmt(s["upgrade_mean"]["served"]["nfr"], sd=False)])
     return "\n".join(_table(header, rows)) + "\n"
-
-
-def _range(summary: dict) -> str:
-    return f"{summary['mean']:.1f} [{summary['min']:.1f}, {summary['max']:.1f}]"
 
 
 if __name__ == "__main__":  # python benchmarks/_fidelity_report.py RESULT.json [PROTOCOL]
