@@ -18,14 +18,17 @@ def interval(summary: dict, level: float = 0.95) -> tuple[float, float]:
     return summary["mean"] - half, summary["mean"] + half
 
 
-def fmt(summary: dict | None, digits: int = 1, spread: bool = True) -> str:
+def fmt(summary: dict | None, digits: int = 1, spread: bool = True, sd: bool = True) -> str:
+    """``mean ± sd [lo, hi]`` (module docstring); ``sd``/``spread`` False leave out the sd /
+    the interval."""
     if summary is None:
         return "-"
     if "pass_rate" in summary:
         return f"{round(summary['pass_rate'] * summary['n'])}/{summary['n']}"
     text = f"{summary['mean']:.{digits}f}"
     if summary["sd"] is not None:
-        text += f" ± {summary['sd']:.{digits}f}"
+        if sd:
+            text += f" ± {summary['sd']:.{digits}f}"
         if spread:
             low, high = interval(summary)
             text += f" [{low:.{digits}f}, {high:.{digits}f}]"
@@ -38,17 +41,32 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def summary_table(methods: dict) -> list[str]:
-    header = ["method", "AA %", "AC", "ECC all pairs", "update gain", "NFR % served",
-              "NFR % of old-correct, served", "NFR % after backfill"]
+    header = [
+        "method",
+        "AA %",
+        "AC",
+        "ECC all pairs",
+        "update gain",
+        "NFR % served",
+        "NFR % of old-correct, served",
+        "NFR % after backfill",
+    ]
     rows = []
     for name, method in methods.items():
         s = method["summary"]
         mean = s["upgrade_mean"]
-        rows.append([
-            name, fmt(s["AA"]), fmt(s["AC"], 2), fmt(s["ecc_all"]), fmt(mean["update_gain"], 2),
-            fmt(mean["served"]["nfr"]), fmt(mean["served"]["nfr_of_old_correct"]),
-            fmt(mean["backfilled"]["nfr"]),
-        ])
+        rows.append(
+            [
+                name,
+                fmt(s["AA"]),
+                fmt(s["AC"], 2),
+                fmt(s["ecc_all"]),
+                fmt(mean["update_gain"], 2),
+                fmt(mean["served"]["nfr"]),
+                fmt(mean["served"]["nfr_of_old_correct"]),
+                fmt(mean["backfilled"]["nfr"]),
+            ]
+        )
     return _table(header, rows)
 
 
@@ -70,8 +88,14 @@ def matrix_table(methods: dict) -> list[str]:
 
 
 def backfill_table(methods: dict) -> list[str]:
-    header = ["method", "order", "AUC top-1 %", "AUC mAP %", "rho(sigma, error) gallery",
-              "rho(sigma, error) h's training rows"]
+    header = [
+        "method",
+        "order",
+        "AUC top-1 %",
+        "AUC mAP %",
+        "rho(sigma, error) gallery",
+        "rho(sigma, error) h's training rows",
+    ]
     rows = []
     for name, method in methods.items():
         mean = method["summary"].get("backfill_mean")
@@ -79,18 +103,24 @@ def backfill_table(methods: dict) -> list[str]:
             continue
         for order in ("uncertainty", "random", "oracle"):
             first = order == "uncertainty"
-            rows.append([
-                name, order, fmt(mean["auc_top1"][order]), fmt(mean["auc_mean_ap"][order]),
-                fmt(mean["spearman_gallery"], 2) if first else "",
-                fmt(mean["spearman_fit_rows"], 2) if first else "",
-            ])
+            rows.append(
+                [
+                    name,
+                    order,
+                    fmt(mean["auc_top1"][order]),
+                    fmt(mean["auc_mean_ap"][order]),
+                    fmt(mean["spearman_gallery"], 2) if first else "",
+                    fmt(mean["spearman_fit_rows"], 2) if first else "",
+                ]
+            )
     return _table(header, rows) if rows else []
 
 
 def markdown(result: dict) -> str:
     seeds = result["config"]["seeds"]
     lines = [
-        "# Fidelity benchmark", "",
+        "# Fidelity benchmark",
+        "",
         f"Seeds {seeds}; cells are mean ± sd [95% confidence interval of the mean] over seeds; "
         "M(t,k) = top-1 % of model t's queries against model k's gallery (ECC passes/seeds in "
         "brackets); per-upgrade measures are averaged over the upgrades of a seed first. Machine: "
@@ -111,23 +141,22 @@ def markdown(result: dict) -> str:
 def readme_table(result: dict, key: str) -> str:
     """The README's table of one protocol (``"mnist5k/open_set"``): per method the old
     self-test, the new models' queries against the first gallery, the last self-test, ECC
-    over all pairs and the negative flips as served, each ``mean [min, max]`` over seeds.
+    over all pairs and the negative flips as served, each ``mean [lo, hi]`` over seeds with
+    ``[lo, hi]`` the 95% confidence interval of the mean (:func:`interval`).
     ``tests/benchmarks/test_fidelity.py`` holds the README to this output of the committed
     JSON."""
     methods = result["protocols"][key]["methods"]
-    header = ["method", "M(1,1)", "M(2,1)", "M(3,1)", "M(3,3)", "ECC, all pairs",
-              "NFR % served"]
+    header = ["method", "M(1,1)", "M(2,1)", "M(3,1)", "M(3,3)", "ECC, all pairs", "NFR % served"]
     rows = []
     for name, method in methods.items():
         s = method["summary"]
         cells = [s["matrix"][t][k] for t, k in ((0, 0), (1, 0), (2, 0), (2, 2))]
-        rows.append([name] + [_range(c) for c in cells]
-                    + [fmt(s["ecc_all"]), _range(s["upgrade_mean"]["served"]["nfr"])])
+        rows.append(
+            [name]
+            + [fmt(c, sd=False) for c in cells]
+            + [fmt(s["ecc_all"]), fmt(s["upgrade_mean"]["served"]["nfr"], sd=False)]
+        )
     return "\n".join(_table(header, rows)) + "\n"
-
-
-def _range(summary: dict) -> str:
-    return f"{summary['mean']:.1f} [{summary['min']:.1f}, {summary['max']:.1f}]"
 
 
 if __name__ == "__main__":  # python benchmarks/_fidelity_report.py RESULT.json [PROTOCOL]

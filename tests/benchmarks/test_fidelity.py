@@ -159,6 +159,29 @@ def test_summary_over_seeds_by_hand(bench):
     assert bench["report"].fmt(out["ok"]) == "2/3"
 
 
+def test_readme_cells_are_the_mean_and_its_95_interval(bench):
+    """Five seeds of 8, 8, 10, 12, 12: mean 10, sd sqrt(16 / 4) = 2, and the 95% interval of
+    the mean 10 ± t(0.975, 4) 2 / sqrt(5) = 10 ± 2.776 x 0.894 = 10 ± 2.483; the README's
+    cells show the mean and that interval, not the sd or the min-max."""
+    ev, report = bench["eval"], bench["report"]
+    values = [8.0, 8.0, 10.0, 12.0, 12.0]
+    runs = [
+        {
+            "matrix": [[v, None, None], [v, v, None], [v, v, v]],
+            "ecc_all": i < 3,
+            "upgrade_mean": {"served": {"nfr": v / 2}},
+        }
+        for i, v in enumerate(values)
+    ]
+    summary = ev.combine(runs, ev.summary_leaf)
+    assert report.interval(summary["matrix"][0][0]) == pytest.approx((7.5167, 12.4833), abs=1e-4)
+    assert report.fmt(summary["matrix"][0][0], digits=2, sd=False) == "10.00 [7.52, 12.48]"
+    result = {"protocols": {"p/open_set": {"methods": {"m": {"summary": summary}}}}}
+    row = report.readme_table(result, "p/open_set").splitlines()[2]
+    assert row == "| m | " + "10.0 [7.5, 12.5] | " * 4 + "3/5 | 5.0 [3.8, 6.2] |"
+    assert report.fmt(ev.summary_leaf([4.0]), sd=False) == "4.0"  # one seed: no interval
+
+
 def test_identical_computations_train_once(bench, request):
     """``independent`` and ``fct`` (plain cross-entropy from the same seed) share their models;
     every learnable-head method shares the first one; CoReS keeps its own."""
@@ -363,7 +386,7 @@ def test_the_readme_table_is_the_committed_run(bench):
     """README's result table is rendered from benchmarks/results/fidelity_cpu.json, not typed:
     a new run committed without regenerating the README (or an edited cell) fails here."""
     result = json.loads((ROOT / "benchmarks" / "results" / "fidelity_cpu.json").read_text())
-    assert result["config"]["seeds"] == [0, 1, 2]  # the README says three seeds
+    assert result["config"]["seeds"] == [0, 1, 2, 3, 4]  # the README says seeds 0-4
     table = bench["report"].readme_table(result, "mnist5k/open_set")
     assert len(table.splitlines()) == 2 + len(result["protocols"]["mnist5k/open_set"]["methods"])
     assert table in (ROOT / "README.md").read_text()
