@@ -207,8 +207,7 @@ def query_adapter(store: GalleryStore, gallery: str, version: str, model: str):
 
 
 def adapted(adapter, queries: np.ndarray) -> np.ndarray:
-    """``(Q, d_version)``: ``queries`` mapped by a :func:`query_adapter` (its
-    ``map_arrays``: NumPy for the linear kinds)."""
+    """``(Q, d_version)``: ``queries`` mapped by a :func:`query_adapter` (its ``map_arrays``)."""
     return adapter.map_arrays(queries)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -75,20 +74,6 @@ class LinearMap(Transformation):
 
     def forward(self, old: torch.Tensor, side: torch.Tensor | None = None) -> torch.Tensor:
         return self.output(self.linear(old, side))
-
-    def map_arrays(self, old: np.ndarray) -> np.ndarray:
-        """``old @ weight + bias`` in NumPy on views of the buffers: no torch dispatch and no
-        torch thread pool per query (beside faiss's OpenMP threads, torch's made a single
-        query's search slower on shared cores; ``benchmarks/adapters.py``)."""
-        if old.ndim != 2 or old.shape[1] != self.d_old:
-            raise ValueError(
-                f"expected old embeddings of shape (N, {self.d_old}), got {tuple(old.shape)}"
-            )
-        out = np.asarray(old, dtype=np.float32) @ self.weight.numpy()
-        out += self.bias.numpy()
-        if self.normalize_output:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
 
 
 class ProcrustesTransformation(LinearMap):
