@@ -39,18 +39,18 @@ class LocalRayError(DataError, RuntimeError):
 
 
 @contextmanager
-def ray_for_command(address: str | None, **init) -> Iterator[None]:
-    """Ray initialized for the ``with`` block (``init``: more ``ray.init`` arguments): the
-    cluster at ``address`` or ``RAY_ADDRESS`` (which lives on), else a local head that ends
-    with the block or with this process, however it ends. A Ray this process already
-    initialized is used as it is."""
+def ray_for_command(address: str | None) -> Iterator[None]:
+    """Ray initialized for the ``with`` block of a command: the cluster at ``address`` or
+    ``RAY_ADDRESS`` (which lives on), else a local head that ends with the block or with this
+    process, however it ends; no dashboard, and the workers' output kept off the command's
+    console. A Ray this process already initialized is used as it is."""
     if ray.is_initialized():
         yield
         return
     with ExitStack() as stack:
         if not (address or os.environ.get("RAY_ADDRESS")):
             address = stack.enter_context(local_head())
-        ray.init(address=address, **init)
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
         stack.callback(ray.shutdown)  # before the head ends: the stack unwinds backwards
         yield
 

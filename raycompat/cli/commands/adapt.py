@@ -49,8 +49,7 @@ def _rows_of(args, ray_session: ExitStack):
     from raycompat.cluster.local_ray import ray_for_command
     from raycompat.cluster.pipelines.pairs import stored_matches
 
-    ray_options = {"include_dashboard": False, "log_to_driver": False}
-    ray_session.enter_context(ray_for_command(args.address, **ray_options))
+    ray_session.enter_context(ray_for_command(args.address))
     return partial(stored_matches, workers=args.workers)
 
 

@@ -45,9 +45,8 @@ def adopt(args) -> dict:
         print(error_line(PROG, error), file=sys.stderr)
         raise SystemExit(2) from None
     normalized = {"auto": None, "yes": True, "no": False}[args.normalized]
-    ray_options = {"include_dashboard": False, "log_to_driver": False}
     needs_ray = plan.published is None  # a rerun completes without Ray
-    with ray_for_command(args.address, **ray_options) if needs_ray else nullcontext():
+    with ray_for_command(args.address) if needs_ray else nullcontext():
         info = run_adoption(store, plan, normalized=normalized)
     return {
         "gallery": args.gallery,

@@ -106,8 +106,7 @@ def _runner(args, ray_session: ExitStack):
     from raycompat.cluster.local_ray import ray_for_command
     from raycompat.cluster.pipelines.index import RayTasks
 
-    ray_options = {"include_dashboard": False, "log_to_driver": False}
-    ray_session.enter_context(ray_for_command(args.address, **ray_options))
+    ray_session.enter_context(ray_for_command(args.address))
     return RayTasks(workers=args.workers)
 
 
