@@ -15,13 +15,10 @@ or from Python: ``serve.run(search_application(load_config(ServeJobConfig, path)
 
 from __future__ import annotations
 
-import os
-
 from ray import serve
 
 from raycompat.config import load_config
 from raycompat.config.serve import ServeJobConfig
-from raycompat.errors import ConfigError
 from raycompat.service import Served, ServiceConfig, create_app
 from raycompat.store import GalleryStore
 
@@ -45,9 +42,7 @@ def search_application(cfg: ServeJobConfig, service: ServiceConfig | None = None
     ``cfg.deployment`` says, over ``cfg.store`` (a local root made absolute here: replicas
     run elsewhere), enforcing ``service`` (default: ``cfg.service`` built, its token read
     here, once)."""
-    if not cfg.store.root:
-        raise ConfigError("store.root must be set: the store the service searches")
-    root = cfg.store.root if "://" in cfg.store.root else os.path.abspath(cfg.store.root)
+    root = cfg.store.checked_root()
     deployment = serve.deployment(SearchService, **cfg.deployment.options())
     return deployment.bind(root, cfg.store.storage_options, service or cfg.service.build())
 

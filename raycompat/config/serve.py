@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from raycompat.config import bounded
@@ -23,6 +24,13 @@ class ServeStore:
 
     root: str = ""
     storage_options: dict = field(default_factory=dict)
+
+    def checked_root(self) -> str:
+        """``root``, a local one made absolute (replicas run elsewhere); unset is a
+        :class:`ConfigError`."""
+        if not self.root:
+            raise ConfigError("store.root must be set: the store the service searches")
+        return self.root if "://" in self.root else os.path.abspath(self.root)
 
 
 @dataclass

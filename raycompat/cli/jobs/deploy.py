@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     configure_console(args.verbose)  # every log line scrubbed of credentials
     cfg = job_config(ServeJobConfig, args, default=DEFAULT, inputs=inputs)
     register_secrets(cfg)
-    if not cfg.store.root:
-        raise ConfigError("store.root must be set: the store the service searches")
+    root = cfg.store.checked_root()
     service = cfg.service.build()  # a bad token file or shadow: one line, before Ray starts
 
     from raycompat.cli.store_options import JOB_HINT, reach_store
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
     from raycompat.store import GalleryStore
 
     set_log_level(args.verbose)
-    store = GalleryStore(cfg.store.root, cfg.store.storage_options)
+    store = GalleryStore(root, cfg.store.storage_options)
     if not reach_store(store, JOB_HINT):  # unreachable or missing: one line, before Ray
         raise ConfigError(f"store.root {store.uri()}: no store there, nothing to serve")
     announce_outputs(cfg, (), inputs=inputs(cfg), dry_run=args.dry_run)
