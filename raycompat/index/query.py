@@ -11,7 +11,8 @@ One home for what a search does between "these are the queries" and "these are t
   from images embedded with the model (:func:`embed_images`: an image of another size is
   resized, with a note; a model registered without weights cannot embed, ``NoWeightsError``).
 - :func:`to_version_space`: a model whose grant is ``adapted`` (a training-free upgrade,
-  ``store/query_adapters.py``) has its queries mapped into the version's space first.
+  ``store/query_adapters.py``) has its queries mapped into the version's space first, by the
+  map :func:`query_adapter` builds to run beside faiss (``index/query_map.py``).
 - :func:`search`: all of it in one call (the version ``model`` serves, its queries, the
   search), the entry point of the CLI, the Python API and the service; its answer names the
   version, the index that answered and what the scores are (cosine similarity or negative
@@ -197,13 +198,15 @@ def to_version_space(
 
 def query_adapter(store: GalleryStore, gallery: str, version: str, model: str):
     """The map ``model``'s queries go through to search ``version`` (its grant is ``adapted``
-    to that version), loaded once; None when they are searched as they are."""
+    to that version), loaded once and built to run beside faiss (:func:`search_map`); None
+    when they are searched as they are."""
+    from raycompat.index.query_map import search_map
     from raycompat.store.query_adapters import ADAPTED, load_adapter
 
     grant = Catalog(store).grant_of(gallery, model)  # none: --version searches regardless
     if grant is None or grant.relation != ADAPTED or grant.gallery_version != version:
         return None
-    return load_adapter(store, grant)
+    return search_map(load_adapter(store, grant))
 
 
 def adapted(adapter, queries: np.ndarray) -> np.ndarray:

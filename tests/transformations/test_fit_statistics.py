@@ -137,6 +137,27 @@ def test_a_nan_or_an_infinity_names_its_row_and_id(side, value):
     )
 
 
+def test_a_nan_in_a_later_block_is_named_by_its_row_in_the_part():
+    """The per-block sums of squares find the block; the rows are then searched to name it."""
+    n = BLOCK_ROWS + 10
+    x, y = np.ones((n, 2), np.float32), np.ones((n, 2), np.float32)
+    y[BLOCK_ROWS + 3, 0] = -np.inf
+    y[BLOCK_ROWS + 7, 1] = np.nan
+    with pytest.raises(PairsError) as err:
+        PairStatistics.of(x, y, where="part-2")
+    assert one_line(err) == (
+        f"part-2: y row {BLOCK_ROWS + 3} holds a NaN or an infinity (2 such rows)"
+    )
+
+
+def test_finite_rows_whose_float32_sum_of_squares_overflows_are_summed_in_float64():
+    x = np.zeros((4, 2), np.float32)
+    x[:, 0] = 1e19  # each row's square 1e38 is a float32; their sum 4e38 is not
+    stats = PairStatistics.of(x, np.ones((4, 2), np.float32))
+    assert stats.sum_sq_x == pytest.approx(4e38, rel=1e-6)
+    np.testing.assert_allclose(stats.cross, [[4e19, 4e19], [0, 0]], rtol=1e-6)
+
+
 def test_a_refused_part_changes_nothing():
     stats = PairStatistics.of(np.ones((3, 2)), np.ones((3, 2)))
     before = {f: np.copy(getattr(stats, f)) for f in FIELDS}

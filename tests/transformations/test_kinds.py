@@ -83,7 +83,8 @@ def test_listing_the_kinds_imports_no_torch():
 
 @pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter"])
 def test_map_arrays_is_forward_on_arrays_for_every_query_side_kind(kind):
-    """What a query-side search runs (NumPy for the linear kinds, torch for the adapter)."""
+    """What a query-side search runs (the linear kinds' own lean call, the adapter's module
+    call), float64 queries included."""
     import numpy as np
 
     torch.manual_seed(0)
@@ -97,5 +98,6 @@ def test_map_arrays_is_forward_on_arrays_for_every_query_side_kind(kind):
     got = h.map_arrays(x)
     assert got.dtype == np.float32 and got.shape == (4, 3)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h.map_arrays(x.astype(np.float64)), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"shape \(N, 5\), got \(4, 4\)"):
         h.map_arrays(x[:, :4])
