@@ -34,16 +34,34 @@ from raycompat.registry import UnknownNameError
 @dataclass
 class MapSpec:
     """The fit of a ``procrustes``, ``affine`` or ``adapter`` entry (docs/transformations.md):
-    a seeded sample of about ``pairs`` rows of the stored gallery, each re-embedded by the new
-    model from the gallery's images on the workers (``cluster/pipelines/pairs.py``); ``lam``
-    the affine fit's orthogonality penalty (0: plain least squares). ``direction``: ``query``
-    maps the new model's queries into the stored gallery's space (nothing is rewritten);
-    ``gallery`` maps the stored gallery forward into the new model's space, written as a new
-    version by the transform pipeline as FCT's h is."""
+    a seeded sample of the stored gallery's rows, each re-embedded by the new model from the
+    gallery's images on the workers (``cluster/pipelines/pairs.py``): about ``pairs`` rows
+    (default :data:`DEFAULT_PAIRS`), or the share ``pairs_fraction`` of them (one of the two).
+    ``lam``: the affine fit's orthogonality penalty (0: plain least squares). ``direction``:
+    ``query`` maps the new model's queries into the stored gallery's space (nothing is
+    rewritten); ``gallery`` maps the stored gallery forward into the new model's space, written
+    as a new version by the transform pipeline as FCT's h is."""
 
-    pairs: int = bounded(5000, ge=2)
+    pairs: int | None = bounded(None, ge=2)
+    pairs_fraction: float | None = bounded(None, gt=0.0, le=1.0)
     lam: float = bounded(0.0, ge=0.0)
     direction: Literal["query", "gallery"] = "query"
+
+    def budget(self) -> dict[str, float]:
+        """The sample's size as ``sample_pair_statistics`` takes it: ``{"fraction": f}`` or
+        ``{"pairs": n}``."""
+        if self.pairs_fraction is not None:
+            return {"fraction": self.pairs_fraction}
+        return {"pairs": DEFAULT_PAIRS if self.pairs is None else self.pairs}
+
+    def describe(self) -> str:
+        """The budget in a log line: ``5000 pairs`` or ``a 1% sample of the rows``."""
+        if self.pairs_fraction is not None:
+            return f"a {100 * self.pairs_fraction:.4g}% sample of the rows"
+        return f"{self.budget()['pairs']} pairs"
+
+
+DEFAULT_PAIRS = 5000
 
 
 @dataclass
@@ -211,6 +229,11 @@ def check_upgrade_config(cfg: UpgradeConfig) -> None:
             except UnknownNameError as error:  # its message lists the valid names
                 raise ConfigError(f"{key}.{field_name}: {error}") from None
         check_method_options(spec.method, spec.method_options, f"{key}.method_options")
+        if spec.map.pairs is not None and spec.map.pairs_fraction is not None:
+            raise ConfigError(
+                f"{key}.map: pairs={spec.map.pairs} and pairs_fraction="
+                f"{spec.map.pairs_fraction} are both set; give one"
+            )
         if spec.partial_backfill is not None:
             if not method_entry(spec.method).needs_transformation:
                 raise ConfigError(
@@ -292,6 +315,9 @@ def decision_digest(cfg: UpgradeConfig, spec: UpgradeSpec, against: str | None) 
     entry = to_dict(spec)
     if not method_entry(spec.method).fits_map:  # entries written before maps keep their digest
         del entry["map"]
+    elif spec.map.pairs_fraction is None:  # as before pairs_fraction: the pairs, default filled
+        entry["map"] = {**entry["map"], **spec.map.budget()}
+        del entry["map"]["pairs_fraction"]
     content = {
         "entry": entry,
         "training": redact(training),

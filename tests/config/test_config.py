@@ -348,3 +348,33 @@ def test_a_missing_config_file_suggests_the_nearest_in_its_folder(tmp_path):
     )
     with pytest.raises(FileNotFoundError, match=r"nope/x.yaml does not exist$"):  # no folder
         load_config(Job, tmp_path / "nope" / "x.yaml")
+
+
+def test_a_maps_budget_is_pairs_or_a_fraction_of_the_rows_never_both():
+    from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config, decision_digest
+
+    def entry(*overrides: str):
+        cfg = load_config(UpgradeConfig, None, ["upgrades.1.method=procrustes", *overrides])
+        cfg.upgrades[1].method_options = {}  # the default entry's are d-Simplex's
+        check_upgrade_config(cfg)
+        return cfg, cfg.upgrades[1]
+
+    cfg, default = entry()
+    assert default.map.budget() == {"pairs": 5000} and default.map.describe() == "5000 pairs"
+    _, share = entry("upgrades.1.map.pairs_fraction=0.01")
+    assert share.map.budget() == {"fraction": 0.01}
+    assert share.map.describe() == "a 1% sample of the rows"
+    # the default written out judges the same entry (digests of configs before the fraction)
+    explicit_cfg, explicit = entry("upgrades.1.map.pairs=5000")
+    digest = decision_digest(cfg, default, "m1")
+    assert decision_digest(explicit_cfg, explicit, "m1") == digest
+    share_cfg, share = entry("upgrades.1.map.pairs_fraction=0.01")
+    assert decision_digest(share_cfg, share, "m1") != digest
+    with pytest.raises(ConfigError) as err:
+        entry("upgrades.1.map.pairs=100", "upgrades.1.map.pairs_fraction=0.5")
+    assert str(err.value) == (
+        "upgrades[1].map: pairs=100 and pairs_fraction=0.5 are both set; give one"
+    )
+    for bad in ("0", "1.5"):
+        with pytest.raises(ConfigError, match=r"upgrades\[1\].map.pairs_fraction must be"):
+            entry(f"upgrades.1.map.pairs_fraction={bad}")

@@ -9,8 +9,8 @@ re-embeds a sample of its rows from the gallery's images (ids are row numbers of
 source, as extraction and the partial backfill take them). One Ray task per chunk of the
 version (:func:`~raycompat.cluster.pipelines.inputs.plan_version_chunks`) keeps a row when a
 seeded key of its id (``selection.random_keys``, the partial backfill's random order) falls
-below ``pairs / rows``, so the sample is the same whatever the chunking, the workers or a
-rerun, and has ``pairs`` rows in expectation. Each task
+below ``pairs / rows`` (or below a given ``fraction``), so the sample is the same whatever the
+chunking, the workers or a rerun, and has ``pairs`` rows in expectation. Each task
 returns the sample's :class:`~raycompat.transformations.PairStatistics` (O(d^2), whatever its
 rows); the driver merges them: nothing on the driver grows with the version's rows. The
 ``adapter`` kind trains on the rows themselves, so with ``keep_rows`` the tasks also return
@@ -148,7 +148,8 @@ def sample_pair_statistics(
     images: SourceSpec,
     model: str,
     *,
-    pairs: int,
+    pairs: int | None = None,
+    fraction: float | None = None,
     seed: int = 0,
     direction: str = "query",
     gram: bool = True,
@@ -156,7 +157,8 @@ def sample_pair_statistics(
     exclude: np.ndarray | None = None,
     run: RunOptions | None = None,
 ) -> tuple[PairStatistics, np.ndarray | None, np.ndarray | None]:
-    """The statistics of a seeded sample of about ``pairs`` rows of ``gallery/version``, paired
+    """The statistics of a seeded sample of about ``pairs`` rows of ``gallery/version`` (or of
+    the share ``fraction`` of its rows not excluded: give one of the two), paired
     with the exported ``model``'s embeddings of the same images (module docstring), and with
     ``keep_rows`` the pairs ``(x, y)`` themselves. ``direction``: ``"query"`` maps the new
     model's space into the stored one (``x`` new, ``y`` stored), ``"gallery"`` the reverse.
@@ -167,11 +169,16 @@ def sample_pair_statistics(
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    if (pairs is None) == (fraction is None):
+        raise ValueError(f"give pairs or fraction, not both or neither: {pairs}, {fraction}")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     run = run or RunOptions()
     info = store.version(gallery, version)
     chunks, _, _ = plan_version_chunks(store, gallery, info, run.rows_per_file)
-    eligible = info.rows - (0 if exclude is None else len(exclude))  # excluded ids: assumed held
-    fraction = sample_fraction(pairs, max(eligible, 1))
+    if fraction is None:
+        eligible = info.rows - (0 if exclude is None else len(exclude))  # excluded: assumed held
+        fraction = sample_fraction(pairs, max(eligible, 1))
     sample = PairSample(
         images, share_model(model), fraction, seed, direction, gram,
         keep_rows, None if exclude is None else pa.array(exclude), run.batch_size,

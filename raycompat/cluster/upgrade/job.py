@@ -355,8 +355,8 @@ class Upgrader:
                 )
         query_map, adapted, gallery_map = None, None, None
         if fits_map and spec.map.direction == "gallery":  # then decided as FCT's h is
-            pairs = spec.map.pairs
-            self._say(spec, f"fitting its {spec.method} map of the gallery on {pairs} pairs")
+            pairs = spec.map.describe()
+            self._say(spec, f"fitting its {spec.method} map of the gallery on {pairs}")
             with _timed(seconds, "fit"):
                 gallery_map, fct = self._gallery_map_evidence(
                     spec, reference, directory, features, current
@@ -365,7 +365,7 @@ class Upgrader:
                 decide(direct, fct, self.cfg.policy, None, None), spec.method
             )
         elif fits_map:
-            self._say(spec, f"fitting its {spec.method} query map on {spec.map.pairs} pairs")
+            self._say(spec, f"fitting its {spec.method} query map on {spec.map.describe()}")
             with _timed(seconds, "fit"):
                 fitted = self._map_evidence(spec, reference, directory, features, current)
             query_map, adapted = fitted

@@ -186,8 +186,9 @@ def publish_model(
 
 
 def fit_map(cfg: UpgradeConfig, spec: UpgradeSpec, store, gallery: str, current, candidate: str):
-    """The ``spec.method`` map (procrustes, affine, adapter), fitted on a seeded sample of about
-    ``spec.map.pairs`` rows of the stored version ``current`` (seed ``training.seed``), each
+    """The ``spec.method`` map (procrustes, affine, adapter), fitted on a seeded sample of the
+    stored version ``current``'s rows (``spec.map.budget()``: about ``pairs`` of them, or a
+    share) (seed ``training.seed``), each
     paired with the candidate's embedding of the same gallery image, re-extracted on the
     workers (``raycompat.cluster.pipelines.pairs``): from the candidate's space into the stored
     gallery's for ``map.direction: query``, the reverse for ``gallery``. The linear kinds are
@@ -199,7 +200,7 @@ def fit_map(cfg: UpgradeConfig, spec: UpgradeSpec, store, gallery: str, current,
 
     stats, x, y = sample_pair_statistics(
         store, gallery, current.version, cfg.gallery_images, candidate,
-        pairs=spec.map.pairs, seed=cfg.training.seed, direction=spec.map.direction,
+        **spec.map.budget(), seed=cfg.training.seed, direction=spec.map.direction,
         keep_rows=spec.method == "adapter",
         exclude=held_out_rows(cfg), run=cfg.pipeline,
     )  # fmt: skip

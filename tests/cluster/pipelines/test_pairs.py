@@ -68,9 +68,10 @@ def test_the_sample_is_a_function_of_the_id_and_the_seed_alone():
         sample_fraction(0, 10)
 
 
-def reference(gallery, pairs: int, seed: int, exclude=()) -> np.ndarray:
+def reference(gallery, pairs: int | None, seed: int, exclude=(), fraction=None) -> np.ndarray:
     ids = np.arange(ROWS, dtype=np.int64)
-    chosen = random_keys(pa.array(ids), seed) < sample_fraction(pairs, ROWS - len(exclude))
+    fraction = fraction or sample_fraction(pairs, ROWS - len(exclude))
+    chosen = random_keys(pa.array(ids), seed) < fraction
     return ids[chosen & ~np.isin(ids, exclude)]
 
 
@@ -101,6 +102,24 @@ def test_the_gallery_direction_and_other_chunks_excluding_rows(gallery, ray_loca
     expected = PairStatistics.of(gallery["old"][rows], gallery["new"][rows], gram=False)
     assert (x, y, stats.gram) == (None, None, None) and stats.count == len(rows)
     np.testing.assert_allclose(stats.cross, expected.cross, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fraction_samples_that_share_of_the_rows(gallery, ray_local):
+    """``map.pairs_fraction``: a row is kept when its key is below the fraction itself."""
+    rows = reference(gallery, None, seed=2, fraction=0.25)
+    stats, _, _ = sample_pair_statistics(
+        gallery["store"], "g", "v1", IMAGES, gallery["m2"], fraction=0.25, seed=2, run=RUN
+    )
+    expected = PairStatistics.of(gallery["new"][rows], gallery["old"][rows])
+    assert stats.count == len(rows) and 50 <= len(rows) <= 100  # 75 expected
+    np.testing.assert_allclose(stats.cross, expected.cross, rtol=1e-5, atol=1e-6)
+    for budget, message in [
+        ({"pairs": 10, "fraction": 0.5}, "give pairs or fraction, not both or neither"),
+        ({}, "give pairs or fraction, not both or neither"),
+        ({"fraction": 1.5}, r"fraction must be in \(0, 1\], got 1.5"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            sample_pair_statistics(gallery["store"], "g", "v1", IMAGES, gallery["m2"], **budget)
 
 
 def test_a_sample_with_no_row_is_one_error(gallery, ray_local):
