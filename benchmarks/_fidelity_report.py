@@ -7,15 +7,13 @@ nothing was measured). ECC is shown as ``passed/seeds``.
 
 from __future__ import annotations
 
-import math
+from raycompat.metrics.intervals import mean_interval
 
 
 def interval(summary: dict, level: float = 0.95) -> tuple[float, float]:
-    """The ``level`` confidence interval of the mean: ``mean ± t sd / sqrt(n)``."""
-    from scipy.stats import t
-
-    half = t.ppf(0.5 + level / 2, summary["n"] - 1) * summary["sd"] / math.sqrt(summary["n"])
-    return summary["mean"] - half, summary["mean"] + half
+    """The ``level`` confidence interval of the mean: ``mean ± t sd / sqrt(n)``
+    (:func:`raycompat.metrics.intervals.mean_interval`)."""
+    return mean_interval(summary["mean"], summary["sd"], summary["n"], level)
 
 
 def fmt(summary: dict | None, digits: int = 1, spread: bool = True, sd: bool = True) -> str:

@@ -3,8 +3,11 @@
 ``benchmarks/fidelity.py`` trains every method on several seeds under the demo's protocol and
 commits the spread (``benchmarks/results/fidelity_cpu.json``, docs/fidelity.md). A single run
 of the demo says little on its own; this module lines up the cells of the run that have an
-exact counterpart in the benchmark and says, for each, whether it falls inside the committed
-``[min, max]``.
+exact counterpart in the benchmark and says, for each, whether it falls inside the 95%
+prediction interval of the committed seeds (``m ± t s sqrt(1 + 1/n)``,
+:func:`~raycompat.metrics.intervals.prediction_interval`): where one more run like the seeds
+lands 19 times in 20. The seeds' ``[min, max]`` is shown beside it but is not the test: a new
+run falls outside five seeds' range one time in three.
 
 A cell has a counterpart only when the run used the benchmark's protocol (same data, steps,
 open-set digits, epochs, batch, learning rate and head) and the model pair is one the benchmark
@@ -21,6 +24,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from raycompat.metrics.intervals import prediction_interval
+
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity_cpu.json"
 # The training method the benchmark names a model by (FCT's new model is trained independently).
 TRAINED_AS = {"fct": "independent"}
@@ -30,7 +35,8 @@ CELLS = (("cross", "M({new}, {old})", 1, 0), ("old_self", "M({old}, {old})", 0, 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One cell of the run and the benchmark's range for it (percent)."""
+    """One cell of the run and the benchmark's seeds for it (percent): ``low``, ``high`` the
+    95% prediction interval of one more run, ``seeds_min``, ``seeds_max`` the seeds' range."""
 
     label: str
     method: str
@@ -38,6 +44,9 @@ class Comparison:
     low: float
     high: float
     mean: float
+    seeds: int
+    seeds_min: float
+    seeds_max: float
 
     @property
     def inside(self) -> bool:
@@ -45,8 +54,9 @@ class Comparison:
 
     def line(self) -> str:
         where = "inside" if self.inside else ("below" if self.value < self.low else "above")
-        return (f"{self.label} = {self.value:.2f}: {where} the committed range "
-                f"[{self.low:.2f}, {self.high:.2f}] (mean {self.mean:.2f}; {self.method})")
+        return (f"{self.label} = {self.value:.2f}: {where} the 95% prediction interval "
+                f"[{self.low:.2f}, {self.high:.2f}] of {self.seeds} seeds (mean {self.mean:.2f}, "
+                f"seeds {self.seeds_min:.2f}-{self.seeds_max:.2f}; {self.method})")
 
 
 def protocol_key(cfg) -> str | None:
@@ -97,8 +107,12 @@ def _cells(entry, method, new, old, t, evidence) -> list[Comparison]:
         cell = matrix[t * row][t * col]
         if cell is None or evidence.get(field) is None:
             continue
-        out.append(Comparison(label.format(new=new, old=old), method,
-                              100.0 * evidence[field], cell["min"], cell["max"], cell["mean"]))
+        interval = prediction_interval(cell["mean"], cell["sd"], cell["n"])
+        if interval is None:  # one seed: nothing to say where another run lands
+            continue
+        low, high = max(interval[0], 0.0), min(interval[1], 100.0)  # a score is a percentage
+        out.append(Comparison(label.format(new=new, old=old), method, 100.0 * evidence[field],
+                              low, high, cell["mean"], cell["n"], cell["min"], cell["max"]))
     return out
 
 
@@ -111,6 +125,6 @@ def committed_lines(outcomes, cfg, path: Path = RESULTS) -> list[str]:
     if protocol_key(cfg) is None:
         return ["no committed multi-seed range for this config's protocol (the benchmark "
                 "covers the embedded MNIST-5k open-set history; docs/fidelity.md)"]
-    head = (f"this run against the committed range of {len(seeds)} seeds "
+    head = (f"this run against the committed results of {len(seeds)} seeds "
             f"({path.name}, mnist5k/open_set):")
     return [head] + [c.line() for c in compare(outcomes, cfg, results)]
