@@ -137,18 +137,22 @@ def markdown(result: dict) -> str:
 
 
 def readme_table(result: dict, key: str) -> str:
-    """The README's table of one protocol (``"mnist5k/open_set"``): per method the old
-    self-test, the new models' queries against the first gallery, the last self-test, ECC
+    """The README's table of one protocol (``"mnist5k/open_set"``) of any number of steps T:
+    per method the old self-test M(1,1), each later model's queries against the first gallery
+    M(t,1), the last self-test M(T,T), ECC
     over all pairs and the negative flips as served, each ``mean [lo, hi]`` over seeds with
     ``[lo, hi]`` the 95% confidence interval of the mean (:func:`interval`).
     ``tests/benchmarks/test_fidelity.py`` holds the README to this output of the committed
     JSON."""
     methods = result["protocols"][key]["methods"]
-    header = ["method", "M(1,1)", "M(2,1)", "M(3,1)", "M(3,3)", "ECC, all pairs", "NFR % served"]
+    steps = len(next(iter(methods.values()))["summary"]["matrix"])  # T models: M(1,1)..M(T,T)
+    pairs = [(0, 0)] + [(t, 0) for t in range(1, steps)] + [(steps - 1, steps - 1)]
+    header = ["method", *(f"M({t + 1},{k + 1})" for t, k in pairs)]
+    header += ["ECC, all pairs", "NFR % served"]
     rows = []
     for name, method in methods.items():
         s = method["summary"]
-        cells = [s["matrix"][t][k] for t, k in ((0, 0), (1, 0), (2, 0), (2, 2))]
+        cells = [s["matrix"][t][k] for t, k in pairs]
         rows.append(
             [name]
             + [fmt(c, sd=False) for c in cells]

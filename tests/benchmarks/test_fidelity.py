@@ -182,6 +182,21 @@ def test_readme_cells_are_the_mean_and_its_95_interval(bench):
     assert report.fmt(ev.summary_leaf([4.0]), sd=False) == "4.0"  # one seed: no interval
 
 
+@pytest.mark.parametrize("steps, columns", [
+    (2, "M(1,1) | M(2,1) | M(2,2)"), (4, "M(1,1) | M(2,1) | M(3,1) | M(4,1) | M(4,4)"),
+])  # fmt: skip
+def test_the_readme_table_has_a_column_per_later_model_whatever_the_steps(bench, steps, columns):
+    ev, report = bench["eval"], bench["report"]
+    matrix = [[float(10 * t + k) if k <= t else None for k in range(steps)] for t in range(steps)]
+    run = {"matrix": matrix, "ecc_all": True, "upgrade_mean": {"served": {"nfr": 1.0}}}
+    summary = ev.combine([run], ev.summary_leaf)
+    result = {"protocols": {"p/open_set": {"methods": {"m": {"summary": summary}}}}}
+    header, _, row = report.readme_table(result, "p/open_set").splitlines()
+    assert header == f"| method | {columns} | ECC, all pairs | NFR % served |"
+    cells = [f"{10 * t:.1f}" for t in range(steps)] + [f"{11 * (steps - 1):.1f}"]
+    assert row == "| m | " + " | ".join(cells) + " | 1/1 | 1.0 |"
+
+
 def test_identical_computations_train_once(bench, request):
     """``independent`` and ``fct`` (plain cross-entropy from the same seed) share their models;
     every learnable-head method shares the first one; CoReS keeps its own."""
