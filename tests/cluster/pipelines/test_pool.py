@@ -66,3 +66,19 @@ def test_a_gpu_pool_is_capped_at_the_chunks_and_sizing_again_keeps_it():
 def test_describe_nodes_names_what_a_pool_was_sized_from():
     nodes = [{"CPU": 8.0}, {"CPU": 16.0, "GPU": 2.0}]
     assert describe_nodes(nodes, 500) == "2 node(s) (24.0 CPU, 2.0 GPU), 500 chunk(s)"
+
+
+@pytest.mark.parametrize(
+    ("chunks", "actors", "staged", "in_flight"),
+    [
+        (40, 2, False, 2),  # the next chunk waits in the actor: no gap between chunks
+        (8, 2, False, 2),
+        (7, 2, False, 1),  # under four chunks an actor: a queued one would idle another
+        (3, 2, True, 2),  # behind a stage always two: the next block arrives while it embeds
+    ],
+)
+def test_chunks_in_flight_per_actor(chunks, actors, staged, in_flight):
+    from raycompat.cluster.pipelines.runner import Stage, chunks_in_flight
+
+    before = Stage(fn=dict, kwargs={}, workers=1) if staged else None
+    assert chunks_in_flight(chunks, actors, before) == in_flight
