@@ -35,17 +35,20 @@ def test_a_wrong_version_a_mixed_answer_and_a_404_while_served_are_problems(benc
 
 ARGS = ["--rows", "500", "--width", "8", "--skip-throughput", "--swap-s", "2.5",
         "--swap-every", "0.25", "--clients", "2"]  # fmt: skip
+# Ten changes when the machine is idle; at least one whole cycle (promote or set, rollback,
+# revoke, rollback: every kind of change) however busy it is (5 on a loaded 2-core machine).
+CYCLE = 4
 
 
 def test_under_swaps_every_answer_names_what_the_records_served(bench):
     swaps = bench.main(ARGS)["swaps"]
-    assert swaps["changes"] >= 6 and swaps["answered"] > 0 and swaps["revoked_404"] > 0
+    assert swaps["changes"] >= CYCLE and swaps["answered"] > 0 and swaps["revoked_404"] > 0
     assert (swaps["failed"], swaps["wrong_version"], swaps["mixed"]) == (0, 0, 0), swaps
 
 
 def test_through_a_named_alias_every_answer_names_what_the_alias_served(bench):
     swaps = bench.main([*ARGS, "--via", "alias"])["swaps"]
-    assert swaps["changes"] >= 6 and swaps["answered"] > 0 and swaps["revoked_404"] > 0
+    assert swaps["changes"] >= CYCLE and swaps["answered"] > 0 and swaps["revoked_404"] > 0
     assert (swaps["failed"], swaps["wrong_version"], swaps["mixed"]) == (0, 0, 0), swaps
 
 
