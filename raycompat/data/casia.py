@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from raycompat.data.base import CorruptDataError, ImageDataset, Transform
-from raycompat.data.image_folder import ImageFolder, as_hw, decode_images, read_image
+from raycompat.data.image_folder import EncodedImages, ImageFolder, as_hw, read_image
 from raycompat.data.recordio import (
     IRHeader,
     RecordIOReader,
@@ -49,7 +49,7 @@ def _label_of(header: IRHeader, name: str) -> int:
     return int(value)
 
 
-class InsightfaceRecordDataset(ImageDataset):
+class InsightfaceRecordDataset(EncodedImages):
     """Images of an insightface ``.rec``/``.idx`` pair; labels read from the record headers."""
 
     def __init__(
@@ -85,13 +85,13 @@ class InsightfaceRecordDataset(ImageDataset):
         _, data = unpack_record(self.reader.read(key), name)
         return read_image(data, mode=self.mode, size=self.image_size, name=name)
 
-    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+    def encoded(self, indices: np.ndarray) -> tuple[list[bytes], list[str]]:
         names = [f"{self.reader.path} key {key}" for key in self.keys[indices].tolist()]
         encoded = [
             unpack_record(self.reader.read(int(key)), name)[1]
             for key, name in zip(self.keys[indices].tolist(), names, strict=True)
         ]
-        return decode_images(encoded, mode=self.mode, size=self.image_size, names=names)
+        return encoded, names
 
 
 def write_insightface_recordio(

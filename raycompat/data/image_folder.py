@@ -114,13 +114,24 @@ def decode_images(
         ValueError: images of different sizes and no ``size``.
     """
     names = names if names is not None else [f"image {i} of the batch" for i in range(len(sources))]
-    if mode not in ("RGB", "L"):
+    if mode not in UINT8_MODES:
         return torch.stack(
             [
                 read_image(s, mode=mode, size=size, name=n)
                 for s, n in zip(sources, names, strict=True)
             ]
         )
+    return uint8_batch_to_tensor(decode_images_uint8(sources, mode, size, names))
+
+
+UINT8_MODES = ("RGB", "L")  # what decode_images_uint8 decodes; others go through read_image
+
+
+def decode_images_uint8(
+    sources: Sequence[bytes], mode: str, size: tuple[int, int] | None, names: Sequence[str]
+) -> torch.Tensor:
+    """:func:`decode_images` for a mode in :data:`UINT8_MODES`, before the widening: the uint8
+    ``(B, C, H, W)`` pixels."""
     images = []
     with warnings.catch_warnings():
         # torchvision 0.29 marks its image codecs deprecated (successor: torchcodec); the
@@ -145,7 +156,7 @@ def decode_images(
             f"{tuple(images[0].shape)}, {names[first]} is {tuple(images[first].shape)} "
             f"(C, H, W); set an image_size"
         )
-    return uint8_batch_to_tensor(torch.stack(images))
+    return torch.stack(images)
 
 
 def _complete_jpeg(data: bytes | bytearray | memoryview) -> bool:
@@ -213,7 +224,29 @@ def scan_class_folders(
     return class_names, paths, labels
 
 
-class FileImageDataset(ImageDataset):
+class EncodedImages(ImageDataset):
+    """A reader of encoded images (files, RecordIO records) that decodes a batch in one call:
+    subclasses set ``mode`` and ``image_size`` and give :meth:`encoded` (the batch's bytes and
+    what to call each image in errors)."""
+
+    mode: str
+    image_size: tuple[int, int] | None
+
+    def encoded(self, indices: np.ndarray) -> tuple[list[bytes], list[str]]:
+        raise NotImplementedError
+
+    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+        encoded, names = self.encoded(indices)
+        return decode_images(encoded, mode=self.mode, size=self.image_size, names=names)
+
+    def load_batch_uint8(self, indices: np.ndarray) -> torch.Tensor | None:
+        if self.mode not in UINT8_MODES:
+            return None
+        encoded, names = self.encoded(indices)
+        return decode_images_uint8(encoded, self.mode, self.image_size, names)
+
+
+class FileImageDataset(EncodedImages):
     """Images read from ``paths`` (one file each) with given labels."""
 
     def __init__(
@@ -236,7 +269,7 @@ class FileImageDataset(ImageDataset):
     def load_image(self, index: int) -> torch.Tensor:
         return read_image(self.paths[index], mode=self.mode, size=self.image_size)
 
-    def load_batch(self, indices: np.ndarray) -> torch.Tensor:
+    def encoded(self, indices: np.ndarray) -> tuple[list[bytes], list[str]]:
         paths = [self.paths[i] for i in indices.tolist()]
         encoded = []
         for path in paths:
@@ -244,7 +277,7 @@ class FileImageDataset(ImageDataset):
                 encoded.append(Path(path).read_bytes())
             except FileNotFoundError:
                 raise FileNotFoundError(f"image file not found: {path}") from None
-        return decode_images(encoded, mode=self.mode, size=self.image_size, names=paths)
+        return encoded, paths
 
 
 class ImageFolder(FileImageDataset):

@@ -27,6 +27,7 @@ from raycompat.data import (
     write_insightface_recordio,
 )
 from raycompat.data.augment import AUGMENTATIONS
+from raycompat.data.base import uint8_batch_to_tensor
 from raycompat.data.image_folder import decode_images
 from raycompat.train.data import load_images
 
@@ -135,6 +136,22 @@ def test_every_reader_batch_equals_its_items(tmp_path):
         rows = np.random.default_rng(0).permutation(len(dataset))[:7]
         expected = torch.stack([dataset[int(r)][0] for r in rows])
         assert torch.equal(dataset.batch(rows), expected), name
+
+
+UINT8_READERS = {"array_colour", "image_folder", "image_folder_grey", "recordio", "subset"}
+
+
+def test_a_uint8_batch_widens_to_exactly_the_float_batch(tmp_path):
+    """What the training loader hands over (``batch_uint8``): uint8 for the readers that
+    decode to it, None for a rendered one or one with a transform."""
+    for name, dataset in readers(tmp_path).items():
+        rows = np.random.default_rng(0).permutation(len(dataset))[:7]
+        got = dataset.batch_uint8(rows)
+        if name not in UINT8_READERS:
+            assert got is None, name
+            continue
+        assert got.dtype == torch.uint8 and got.is_contiguous(), name
+        assert torch.equal(uint8_batch_to_tensor(got), dataset.batch(rows)), name
 
 
 def test_a_missing_image_file_is_named_in_a_batch(tmp_path):

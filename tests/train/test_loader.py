@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from raycompat.data.augment import AUGMENTATIONS
-from raycompat.data.base import CorruptDataError
+from raycompat.data.base import ArrayDataset, CorruptDataError
 from raycompat.data.synthetic import SyntheticIdentities
 from raycompat.train.data import rank_share, sampler_batches
 from raycompat.train.loader import BatchLoader, BatchSpec, loader_workers
@@ -18,6 +18,12 @@ CPU = torch.device("cpu")
 
 def dataset():
     return SyntheticIdentities(6, 8, image_size=12, seed=3)
+
+
+def uint8_dataset():
+    """A reader that decodes to uint8: its batches are handed over as uint8, widened after."""
+    rng = np.random.default_rng(0)
+    return ArrayDataset(rng.integers(0, 256, (48, 12, 12, 3), dtype=np.uint8), np.arange(48) % 6)
 
 
 def naive_batches(data, targets, new, replay, batch_size, epoch, seed, rank, world, augment):
@@ -37,10 +43,11 @@ def naive_batches(data, targets, new, replay, batch_size, epoch, seed, rank, wor
         yield images, targets[rows], rows
 
 
+@pytest.mark.parametrize("make", [dataset, uint8_dataset])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("augment", ["none", "crop_flip"])
-def test_loader_batches_equal_a_plain_seeded_loop(workers, augment):
-    data = dataset()
+def test_loader_batches_equal_a_plain_seeded_loop(workers, augment, make):
+    data = make()
     targets = torch.from_numpy(data.labels)
     new, replay = np.arange(10, 40), np.arange(0, 10)
     loader = BatchLoader(data, augment, workers, CPU)
@@ -50,7 +57,7 @@ def test_loader_batches_equal_a_plain_seeded_loop(workers, augment):
         assert len(got) == len(want) > 1
         for (batch, rows), (images, batch_targets, want_rows) in zip(got, want, strict=True):
             assert np.array_equal(rows, want_rows)
-            assert torch.equal(batch.images, images)
+            assert batch.images.dtype == torch.float32 and torch.equal(batch.images, images)
             assert torch.equal(batch.targets, batch_targets)
             assert batch.replay.tolist() == [True] * 4 + [False] * (len(rows) - 4)
 
@@ -77,3 +84,18 @@ def test_loader_workers_default_to_all_cpus_but_one():
     assert loader_workers(None, 0.5) == 0
     assert loader_workers(3, 16) == 3
     assert loader_workers(0, 16) == 0
+
+
+def test_a_uint8_reader_hands_over_uint8_augmented_in_the_worker():
+    """A quarter of float32's bytes cross from the loader process; the loop widens them."""
+    from raycompat.train.loader import _DecodeBatches
+
+    augment = AUGMENTATIONS.get("crop_flip")
+    rows = np.arange(5)
+    params = augment.draw_batch(len(rows), torch.Generator().manual_seed(0))
+    images, left = _DecodeBatches(uint8_dataset(), augment, augment_here=True)[
+        BatchSpec(rows, params)
+    ]
+    assert images.dtype == torch.uint8 and left is None
+    want = augment.apply(uint8_dataset().batch(rows), params)
+    assert torch.equal(images.float().div_(255.0), want)
