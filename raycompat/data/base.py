@@ -33,14 +33,9 @@ def uint8_to_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array).permute(2, 0, 1).div_(255.0)
 
 
-def uint8_batch_to_tensor(images: np.ndarray | torch.Tensor) -> torch.Tensor:
-    """uint8 ``(B, H, W)``, ``(B, H, W, C)`` (NumPy) or ``(B, C, H, W)`` (torch) -> float
-    ``(B, C, H, W)`` in ``[0, 1]``; the same arithmetic as :func:`uint8_to_tensor` per image."""
-    if isinstance(images, np.ndarray):
-        array = np.asarray(images, dtype=np.float32)
-        if array.ndim == 3:
-            array = array[..., None]
-        return torch.from_numpy(array).permute(0, 3, 1, 2).div_(255.0).contiguous()
+def uint8_batch_to_tensor(images: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(B, C, H, W)`` -> float ``(B, C, H, W)`` in ``[0, 1]``; the same arithmetic as
+    :func:`uint8_to_tensor` per image."""
     return images.to(torch.float32).div_(255.0)
 
 
@@ -198,7 +193,7 @@ class ArrayDataset(ImageDataset):
         return uint8_to_tensor(self.images[index])
 
     def load_batch(self, indices: np.ndarray) -> torch.Tensor:
-        return uint8_batch_to_tensor(self.images[indices])
+        return uint8_batch_to_tensor(self.load_batch_uint8(indices))
 
     def load_batch_uint8(self, indices: np.ndarray) -> torch.Tensor:
         images = torch.from_numpy(self.images[indices])  # a copy: fancy indexing

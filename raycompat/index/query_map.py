@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import faiss
 import numpy as np
 
 
@@ -28,8 +29,6 @@ class FaissLinearMap:
     ``LinearTransform`` holding ``A = W^T``, ``b``."""
 
     def __init__(self, h) -> None:
-        import faiss
-
         self.kind, self.d_old, self.d_new = h.kind, h.d_old, h.d_new
         self.normalize_output = h.normalize_output
         self.transform = faiss.LinearTransform(h.d_old, h.d_new, True)
@@ -39,8 +38,6 @@ class FaissLinearMap:
         self.transform.is_trained = True
 
     def map_arrays(self, queries: np.ndarray) -> np.ndarray:
-        import faiss
-
         rows = np.ascontiguousarray(queries, dtype=np.float32)
         if rows.ndim != 2 or rows.shape[1] != self.d_old:
             raise ValueError(

@@ -70,9 +70,8 @@ class Transformation(nn.Module):
 
     def map_arrays(self, old: np.ndarray) -> np.ndarray:
         """``forward`` on a float32 array ``(N, d_old)`` (no side-information), as an array:
-        what a query-side search runs on each request. In torch for every kind: a NumPy
-        ``q @ W + b`` beside faiss's OpenMP threads made a batch search 88% slower
-        (``benchmarks/adapters.py``, 2026-11-29)."""
+        what a query-side search runs on each request for a kind without its own search-side
+        map (``raycompat/index/query_map.py``: the linear kinds run on faiss there)."""
         with torch.no_grad():
             return self(torch.from_numpy(np.ascontiguousarray(old, dtype=np.float32))).numpy()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -88,10 +89,9 @@ class PairStatistics:
             )
         tx, ty = _tensors(x, y)
         squares = [_sums_of_squares(t, side, where, checks) for t, side in ((tx, "x"), (ty, "y"))]
-        cross = torch.zeros(self.d_old, self.d_new, dtype=torch.float64)
-        gram = None if self.gram is None else torch.zeros(self.d_old, self.d_old).double()
-        sum_x = torch.zeros(self.d_old, dtype=torch.float64)
-        sum_y = torch.zeros(self.d_new, dtype=torch.float64)
+        zeros = partial(torch.zeros, dtype=torch.float64)  # this part's sums, kept apart
+        cross, sum_x, sum_y = zeros(self.d_old, self.d_new), zeros(self.d_old), zeros(self.d_new)
+        gram = None if self.gram is None else zeros(self.d_old, self.d_old)
         for start in range(0, len(x), BLOCK_ROWS):
             xb, yb = tx[start : start + BLOCK_ROWS], ty[start : start + BLOCK_ROWS]
             cross += xb.T @ yb
