@@ -122,7 +122,7 @@ def _open(spec: SourceSpec) -> None:
 
 def _decode(chunk, batch_size: int) -> tuple[int, float, float]:
     start, rows = time.time(), 0
-    for ids, _, _ in _SOURCE.batches(chunk, batch_size, AUGMENTATIONS.get("none"), None):
+    for ids, _, _ in _SOURCE.batches(chunk, batch_size, AUGMENTATIONS.get("none"), None, True):
         rows += len(ids)
     return rows, start, time.time()
 
@@ -160,7 +160,7 @@ def bench_size(count: int, args, model_dir: str, run: RunOptions, tmp: str) -> d
     in_child(make_images, path, count, args.image_size, args.row_group)
     spec = SourceSpec(kind="parquet_images", paths=[path])
     source = open_source(spec)
-    chunks = source.plan(chunk_rows(run, source.image_shape()))
+    chunks = source.plan(chunk_rows(run, source.image_shape(), 1 if source.hands_uint8() else 4))
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     pools = plan_pools(run, nodes, len(chunks))
     store = GalleryStore(f"{tmp}/store-{count}")
@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--row-group", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--dim", type=int, default=128, help="embedding width")
+    parser.add_argument("--block-mib", type=int, default=128, help="run.decode_block_mib")
     parser.add_argument("--processes", type=int, default=os.cpu_count(), help="CPUs for Ray")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/extract_pipeline_cpu.json")
@@ -250,7 +251,12 @@ def main(argv: list[str] | None = None) -> dict:
         spec = ModelSpec(backbone="free", head="linear", num_classes=2, embed_dim=args.dim)
         torch.manual_seed(0)
         export_model(f"{tmp}/model", build_model(spec).state_dict(), spec)
-        run = RunOptions(batch_size=args.batch_size, pool="auto", progress_every_s=60)
+        run = RunOptions(
+            batch_size=args.batch_size,
+            pool="auto",
+            progress_every_s=60,
+            decode_block_mib=args.block_mib,
+        )
         # Warm-up (not measured): Ray's first pipeline pays one-off costs (workers importing
         # Ray Data, the first object-store allocations) that later runs do not.
         in_child(

@@ -36,8 +36,9 @@ class RunOptions:
         decode_workers: extraction only: CPU workers that decode and augment the images in
             front of the model actors (1 CPU each). None: the cluster's CPUs left over by the
             model actors (``decode.plan_pools``; the sizes are logged).
-        decode_block_mib: extraction only: MiB of decoded float32 images per chunk at most
-            (a chunk is one block handed from a decode worker to a model actor); chunks are
+        decode_block_mib: extraction only: MiB of decoded images per chunk at most, as the
+            decode workers hand them over (uint8 where the source decodes to it, else float32;
+            a chunk is one block handed from a decode worker to a model actor); chunks are
             ``rows_per_file`` rows or fewer to fit, in whole batches (``decode.chunk_rows``).
     """
 

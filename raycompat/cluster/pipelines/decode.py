@@ -2,18 +2,20 @@
 
     chunk (one row: its JSON) -> decode_chunks (Ray tasks of 1 CPU; each worker process opens
                                  the source once, ``ChunkDecoder``)
-        -> one row: chunk, images float32 (rows, C, H, W), rows (Arrow IPC: id [, label])
+        -> one row: chunk, images uint8 or float32 (rows, C, H, W), rows (Arrow IPC: id
+           [, label])
         -> the model actors (``extract.ExtractChunks``), which embed it and write its part
 
 One chunk is one block, and the model actor that receives it writes the chunk's part, so a part
 is still a deterministic function of its chunk (``resume.py``). A chunk is decoded and
 augmented exactly as the model actor did it before this stage existed: ``source.batches`` with
-the generator seeded per chunk, so the pixels are the same bit for bit. They travel as float32,
-the values the model reads: the decoders hand float32 back, and rounding them to uint8 and
-checking the round trip costs ~100 us per 112 px image here, about what the 4x smaller block
-would save in the object store (docs/pipelines.md). So extraction's chunks are capped at
-``run.decode_block_mib`` of decoded pixels (:func:`chunk_rows`), e.g. 128 MiB: 891 images of
-3 x 112 x 112.
+the generator seeded per chunk, so the pixels are the same bit for bit. A source that decodes to
+uint8 (JPEG/PNG Parquet in RGB or L, image folders, CASIA, RecordIO, MNIST, CIFAR) hands its
+uint8 pixels over, a quarter of float32's bytes through the object store, and the model actor
+widens them (on a GPU after the copy): ``uint8_batch_to_tensor``, the same values as the float
+path. Others (the synthetic generator, a ``transform``) hand float32 over. Extraction's chunks
+are capped at ``run.decode_block_mib`` of the block as handed over (:func:`chunk_rows`), e.g.
+128 MiB: 3,566 images of 3 x 112 x 112 as uint8, 891 as float32.
 
 Pool sizes (:func:`plan_pools`): the model actors as configured (``pool: fixed``) or one per
 GPU (``pool: auto``; half the CPUs without GPUs), then every CPU they leave to decode workers,
@@ -38,14 +40,15 @@ from raycompat.config.pipelines import RunOptions
 from raycompat.data.augment import AUGMENTATIONS
 
 
-def chunk_rows(run: RunOptions, image_shape: Sequence[int] | None) -> int:
+def chunk_rows(run: RunOptions, image_shape: Sequence[int] | None, itemsize: int = 4) -> int:
     """Rows per extraction chunk: ``run.rows_per_file``, or fewer so that a chunk's decoded
-    float32 ``image_shape`` images fit in ``run.decode_block_mib`` MiB. A cap of one model
-    batch or more is rounded down to whole batches, so the model sees the batches it would see
-    in one long chunk (and the same embeddings, bit for bit, on CPU)."""
+    ``image_shape`` images of ``itemsize`` bytes a value (1: uint8, 4: float32, as the source
+    hands them over) fit in ``run.decode_block_mib`` MiB. A cap of one model batch or more is
+    rounded down to whole batches, so the model sees the batches it would see in one long chunk
+    (and the same embeddings, bit for bit, on CPU)."""
     if image_shape is None:  # an empty source
         return run.rows_per_file
-    cap = max(1, run.decode_block_mib * 2**20 // (4 * math.prod(image_shape)))
+    cap = max(1, run.decode_block_mib * 2**20 // (itemsize * math.prod(image_shape)))
     if cap >= run.batch_size:
         cap -= cap % run.batch_size
     return min(run.rows_per_file, cap)
@@ -125,15 +128,16 @@ class ChunkDecoder:
         return blocks
 
     def decode(self, chunk: Chunk) -> tuple[np.ndarray, bytes]:
-        """``(images float32 (rows, C, H, W), rows)`` of ``chunk``: ``rows`` is an Arrow IPC
-        stream of its ``id`` (and ``label``) columns, whatever the id type.
+        """``(images (rows, C, H, W), rows)`` of ``chunk``: the images as uint8 where the source
+        decodes to it, else float32; ``rows`` is an Arrow IPC stream of its ``id`` (and
+        ``label``) columns, whatever the id type.
 
         The chunk is decoded in one batch (the pixels and augmentation draws of any batching):
         the tensor the source returns is the block, not copied into one.
         """
         # Seeded per chunk, so a redone chunk sees the same augmentation as the first try.
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + chunk.start)
-        batches = list(self.source.batches(chunk, chunk.rows, self.augment, generator))
+        batches = list(self.source.batches(chunk, chunk.rows, self.augment, generator, True))
         shapes = [tuple(images.shape[1:]) for _, images, _ in batches]
         if len(set(shapes)) > 1:
             raise ValueError(
@@ -146,7 +150,7 @@ class ChunkDecoder:
         columns = {"id": pa.concat_arrays([pa.array(ids) for ids, _, _ in batches])}
         if batches[0][2] is not None:
             columns["label"] = pa.array(np.concatenate([b[2] for b in batches]), pa.int64())
-        block = np.ascontiguousarray(images.numpy(), dtype=np.float32)  # no copy: already so
+        block = np.ascontiguousarray(images.numpy())  # no copy: already so
         return block, encode_rows(pa.table(columns))
 
 

@@ -51,6 +51,7 @@ from raycompat.cluster.pipelines.sources import SourceSpec, open_source
 from raycompat.cluster.pipelines.weights import Shared, model_of, share_model
 from raycompat.config.pipelines import RunOptions
 from raycompat.data.augment import AUGMENTATIONS
+from raycompat.data.base import uint8_batch_to_tensor
 from raycompat.store import (
     GalleryStore,
     SchemaError,
@@ -77,8 +78,9 @@ class ExtractChunks(ChunkWorker):
         self.model = model_of(model).to(self.device)
 
     def fill(self, chunk: Chunk, writer: PartWriter, *, images: np.ndarray, rows: bytes) -> None:
-        """``images``: float32 ``(chunk.rows, C, H, W)``, a read-only view of the block (the
-        forward only reads it); ``rows``: its ids (and labels), ``decode.decode_rows``."""
+        """``images``: uint8 or float32 ``(chunk.rows, C, H, W)``, a read-only view of the block
+        (the forward only reads it; uint8 is widened after the copy to the device);
+        ``rows``: its ids (and labels), ``decode.decode_rows``."""
         table = decode_rows(rows)
         ids = table.column("id").combine_chunks()
         labels = table.column("label").to_numpy() if "label" in table.column_names else None
@@ -89,6 +91,8 @@ class ExtractChunks(ChunkWorker):
         for start in range(0, chunk.rows, self.run.batch_size):
             stop = min(start + self.run.batch_size, chunk.rows)
             batch = pixels[start:stop].to(self.device)  # the one host-to-device copy on GPU
+            if batch.dtype == torch.uint8:
+                batch = uint8_batch_to_tensor(batch)
             features = embed(self.model, batch, self.autocast, self.staging.info.normalized)
             writer.write(
                 embedding_table(
@@ -143,7 +147,7 @@ def plan_extraction(
             f"(side_info_width must be None)"
         )
     images = open_source(source)
-    rows_per_chunk = chunk_rows(run, images.image_shape())
+    rows_per_chunk = chunk_rows(run, images.image_shape(), 1 if images.hands_uint8() else 4)
     chunks = images.plan(rows_per_chunk)
     total = sum(c.rows for c in chunks)
     distributed = run.unique_ids == "distributed" or (

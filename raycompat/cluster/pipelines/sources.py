@@ -9,7 +9,10 @@ A source plans chunks on the driver (``plan``, with ``image_shape``: one image d
 which sizes extraction's chunks) and yields ``(ids, images (B, C, H, W) float in [0, 1], labels
 (B,) or None)`` for one chunk inside a decode worker (``batches``); the dataset or file is
 opened once per worker. Images are decoded a batch at a time (``dataset.batch(rows)``,
-``decode_images``), with exactly the pixels that training reads image by image. No Ray here.
+``decode_images``), with exactly the pixels that training reads image by image. With
+``uint8=True`` a source that decodes to uint8 yields those pixels instead, a quarter of the
+bytes to hand over (``uint8_batch_to_tensor`` of them is exactly the float batch); flips and
+crops are copies, so they apply to either. No Ray here.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from raycompat.cluster.pipelines.parts import Chunk, plan_file_chunks, plan_rang
 from raycompat.config.pipelines import SourceSpec
 from raycompat.data import create_dataset
 from raycompat.data.augment import Augmentation
-from raycompat.data.image_folder import as_hw, decode_images
+from raycompat.data.image_folder import UINT8_MODES, as_hw, decode_images, decode_images_uint8
 from raycompat.registry import Registry
 from raycompat.store import SchemaError
 from raycompat.store.parquet import open_parquet
@@ -51,11 +54,18 @@ class DatasetSource:
             return None
         return tuple(self.dataset.batch(np.zeros(1, dtype=np.int64)).shape[1:])
 
-    def batches(self, chunk: Chunk, batch_size: int, augment, generator) -> Iterator[Batch]:
+    def hands_uint8(self) -> bool:
+        """Whether ``batches(..., uint8=True)`` yields uint8 (the reader decodes to it)."""
+        return len(self.dataset) > 0 and self.dataset.batch_uint8(np.zeros(1, np.int64)) is not None
+
+    def batches(
+        self, chunk: Chunk, batch_size: int, augment, generator, uint8: bool = False
+    ) -> Iterator[Batch]:
         for start in range(chunk.start, chunk.stop, batch_size):
             rows = np.arange(start, min(start + batch_size, chunk.stop), dtype=np.int64)
-            images = augment_batch(self.dataset.batch(rows), augment, generator)
-            yield rows, images, self.dataset.labels[rows]
+            images = self.dataset.batch_uint8(rows) if uint8 else None
+            images = self.dataset.batch(rows) if images is None else images
+            yield rows, augment_batch(images, augment, generator), self.dataset.labels[rows]
 
 
 @SOURCES.register("parquet_images")
@@ -110,8 +120,15 @@ class ParquetImageSource:
             return tuple(image.shape[1:])
         return None
 
-    def batches(self, chunk: Chunk, batch_size: int, augment, generator) -> Iterator[Batch]:
+    def hands_uint8(self) -> bool:
+        """Whether ``batches(..., uint8=True)`` yields uint8 (RGB and L decode to it)."""
+        return self.spec.mode in UINT8_MODES
+
+    def batches(
+        self, chunk: Chunk, batch_size: int, augment, generator, uint8: bool = False
+    ) -> Iterator[Batch]:
         uri, (fs, path) = self.spec.paths[chunk.input], self.files[chunk.input]
+        decode = decode_images_uint8 if uint8 and self.hands_uint8() else decode_images
         columns = list(self.REQUIRED)
         offset = chunk.start
         with open_parquet(fs, path, uri) as parquet:
@@ -122,7 +139,7 @@ class ParquetImageSource:
                 if encoded.null_count:
                     first = encoded.is_null().to_pylist().index(True)
                     raise SchemaError(f"{uri}: row {offset + first} has a null image")
-                images = decode_images(
+                images = decode(
                     encoded.to_pylist(),
                     mode=self.spec.mode,
                     size=self.size,

@@ -133,3 +133,36 @@ def test_an_id_past_the_image_source_is_one_error_naming_the_part_and_the_source
     with pytest.raises(SchemaError, match=r"^p\.parquet: ids are row numbers of the image source "
                        r"dataset 'mnist5k', but "):  # fmt: skip
         images_of_rows(source, np.array([3, 20]), "p.parquet", source_name(spec))
+
+
+@pytest.mark.parametrize("augment", ["none", "crop_flip"])
+def test_a_uint8_source_hands_its_pixels_over_as_uint8_with_the_float_values(tmp_path, augment):
+    """Decode workers hand the object store a quarter of the bytes where the source decodes to
+    uint8; widened, the block is the float path's batch bit for bit, augmentation included."""
+    from raycompat.cluster.pipelines.sources import augment_batch
+    from raycompat.data.augment import AUGMENTATIONS
+    from raycompat.data.base import uint8_batch_to_tensor
+
+    jpeg_parquet(tmp_path / "images.parquet")
+    parquet = SourceSpec(
+        kind="parquet_images", paths=[str(tmp_path / "images.parquet")], image_size=SIZE
+    )
+    mnist = SourceSpec(kind="dataset", name="mnist5k", options={"per_class": 2})
+    synthetic = SourceSpec(
+        kind="dataset",
+        name="synthetic",
+        options={"num_classes": 2, "images_per_class": 10, "image_size": 8},
+    )
+    for spec, dtype in ((parquet, np.uint8), (mnist, np.uint8), (synthetic, np.float32)):
+        assert open_source(spec).hands_uint8() == (dtype == np.uint8)  # chunks sized by it
+        chunk = open_source(spec).plan(10)[1]
+        block, _ = ChunkDecoder(spec, augment, 3).decode(chunk)
+        assert block.dtype == dtype, spec
+        generator = torch.Generator().manual_seed(3 * 1_000_003 + chunk.start)
+        [(_, floats, _)] = open_source(spec).batches(  # the float path, the same draws
+            chunk, chunk.rows, AUGMENTATIONS.get("none"), None
+        )
+        expected = augment_batch(floats, AUGMENTATIONS.get(augment), generator)
+        widened = torch.from_numpy(block)
+        widened = uint8_batch_to_tensor(widened) if dtype == np.uint8 else widened
+        assert torch.equal(widened, expected), spec

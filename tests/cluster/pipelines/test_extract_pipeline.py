@@ -81,6 +81,9 @@ def test_chunk_rows_cap_a_decoded_block():
     assert chunk_rows(RunOptions(rows_per_file=500), shape) == 500
     assert chunk_rows(RunOptions(decode_block_mib=1), (3, 1024, 1024)) == 1  # never 0
     assert chunk_rows(RunOptions(rows_per_file=77), None) == 77  # an empty source
+    # a source that hands uint8 over: a quarter of the bytes, four times the rows
+    assert chunk_rows(RunOptions(), shape, itemsize=1) == 3566
+    assert chunk_rows(RunOptions(batch_size=256), shape, itemsize=1) == 3328
 
 
 def jpeg_images(corrupt_row: int | None = None) -> list[bytes]:
