@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from raycompat.data.base import uint8_batch_to_tensor
 from raycompat.precision import autocast as precision_autocast
 from raycompat.precision import autocast_dtype
 from raycompat.registry import Registry
@@ -79,8 +80,11 @@ class Prepared:
         self.channels_last = channels_last
 
     def prepare_inputs(self, images: torch.Tensor) -> torch.Tensor:
-        """``(B, C, H, W)`` images onto the device (non-blocking), channels-last if enabled."""
+        """``(B, C, H, W)`` images onto the device (non-blocking), channels-last if enabled;
+        uint8 images (the ``ray_data`` loader's) are widened to [0, 1] there, after the copy."""
         images = images.to(self.device, non_blocking=True)
+        if images.dtype == torch.uint8:
+            images = uint8_batch_to_tensor(images)
         if self.channels_last and images.ndim == 4:
             images = images.contiguous(memory_format=torch.channels_last)
         return images

@@ -231,6 +231,19 @@ def test_single_process_ddp_round_trip_channels_last(tmp_path):
     assert _step(restored, 1, slice(0, 4)) == _step(prepared, 1, slice(0, 4))
 
 
+def test_uint8_inputs_are_widened_to_the_readers_floats():
+    """The ``ray_data`` loader hands uint8 images over; the step widens them on its device to
+    exactly what the readers' float path gives (``x / 255``), channels-last kept."""
+    from raycompat.data.base import uint8_to_tensor
+
+    prepared = create_strategy().setup(_model(0), _sgd, torch.device("cpu"), channels_last=True)
+    pixels = torch.randint(0, 256, (2, 3, 5, 4), dtype=torch.uint8, generator=torch.Generator())
+    x = prepared.prepare_inputs(pixels)
+    expected = torch.stack([uint8_to_tensor(p.permute(1, 2, 0).numpy()) for p in pixels])
+    assert x.dtype == torch.float32 and torch.equal(x, expected)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+
+
 def test_load_without_header_names_the_directory(tmp_path):
     prepared = create_strategy().setup(_model(0), _sgd, torch.device("cpu"))
     with pytest.raises(FileNotFoundError, match=f"{tmp_path}.*strategy.json"):

@@ -72,12 +72,23 @@ def test_decoded_rows_are_the_same_whatever_the_block_order_and_actors(ray_local
     share = in_id_order(streams[1])
     assert share["row"].tolist() == rows.tolist()
     assert share["target"].tolist() == (rows % 7).tolist()
-    # Flips happened (the augmentation is exercised), drawn per row from (seed, row).
+    # MNIST decodes to uint8 and is handed over so (a quarter of the bytes); widened, each row is
+    # the per-image path's image, flipped with draws from (seed, row) alone.
     from raycompat.data import create_dataset
+    from raycompat.data.augment import AUGMENTATIONS
+    from raycompat.data.base import uint8_batch_to_tensor
 
-    plain = torch.stack([create_dataset("mnist5k")[int(r)][0] for r in rows])
-    flipped = ~torch.isclose(share["image"], plain).flatten(1).all(dim=1)
-    assert 0 < int(flipped.sum()) < len(rows)
+    assert share["image"].dtype == torch.uint8
+    images = uint8_batch_to_tensor(share["image"])
+    dataset, flip = create_dataset("mnist5k"), AUGMENTATIONS.get("flip")
+    expected = [
+        flip(dataset[int(r)][0], torch.Generator().manual_seed(3 * 1_000_003 + int(r)))
+        for r in rows
+    ]
+    assert torch.equal(images, torch.stack(expected))
+    plain = torch.stack([dataset[int(r)][0] for r in rows])
+    flipped = ~torch.isclose(images, plain).flatten(1).all(dim=1)
+    assert 0 < int(flipped.sum()) < len(rows)  # the flips happened
 
 
 def test_the_decode_pool_takes_every_cpu_the_training_workers_leave():
