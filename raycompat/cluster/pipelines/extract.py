@@ -37,6 +37,7 @@ from raycompat.cluster.pipelines.decode import (
     decode_rows,
     plan_pools,
 )
+from raycompat.cluster.pipelines.host_copy import HostCopy, copy_to_host
 from raycompat.cluster.pipelines.inputs import file_digest
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.pool import describe_nodes
@@ -71,7 +72,9 @@ PREFETCH_BATCHES = 1
 
 class ExtractChunks(ChunkWorker):
     """Model actor: builds the model once (from the object store, ``weights.py``), then embeds
-    the decoded block of chunk after chunk (``decode.decode_chunks`` made them)."""
+    the decoded block of chunk after chunk (``decode.decode_chunks`` made them). Batch k's
+    features come back to the host while batch k + 1 is launched (``host_copy.py``), so on a
+    GPU the part is written while the device computes the next batch."""
 
     def __init__(self, *, model: Shared | str, **base) -> None:
         super().__init__(**base)
@@ -88,19 +91,26 @@ class ExtractChunks(ChunkWorker):
         with warnings.catch_warnings():  # torch warns once about a non-writable array
             warnings.filterwarnings("ignore", "The given NumPy array is not writable")
             pixels = torch.from_numpy(images)
+
+        def write(start: int, stop: int, features: HostCopy) -> None:
+            [vectors] = features.wait()
+            batch_ids = ids.slice(start, stop - start)
+            batch_labels = None if labels is None else labels[start:stop]
+            writer.write(embedding_table(batch_ids, vectors.numpy(), labels=batch_labels))
+
+        pending = None
         for start in range(0, chunk.rows, self.run.batch_size):
             stop = min(start + self.run.batch_size, chunk.rows)
             batch = pixels[start:stop].to(self.device)  # the one host-to-device copy on GPU
             if batch.dtype == torch.uint8:
                 batch = uint8_batch_to_tensor(batch)
             features = embed(self.model, batch, self.autocast, self.staging.info.normalized)
-            writer.write(
-                embedding_table(
-                    ids.slice(start, stop - start),
-                    features.cpu().numpy(),
-                    labels=None if labels is None else labels[start:stop],
-                )
-            )
+            launched = (start, stop, copy_to_host([features]))
+            if pending is not None:
+                write(*pending)
+            pending = launched
+        if pending is not None:
+            write(*pending)
 
 
 def embed(model, images: torch.Tensor, autocast: torch.dtype | None, normalize: bool):

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from raycompat.cluster.pipelines.host_copy import HostCopy, copy_to_host
 from raycompat.cluster.pipelines.inputs import (
     iter_chunk_batches,
     plan_version_chunks,
@@ -79,14 +80,11 @@ class Launched:
     :meth:`table` waits for them (on CUDA the batch's one host sync) and builds its rows."""
 
     batch: pa.Table | pa.RecordBatch
-    outputs: list[torch.Tensor]  # float32 (N, d) on the host: h's, then g's
-    done: torch.cuda.Event | None = None  # recorded after the copy back (CUDA only)
+    outputs: HostCopy  # float32 (N, d): h's, then g's
 
     def table(self) -> pa.Table:
-        if self.done is not None:
-            self.done.synchronize()
         columns = {"id": self.batch.column("id")}
-        for name, rows in zip(("embedding", "side_info"), self.outputs, strict=False):
+        for name, rows in zip(("embedding", "side_info"), self.outputs.wait(), strict=False):
             columns[name] = _fixed(rows.numpy())
         for name in self.batch.column_names:
             if name not in ("id", "embedding", "side_info"):
@@ -105,8 +103,9 @@ def launch_transformation(
 
     ``rows``: ``table``'s :func:`host_rows`, when made already (in the read-ahead thread). On
     CUDA the inputs go up from pinned memory and both outputs come back in one copy into a
-    pinned buffer, asynchronously; ``Launched.table()`` waits. On the CPU the outputs are the
-    modules' own tensors (no copy): the same numbers as ``h(old, side)`` computed alone.
+    pinned buffer, asynchronously (``host_copy.py``); ``Launched.table()`` waits. On the CPU
+    the outputs are the modules' own tensors (no copy): the same numbers as ``h(old, side)``
+    computed alone.
     """
     device = h.device
     old, side = rows or host_rows(table, h, g, pin=device.type == "cuda")
@@ -117,25 +116,7 @@ def launch_transformation(
         outputs = [h(old, side if h.d_side else None).float()]
         if g is not None:
             outputs.append(g(old, side if g.d_side else None).float())
-    if device.type != "cuda":
-        return Launched(table, outputs)
-    return _copy_back(table, outputs)
-
-
-def _copy_back(table: pa.Table | pa.RecordBatch, outputs: list[torch.Tensor]) -> Launched:
-    """Both outputs to one pinned host buffer in one asynchronous copy (CUDA), each output a
-    contiguous slice of it (so Arrow takes it without a copy)."""
-    with torch.inference_mode():
-        flat = torch.cat([o.reshape(-1) for o in outputs])
-        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-        host.copy_(flat, non_blocking=True)
-    done = torch.cuda.Event()
-    done.record()
-    rows, start = [], 0
-    for o in outputs:
-        rows.append(host[start : start + o.numel()].view(o.shape))
-        start += o.numel()
-    return Launched(table, rows, done)
+    return Launched(table, copy_to_host(outputs))
 
 
 def host_rows(
