@@ -19,6 +19,7 @@ per block, so the actor that gets it writes the whole part.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import re
@@ -238,6 +239,13 @@ def run_chunks(
             cpu_s += float(row["cpu_s"]) if "cpu_s" in row else 0.0
     except Exception as error:  # Ray wraps the actor's error; keep its message, drop the noise
         raise PipelineError(f"{progress.name} failed: {_root_message(error)}") from error
+    finally:
+        # Ray Data frees a pool's actors when their handles are dropped (it does not kill
+        # them), and now and then a handle is left in a reference cycle: the actor kept its
+        # CPU (on a GPU node, its GPU) until Python's next full collection, and a task that
+        # needs the whole node next (the index's k-means) waited for it.
+        del dataset
+        gc.collect()
     return cpu_s
 
 
