@@ -39,6 +39,12 @@ def uint8_batch_to_tensor(images: torch.Tensor) -> torch.Tensor:
     return images.to(torch.float32).div_(255.0)
 
 
+def as_float_images(images: torch.Tensor) -> torch.Tensor:
+    """A handed-over batch (:meth:`ImageDataset.batch_to_hand_over`) as the float images the
+    model reads: uint8 widened (:func:`uint8_batch_to_tensor`), floats as they are."""
+    return uint8_batch_to_tensor(images) if images.dtype == torch.uint8 else images
+
+
 def check_labels(labels: Sequence[int] | np.ndarray, num_classes: int | None = None) -> np.ndarray:
     """Validate labels: 1-D, integer, in ``[0, num_classes)``. Returns an int64 copy."""
     array = np.asarray(labels)
@@ -125,6 +131,12 @@ class ImageDataset(Dataset):
         if self.transform is not None:
             return None
         return self.load_batch_uint8(check_indices(indices, len(self)))
+
+    def batch_to_hand_over(self, indices: Sequence[int] | np.ndarray) -> torch.Tensor:
+        """What a decoding process hands over: :meth:`batch_uint8` where the reader decodes to
+        uint8, else :meth:`batch`; :func:`as_float_images` of it is exactly ``batch(indices)``."""
+        images = self.batch_uint8(indices)
+        return self.batch(indices) if images is None else images
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from raycompat.data.base import uint8_batch_to_tensor
+from raycompat.data.base import as_float_images
 from raycompat.precision import autocast as precision_autocast
 from raycompat.precision import autocast_dtype
 from raycompat.registry import Registry
@@ -82,9 +82,7 @@ class Prepared:
     def prepare_inputs(self, images: torch.Tensor) -> torch.Tensor:
         """``(B, C, H, W)`` images onto the device (non-blocking), channels-last if enabled;
         uint8 images (the ``ray_data`` loader's) are widened to [0, 1] there, after the copy."""
-        images = images.to(self.device, non_blocking=True)
-        if images.dtype == torch.uint8:
-            images = uint8_batch_to_tensor(images)
+        images = as_float_images(images.to(self.device, non_blocking=True))
         if self.channels_last and images.ndim == 4:
             images = images.contiguous(memory_format=torch.channels_last)
         return images

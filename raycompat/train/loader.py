@@ -29,7 +29,7 @@ from threadpoolctl import threadpool_limits
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from raycompat.data.augment import AUGMENTATIONS, Augmentation
-from raycompat.data.base import CorruptDataError, uint8_batch_to_tensor
+from raycompat.data.base import CorruptDataError, as_float_images
 from raycompat.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -88,9 +88,7 @@ class _DecodeBatches(Dataset):
 
     def __getitem__(self, spec: BatchSpec):
         try:  # uint8 where the reader decodes to it: a quarter of the bytes to hand over
-            images = self.dataset.batch_uint8(spec.rows)
-            if images is None:
-                images = self.dataset.batch(spec.rows)
+            images = self.dataset.batch_to_hand_over(spec.rows)
         except (DataError, OSError) as error:  # bad data: named, raised in the training process
             return _Failure(_name_bad_row(self.dataset, spec.rows, error))
         if spec.params is not None and self.augment_here:
@@ -172,6 +170,5 @@ class BatchLoader:
                 images = images.to(self.device, non_blocking=True)
                 if params is not None:
                     images = self.augment.apply(images, params)
-            if images.dtype == torch.uint8:  # widened here (on the GPU: after the copy)
-                images = uint8_batch_to_tensor(images)
+            images = as_float_images(images)  # uint8 widened here (on the GPU: after the copy)
             yield images

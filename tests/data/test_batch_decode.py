@@ -27,7 +27,7 @@ from raycompat.data import (
     write_insightface_recordio,
 )
 from raycompat.data.augment import AUGMENTATIONS
-from raycompat.data.base import uint8_batch_to_tensor
+from raycompat.data.base import as_float_images, uint8_batch_to_tensor
 from raycompat.data.image_folder import decode_images
 from raycompat.train.data import load_images
 
@@ -142,11 +142,15 @@ UINT8_READERS = {"array_colour", "image_folder", "image_folder_grey", "recordio"
 
 
 def test_a_uint8_batch_widens_to_exactly_the_float_batch(tmp_path):
-    """What the training loader hands over (``batch_uint8``): uint8 for the readers that
-    decode to it, None for a rendered one or one with a transform."""
+    """What the loaders hand over (``batch_uint8``): uint8 for the readers that decode to it,
+    None for a rendered one or one with a transform; ``batch_to_hand_over`` falls back to the
+    float batch, and ``as_float_images`` of it is the float batch either way."""
     for name, dataset in readers(tmp_path).items():
         rows = np.random.default_rng(0).permutation(len(dataset))[:7]
         got = dataset.batch_uint8(rows)
+        handed = dataset.batch_to_hand_over(rows)
+        assert handed.dtype == (torch.uint8 if name in UINT8_READERS else torch.float32), name
+        assert torch.equal(as_float_images(handed), dataset.batch(rows)), name
         if name not in UINT8_READERS:
             assert got is None, name
             continue

@@ -52,7 +52,7 @@ from raycompat.cluster.pipelines.sources import SourceSpec, open_source
 from raycompat.cluster.pipelines.weights import Shared, model_of, share_model
 from raycompat.config.pipelines import RunOptions
 from raycompat.data.augment import AUGMENTATIONS
-from raycompat.data.base import uint8_batch_to_tensor
+from raycompat.data.base import as_float_images
 from raycompat.store import (
     GalleryStore,
     SchemaError,
@@ -101,9 +101,8 @@ class ExtractChunks(ChunkWorker):
         pending = None
         for start in range(0, chunk.rows, self.run.batch_size):
             stop = min(start + self.run.batch_size, chunk.rows)
-            batch = pixels[start:stop].to(self.device)  # the one host-to-device copy on GPU
-            if batch.dtype == torch.uint8:
-                batch = uint8_batch_to_tensor(batch)
+            # the one host-to-device copy on GPU, then uint8 widened there
+            batch = as_float_images(pixels[start:stop].to(self.device))
             features = embed(self.model, batch, self.autocast, self.staging.info.normalized)
             launched = (start, stop, copy_to_host([features]))
             if pending is not None:

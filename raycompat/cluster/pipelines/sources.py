@@ -63,8 +63,7 @@ class DatasetSource:
     ) -> Iterator[Batch]:
         for start in range(chunk.start, chunk.stop, batch_size):
             rows = np.arange(start, min(start + batch_size, chunk.stop), dtype=np.int64)
-            images = self.dataset.batch_uint8(rows) if uint8 else None
-            images = self.dataset.batch(rows) if images is None else images
+            images = self.dataset.batch_to_hand_over(rows) if uint8 else self.dataset.batch(rows)
             yield rows, augment_batch(images, augment, generator), self.dataset.labels[rows]
 
 

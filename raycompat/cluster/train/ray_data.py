@@ -48,8 +48,7 @@ class DecodeRows:
         the reader decodes to it (a quarter of the bytes through the object store and in the
         worker's epoch share; the step widens them on its device), else float32."""
         rows = batch["row"]
-        images = self.dataset.batch_uint8(rows)
-        images = self.dataset.batch(rows) if images is None else images
+        images = self.dataset.batch_to_hand_over(rows)
         if self.augment.params:
             draws = [self.augment.draw(self._generator(int(r))) for r in rows]
             images = self.augment.apply(images, torch.tensor(draws, dtype=torch.int64))
