@@ -98,6 +98,13 @@ class OldModel:
             raise ValueError("this old model has no classifier head (black box)")
         return self._head(features).detach()
 
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
+        """The frozen old head's logits for the new model's ``features`` (their first d_old
+        coordinates), with gradients to the features: the head's own weights stay frozen."""
+        if self._head is None:
+            raise ValueError("this old model has no classifier head (black box)")
+        return self._head(first_coordinates(features, self.embed_dim))
+
     def to(self, device: torch.device | str) -> OldModel:
         if self.classifier is not None:
             self.classifier = self.classifier.to(device)

@@ -2,10 +2,14 @@
 
 ``L = CE(new head, phi_new; D_new) + lambda * CE(W_old frozen, phi_new[:, :d_old]; D_new)``.
 Classes the old model never saw get old-classifier rows synthesised as the class means of the
-old model's features on the new training data (BCT sec. 3.3). When the old classifier's rows are
-unit-normalised (a cosine classifier, as in CoReS' LeNet++ setting) the synthesised means are
-normalised too, so that they live on the same scale as the rows they sit beside; raw means would
-dwarf the unit rows and dominate the softmax. ``normalize_synthesized`` forces either choice.
+old model's **L2-normalised** features on the new training data (BCT sec. 3.3; openBCT's
+evaluators average normalised features, REFERENCE.md). Raw means of un-normalised features sit
+on another scale than the trained rows (norm ~23 against ~0.6 on LeNet++): with the old model's
+own features the influence softmax then puts all its mass on the synthesised rows, and the term
+pushes the new model away from the old space instead of into it. When the old classifier's rows
+are unit-normalised (a cosine classifier) the synthesised means are normalised to unit length
+too, so that they sit on the same sphere as their neighbours; ``normalize_synthesized`` forces
+either choice.
 When the new embedding is wider, the influence loss uses its first d_old coordinates
 (REFERENCE.md).
 """
@@ -32,11 +36,12 @@ def class_feature_sums(
     num_classes: int,
     dim: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class sums ``(K, d_old)`` and counts ``(K,)`` of ``old_features(batch)``."""
+    """Per-class sums ``(K, d_old)`` and counts ``(K,)`` of the L2-normalised
+    ``old_features(batch)``."""
     sums = torch.zeros(num_classes, dim, dtype=torch.float64)
     counts = torch.zeros(num_classes, dtype=torch.float64)
     for batch in loader:
-        feats = old_features(batch).double().cpu()
+        feats = F.normalize(old_features(batch).double().cpu(), dim=1)
         targets = batch.targets.cpu()
         sums.index_add_(0, targets, feats)
         counts.index_add_(0, targets, torch.ones_like(targets, dtype=torch.float64))

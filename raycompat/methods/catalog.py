@@ -45,6 +45,9 @@ METHOD_CATALOG: dict[str, MethodEntry] = {
     "lwf": MethodEntry(
         _M + "baselines:LearningWithoutForgetting", options=("weight", "temperature")
     ),
+    "lwf_ft": MethodEntry(
+        _M + "baselines:FineTunedLearningWithoutForgetting", options=("weight", "temperature")
+    ),
     "bct": MethodEntry(
         _M + "bct:BackwardCompatibleTraining", options=("weight", "normalize_synthesized")
     ),

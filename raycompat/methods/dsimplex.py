@@ -5,9 +5,11 @@
   with the same initialisation at every upgrade.
 - ``dsimplex_hoc`` (d-Simplex-HOC, eq. 2-4): ``lam * L_sce + (1 - lam) * L_nce(phi_t, phi_{t-1})``
   with ``s_ij = rho * cos(phi_{t-1}(x_i), phi_t(x_j))``. ``nce_mask`` selects the denominator:
-  ``zero`` (default, the public reference code: positive kept, same-class off-diagonal entries set
-  to 0 so they still add exp(0)), ``exclude`` (the paper's eq. 4: sum over j != i), ``none``
-  (plain InfoNCE over the whole row).
+  ``exclude`` (default, the paper's eq. 4: the sum over j != i, the positive left out),
+  ``zero`` (the public reference code, iamcl2r ``HocLoss``: the similarities are multiplied by
+  ``~class_mask``, whose mask holds the diagonal too, so every same-class entry, the positive
+  included, becomes 0 and adds exp(0) to the log-sum-exp), ``none`` (plain InfoNCE over the
+  whole row, the positive kept).
 - ``dsimplex_fd`` (CL2R, Biondi et al. 2023): d-Simplex cross-entropy plus feature distillation
   between normalised old and new features on replay samples.
 
@@ -28,13 +30,15 @@ from raycompat.methods.base import (
     classification_terms,
 )
 
-NCE_MASKS = ("zero", "exclude", "none")
+NCE_MASKS = ("exclude", "zero", "none")
 
 
 def higher_order_nce(
-    old: torch.Tensor, new: torch.Tensor, targets: torch.Tensor, rho: float, mask: str = "zero"
+    old: torch.Tensor, new: torch.Tensor, targets: torch.Tensor, rho: float, mask: str = "exclude"
 ) -> torch.Tensor:
-    """Contrastive term of HOC (eq. 4), mean over the batch.
+    """Contrastive term of HOC (eq. 4), mean over the batch:
+    ``loss_i = -s_ii + log sum_j exp(s'_ij)`` with ``s'`` the scores after ``mask`` (the module
+    docstring; ``exclude`` drops j = i, ``zero`` sets every same-class s_ij, j = i included, to 0).
 
     Args:
         old: ``(B, d)`` features of the frozen previous model.
@@ -45,11 +49,10 @@ def higher_order_nce(
         raise ValueError(f"unknown nce_mask {mask!r}; valid: {', '.join(NCE_MASKS)}")
     scores = rho * F.normalize(old, dim=1) @ F.normalize(new, dim=1).T
     positives = scores.diagonal()
-    eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
     if mask == "zero":
-        same_class = targets[:, None] == targets[None, :]
-        scores = scores.masked_fill(same_class & ~eye, 0.0)
+        scores = scores.masked_fill(targets[:, None] == targets[None, :], 0.0)
     elif mask == "exclude":
+        eye = torch.eye(scores.shape[0], dtype=torch.bool, device=scores.device)
         scores = scores.masked_fill(eye, float("-inf"))
     return (torch.logsumexp(scores, dim=1) - positives).mean()
 
@@ -71,7 +74,7 @@ class DSimplexHOC(CompatibilityMethod):
         old: OldModel | None = None,
         lam: float = 0.1,
         rho: float = 10.0,
-        nce_mask: str = "zero",
+        nce_mask: str = "exclude",
     ) -> None:
         super().__init__(old)
         if not 0.0 <= lam <= 1.0:

@@ -189,7 +189,7 @@ def test_an_upgrade_config_typo_is_one_line_before_torch_or_ray():
     assert result.returncode == 2 and errors == [
         "upgrade.py: error: upgrades[0].method: unknown compatibility method 'bctx'; valid "
         "names: adapter, affine, bct, cores, dsimplex_fd, dsimplex_hoc, er, fct, ift, "
-        "independent, l2, lwf, nifcl_avg, nifcl_rw, procrustes; did you mean 'bct'?"
+        "independent, l2, lwf, lwf_ft, nifcl_avg, nifcl_rw, procrustes; did you mean 'bct'?"
     ], result.stderr[-3000:]
     imported = _imported(result.stderr)
     assert {"raycompat", "yaml"} <= imported  # the importtime lines were read

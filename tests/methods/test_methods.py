@@ -79,14 +79,34 @@ def test_precomputed_old_features_are_used():
     assert float(terms["l2"].detach()) == pytest.approx(0.0, abs=1e-10)
 
 
-def test_lwf_distillation_is_zero_against_itself():
-    model = _model(METHODS.get("lwf"), seed=0)
+@pytest.mark.parametrize("name", ["lwf", "lwf_ft"])
+def test_lwf_distillation_is_zero_against_itself(name):
+    model = _model(METHODS.get(name), seed=0)
     old = OldModel.from_model(copy.deepcopy(model), classes=OLD_CLASSES)
-    terms = create_method("lwf", old=old)(model.eval(), _batch())
+    terms = create_method(name, old=old)(model.eval(), _batch())
     assert float(terms["distill"].detach()) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_bct_synthesises_rows_as_old_class_means():
+def test_lwf_applies_the_frozen_old_head_to_the_new_features():
+    # CoReS's LwF (openBCT --lwf): KL at T = 1 between old_head(new features) and
+    # old_head(old features) on the old classes; a fresh initialisation.
+    cls = METHODS.get("lwf")
+    assert (cls.init, METHODS.get("lwf_ft").init) == ("random", "old")
+    model, old_net = _model(cls, 0), _model(cls, 1)
+    old = OldModel.from_model(old_net, classes=OLD_CLASSES)
+    batch = _batch()
+    terms = create_method("lwf", old=old)(model, batch)
+    with torch.no_grad():
+        student = old_net.head(model.forward_features(batch.images))[:, OLD_CLASSES]
+        teacher = old_net.head(old_net.forward_features(batch.images))[:, OLD_CLASSES]
+        p = F.softmax(teacher, dim=1)
+        expected = (p * (p.log() - F.log_softmax(student, dim=1))).sum(dim=1).mean()
+    assert float(terms["distill"].detach()) == pytest.approx(float(expected), rel=1e-4)
+    terms["loss"].backward()
+    assert all(p.grad is None for p in old_net.parameters()), "the old head must stay frozen"
+
+
+def test_bct_synthesises_rows_as_means_of_normalised_old_features():
     cls = METHODS.get("bct")
     model, old_net = _model(cls, 0), _model(cls, 1)
     old = OldModel.from_model(old_net, classes=OLD_CLASSES)
@@ -95,13 +115,41 @@ def test_bct_synthesises_rows_as_old_class_means():
     method.prepare(model, batches)
     images = torch.cat([b.images for b in batches])
     targets = torch.cat([b.targets for b in batches])
-    feats = old_net.forward_features(images)
+    feats = F.normalize(old_net.forward_features(images), dim=1)
     for c in range(K):
         if c in OLD_CLASSES:
             expected = old_net.head.weight_matrix()[c]
         else:
             expected = feats[targets == c].mean(dim=0)
         torch.testing.assert_close(method.influence_classifier[c], expected, atol=1e-5, rtol=1e-5)
+
+
+class _ScaledFeatures(torch.nn.Module):
+    """A hand-made old model: ``features = x[:, :2]`` of a flat 2-pixel image."""
+
+    embed_dim = 2
+
+    def forward_features(self, x):
+        return x.flatten(1)[:, :2]
+
+
+def test_bct_synthesised_row_by_hand():
+    # Class 1 (new to the old model) has the old features (30, 40) and (0, 2): raw mean (15, 21)
+    # with norm ~25.8; the normalised features (0.6, 0.8) and (0, 1) average to (0.3, 0.9).
+    images = torch.tensor([[30.0, 40.0], [0.0, 2.0], [1.0, 0.0]]).reshape(3, 1, 1, 2)
+    batch = Batch(images=images, targets=torch.tensor([1, 1, 0]))
+    net = _ScaledFeatures()
+    old = OldModel(net.forward_features, 2, classifier=torch.tensor([[0.5, 0.0]]), classes=[0])
+    model = create_model("lenetpp", "linear", num_classes=2, embed_dim=2)
+    method = create_method("bct", old=old)
+    method.prepare(model, [batch])
+    torch.testing.assert_close(method.influence_classifier[1], torch.tensor([0.3, 0.9]))
+    torch.testing.assert_close(method.influence_classifier[0], torch.tensor([0.5, 0.0]))
+    unit = create_method("bct", old=old, normalize_synthesized=True)
+    unit.prepare(model, [batch])
+    torch.testing.assert_close(
+        unit.influence_classifier[1], F.normalize(torch.tensor([0.3, 0.9]), dim=0)
+    )
 
 
 def test_bct_normalises_synthesised_rows_for_a_cosine_classifier():
@@ -118,13 +166,13 @@ def test_bct_normalises_synthesised_rows_for_a_cosine_classifier():
     auto = create_method("bct", old=OldModel.from_model(old_net, classes=OLD_CLASSES))
     auto.prepare(model, [batch])
     torch.testing.assert_close(auto.influence_classifier.norm(dim=1), torch.ones(K))
-    raw = create_method(
+    mean = create_method(
         "bct", old=OldModel.from_model(old_net, classes=OLD_CLASSES), normalize_synthesized=False
     )
-    raw.prepare(model, [batch])
-    feats = old_net.forward_features(batch.images)
+    mean.prepare(model, [batch])
+    feats = F.normalize(old_net.forward_features(batch.images), dim=1)
     expected = feats[batch.targets == 4].mean(dim=0)
-    torch.testing.assert_close(raw.influence_classifier[4], expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mean.influence_classifier[4], expected, atol=1e-5, rtol=1e-5)
 
 
 def test_nifcl_avg_rows_are_normalised_means():
@@ -156,23 +204,44 @@ def test_higher_order_nce_by_hand():
     rho = 2.0
     feats = torch.eye(2)
     targets = torch.tensor([0, 1])
-    expected_none = math.log(math.exp(rho) + 1.0) - rho
-    assert float(higher_order_nce(feats, feats, targets, rho, "none")) == pytest.approx(
-        expected_none
-    )
-    assert float(higher_order_nce(feats, feats, targets, rho, "zero")) == pytest.approx(
-        expected_none
-    )
-    # exclude: the denominator is only the negative, exp(0) = 1 -> loss = -rho.
-    assert float(higher_order_nce(feats, feats, targets, rho, "exclude")) == pytest.approx(-rho)
-    # Same class and a 60-degree angle: "zero" replaces the off-diagonal score by 0.
+
+    def nce(old, new, labels, mask):
+        return float(higher_order_nce(old, new, labels, rho, mask))
+
+    # none: log(e^rho + e^0) - rho.
+    assert nce(feats, feats, targets, "none") == pytest.approx(math.log(math.exp(rho) + 1) - rho)
+    # exclude (the paper, eq. 4): the denominator is only the negative, e^0 -> loss = -rho.
+    assert nce(feats, feats, targets, "exclude") == pytest.approx(-rho)
+    # zero (the reference code): the positive is same-class, so it is zeroed in the
+    # denominator too: log(e^0 + e^0) - rho.
+    assert nce(feats, feats, targets, "zero") == pytest.approx(math.log(2.0) - rho)
+    # Same class, a 60-degree angle: s_00 = s_11 = rho, s_01 = s_10 = rho / 2.
     old = torch.tensor([[1.0, 0.0], [0.5, math.sqrt(3) / 2]])
     same = torch.tensor([0, 0])
     s01 = rho * 0.5
-    none = 0.5 * ((math.log(math.exp(rho) + math.exp(s01)) - rho) * 2)
-    zero = math.log(math.exp(rho) + 1.0) - rho
-    assert float(higher_order_nce(old, old, same, rho, "none")) == pytest.approx(none)
-    assert float(higher_order_nce(old, old, same, rho, "zero")) == pytest.approx(zero)
+    assert nce(old, old, same, "none") == pytest.approx(
+        math.log(math.exp(rho) + math.exp(s01)) - rho
+    )
+    assert nce(old, old, same, "exclude") == pytest.approx(s01 - rho)
+    # zero: both entries of each row are same-class -> log(2 e^0) - rho.
+    assert nce(old, old, same, "zero") == pytest.approx(math.log(2.0) - rho)
+    # Three samples, two classes, old != new: a naive loop over the reference's formula.
+    old3 = F.normalize(torch.tensor([[1.0, 0.2], [0.3, 1.0], [-1.0, 0.4]]), dim=1)
+    new3 = F.normalize(torch.tensor([[0.9, -0.1], [0.2, 0.8], [-0.5, 1.0]]), dim=1)
+    labels3 = torch.tensor([0, 0, 1])
+    s = rho * old3 @ new3.T
+    expected = {"zero": 0.0, "exclude": 0.0}
+    for i in range(3):
+        zeroed = [0.0 if labels3[i] == labels3[j] else float(s[i, j]) for j in range(3)]
+        expected["zero"] += math.log(sum(math.exp(v) for v in zeroed)) - float(s[i, i])
+        others = [float(s[i, j]) for j in range(3) if j != i]
+        expected["exclude"] += math.log(sum(math.exp(v) for v in others)) - float(s[i, i])
+    for mask, total in expected.items():
+        assert nce(old3, new3, labels3, mask) == pytest.approx(total / 3, rel=1e-6)
+
+
+def test_hoc_defaults_to_the_papers_denominator():
+    assert create_method("dsimplex_hoc").nce_mask == "exclude"
 
 
 def test_hoc_lambda_one_is_plain_cross_entropy():
