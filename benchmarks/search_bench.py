@@ -1,4 +1,5 @@
-"""Benchmark raycompat.index.search: exact faiss flat vs a NumPy brute force, and IVF-PQ recall/QPS.
+"""Benchmark raycompat.index.search_index: exact faiss flat vs a NumPy brute force, and IVF-PQ
+recall/QPS.
 
     .venv/bin/python benchmarks/search_bench.py --out benchmarks/results/search_bench_cpu.json
 

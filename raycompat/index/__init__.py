@@ -39,7 +39,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "open_search_index",
         ),
         "factory": ("INDEX_KINDS", "build_index"),
-        "search": ("SearchIndex", "brute_force_search", "real_hits"),
+        "search_index": ("SearchIndex", "brute_force_search", "real_hits"),
         "distances": ("DISTANCES", "ZeroNormError", "get_distance"),
         "recall": ("estimate_recall",),
         "tasks": ("LocalTasks", "TaskRunner"),

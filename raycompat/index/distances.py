@@ -93,6 +93,11 @@ class ZeroNormError(DataError, ValueError):
         super().__init__(message)
         self.rows = rows
 
+    def __reduce__(self):
+        # Unpickling (Ray's, handing the error from a task or an actor to its caller) calls the
+        # class with ``args``, which lack ``rows``; the state keeps any note added to the error.
+        return type(self), (self.args[0], self.rows), vars(self)
+
 
 def check_nonzero_rows(t: torch.Tensor, name: str = "features") -> None:
     """Raise :class:`ZeroNormError` naming the rows of ``t (N, d)`` whose L2 norm is < 1e-12.

@@ -1,4 +1,4 @@
-"""Build a :class:`~raycompat.index.search.SearchIndex` by kind: ``build_index``.
+"""Build a :class:`~raycompat.index.search_index.SearchIndex` by kind: ``build_index``.
 
 ``INDEX_KINDS`` holds one builder per kind (an unknown kind lists the known ones):
 ``"flat"`` is exact; ``"ivfpq"`` is the approximate inverted-file + product-quantisation index
@@ -27,7 +27,7 @@ from raycompat.index.ivf import (
     ivf_quantizer,
     kmeans_shortfall,
 )
-from raycompat.index.search import SearchIndex, to_faiss
+from raycompat.index.search_index import SearchIndex, to_faiss
 from raycompat.registry import Registry
 
 logger = logging.getLogger(__name__)

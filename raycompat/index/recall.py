@@ -17,7 +17,7 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from raycompat.index.search import SearchIndex
+from raycompat.index.search_index import SearchIndex
 from raycompat.index.sharded import sample_rows
 from raycompat.index.version_index import VersionIndex, _id_array, rows_at
 from raycompat.store.gallery import GalleryStore

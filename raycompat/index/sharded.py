@@ -98,7 +98,7 @@ from raycompat.errors import CorruptIndexError, StoreError
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.gpu import check_use_gpu
 from raycompat.index.ivf import SHARDED_IVF, hnsw_params, ivf_nlist, ivf_nprobe, ivf_quantizer
-from raycompat.index.search import SearchIndex
+from raycompat.index.search_index import SearchIndex
 from raycompat.index.shard_tasks import (
     MERGED_FILES,
     SAMPLE_DIR,

@@ -48,12 +48,13 @@ from raycompat.errors import CorruptIndexError, MissingIndexError
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.factory import INDEX_KINDS, build_index
 from raycompat.index.ivf import SHARDED_IVF
-from raycompat.index.search import SearchIndex, real_hits
+from raycompat.index.search_index import SearchIndex, real_hits
 from raycompat.index.shard_tasks import MERGED_FILES
 from raycompat.index.sharded import build_sharded_index, load_sharded_index
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
 from raycompat.store.mapped_ids import MappedIds, int64_values
+from raycompat.store.no_space import NoSpaceError, no_space_left
 from raycompat.store.paths import check_name
 from raycompat.store.vectors import vectors
 
@@ -220,19 +221,19 @@ def stage_version_index(
     )
     build = uuid.uuid4().hex
     prefix = store.path(gallery, INDEX_DIR, version, build)
-    with tempfile.TemporaryDirectory() as tmp:
-        index.save(Path(tmp, "index.faiss"))
-        pq.write_table(pa.table({"id": ids}), Path(tmp, "ids.parquet"))
+    with tempfile.TemporaryDirectory() as tmp:  # a full temporary disk: removed with it
+        try:
+            index.save(Path(tmp, "index.faiss"))
+            pq.write_table(pa.table({"id": ids}), Path(tmp, "ids.parquet"))
+        except (OSError, RuntimeError) as error:  # faiss reports a write error as RuntimeError
+            if not no_space_left(error):
+                raise
+            raise NoSpaceError(
+                f"{tmp}: no space left on device; the index is staged in the temporary folder "
+                "before it is copied to the store: free space there or set TMPDIR"
+            ) from None
         files = {name: _file_record(Path(tmp, name)) for name in _FILES}
-        if store.filesystem.type_name == "local":
-            store.filesystem.create_dir(prefix, recursive=True)
-        for name in _FILES:
-            pafs.copy_files(
-                str(Path(tmp, name)),
-                f"{prefix}/{name}",
-                source_filesystem=pafs.LocalFileSystem(),
-                destination_filesystem=store.filesystem,
-            )
+        _copy_build(store, tmp, prefix)
     return {
         "build": build,
         "kind": kind,
@@ -240,6 +241,30 @@ def stage_version_index(
         "rows": index.ntotal,
         "files": files,
     }
+
+
+def _copy_build(store: GalleryStore, local: str, prefix: str) -> None:
+    """Copy the build's files from the folder ``local`` to the build folder ``prefix``; on a
+    full disk, delete that folder (named by this build's own uuid: no pointer names it, no
+    other build writes there) and raise :class:`NoSpaceError` naming the file."""
+    if store.filesystem.type_name == "local":
+        store.filesystem.create_dir(prefix, recursive=True)
+    for name in _FILES:
+        try:
+            pafs.copy_files(
+                str(Path(local, name)),
+                f"{prefix}/{name}",
+                source_filesystem=pafs.LocalFileSystem(),
+                destination_filesystem=store.filesystem,
+            )
+        except OSError as error:
+            if not no_space_left(error):
+                raise
+            store.filesystem.delete_dir(prefix)
+            raise NoSpaceError(
+                f"{store.backend.uri(f'{prefix}/{name}')}: no space left on device; the index "
+                "was not published and this build's partial files were removed"
+            ) from None
 
 
 def default_distance(info: VersionInfo) -> str:

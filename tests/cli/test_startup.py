@@ -115,9 +115,9 @@ def test_a_search_without_an_index_reads_exactly_without_torch_or_ray(store):
 
 def test_the_check_sees_a_top_level_import_and_names_the_importer():
     """Not vacuous: a module importing a watched one at its top is caught and named (faiss by
-    raycompat.index.search: cheaper to load here than torch)."""
-    out = cli_modules(["--help"], heavy=("faiss",), preload=["raycompat.index.search"])
-    assert out["codes"] == [0] and out["loaded"] == {"faiss": "raycompat.index.search"}
+    raycompat.index.search_index: cheaper to load here than torch)."""
+    out = cli_modules(["--help"], heavy=("faiss",), preload=["raycompat.index.search_index"])
+    assert out["codes"] == [0] and out["loaded"] == {"faiss": "raycompat.index.search_index"}
 
 
 # Loads and validates each job's config the way its console script does (--print-config: load,

@@ -1,5 +1,6 @@
-"""The faiss query path of raycompat.index.search in NumPy: the same checks and scores as torch's
-``Distance.prepare``, and ``real_hits`` with and without faiss's padding (issue 24, item 1)."""
+"""The faiss query path of raycompat.index.search_index in NumPy: the same checks and scores as
+torch's ``Distance.prepare``, and ``real_hits`` with and without faiss's padding (issue 24,
+item 1)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from raycompat.index.distances import ZeroNormError, get_distance
-from raycompat.index.search import real_hits
+from raycompat.index.search_index import real_hits
 
 
 @pytest.mark.parametrize("name", ["cosine", "l2", "inner_product"])

@@ -26,8 +26,8 @@ try:
     import faiss
 except ImportError as _error:  # pragma: no cover - depends on the install
     raise ImportError(
-        "raycompat.index.search needs faiss: install raycompat[cpu] (faiss-cpu) or raycompat[gpu] "
-        "(faiss-gpu on CUDA nodes)"
+        "raycompat.index.search_index needs faiss: install raycompat[cpu] (faiss-cpu) or "
+        "raycompat[gpu] (faiss-gpu on CUDA nodes)"
     ) from _error
 from raycompat.index.distances import Distance, check_same_width, get_distance
 from raycompat.index.gpu import resolve_gpu

@@ -9,7 +9,7 @@ import torch
 
 from raycompat.index.distances import DISTANCES, get_distance
 from raycompat.index.factory import build_index
-from raycompat.index.search import SearchIndex, brute_force_search
+from raycompat.index.search_index import SearchIndex, brute_force_search
 from raycompat.registry import UnknownNameError
 
 
