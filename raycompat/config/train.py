@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from raycompat.config import bounded
+from raycompat.errors import ConfigError
 from raycompat.io.s3_options import with_endpoint
 
 _SPLITS = ("closed_set", "open_set")
@@ -85,6 +86,20 @@ class OptimSpec:
     warmup_epochs: int = bounded(0, ge=0)
     # Clip the total gradient 2-norm to this before each optimizer step; None: no clipping.
     clip_grad_norm: float | None = bounded(None, gt=0.0)
+
+
+@dataclass
+class StopSpec:
+    """When a model's training ends (:mod:`raycompat.train.stopping`): ``cap`` trains every one of
+    ``epochs``; ``plateau`` trains to convergence, ending once the validation score (top-1 of the
+    training classes' held-out images, ``eval.val_fraction``; ECC-gated under CoReS model
+    selection) has not improved by more than ``min_delta`` for ``patience`` epochs, with
+    ``epochs`` as the cap; the best epoch is the one kept."""
+
+    rule: Literal["cap", "plateau"] = "cap"
+    patience: int = bounded(3, ge=1)
+    min_delta: float = bounded(0.0, ge=0.0)
+    min_epochs: int = bounded(1, ge=1)
 
 
 @dataclass
@@ -186,7 +201,16 @@ class TrainConfig:
     scenario: ScenarioSpec = field(default_factory=ScenarioSpec)
     scaling: ScalingSpec = field(default_factory=ScalingSpec)
     run: RunSpec = field(default_factory=RunSpec)
-    # epochs 0 would publish a gallery extracted by an untrained model.
+    # epochs 0 would publish a gallery extracted by an untrained model. With stop.rule plateau,
+    # a cap: training ends at the validation plateau.
     epochs: int = bounded(4, ge=1)
+    stop: StopSpec = field(default_factory=StopSpec)
     batch_size: int = bounded(64, ge=1)  # global batch, split over the workers
     seed: int = bounded(0, ge=0)
+
+    def __post_init__(self) -> None:
+        if self.stop.rule == "plateau" and self.eval.val_fraction == 0:
+            raise ConfigError(
+                "stop.rule: plateau stops on the validation split: set eval.val_fraction > 0 "
+                "(never the test split)"
+            )

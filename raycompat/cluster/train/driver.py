@@ -218,9 +218,13 @@ def ray_datasets(cfg: TrainConfig, plan: StepPlan, labels: np.ndarray, splits) -
 
 def select_checkpoint(result) -> tuple[ray.train.Checkpoint, dict]:
     """The kept checkpoint with the highest ``selection_score`` (the last epoch unless CoReS
-    model selection is on)."""
+    model selection or a plateau rule is on), its metrics carrying how the run ended (its last
+    report's ``epochs_run`` and ``stopped``: a plateau, or the epoch cap)."""
     candidates = result.best_checkpoints or [(result.checkpoint, result.metrics)]
-    return max(candidates, key=lambda pair: pair[1]["selection_score"])
+    checkpoint, metrics = max(candidates, key=lambda pair: pair[1]["selection_score"])
+    last = result.metrics or {}
+    ended = {key: last[key] for key in ("epochs_run", "stopped") if key in last}
+    return checkpoint, {**metrics, **ended}
 
 
 def features_of(checkpoint: ray.train.Checkpoint, name: str) -> np.ndarray:

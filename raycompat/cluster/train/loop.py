@@ -56,6 +56,7 @@ from raycompat.train.export import (
 )
 from raycompat.train.loader import BatchLoader, loader_workers
 from raycompat.train.scenarios import StepPlan
+from raycompat.train.stopping import Plateau
 
 log = logging.getLogger(__name__)
 # How loader processes start in a Ray worker (Ray Train's advice: not fork, whose child
@@ -188,6 +189,7 @@ class ModelStep(WorkerTask):
         self.parent_dir, self.prepared, self.rank, self.world = parent_dir, prepared, rank, world
         self.name, self.where = f"{cfg.run.name}/{self.plan.name}", self.plan.name
         self.epochs, self.failure_step = self.plan.epochs, index
+        self.plateau = Plateau.of(cfg.stop)  # None: every epoch of the cap runs
         workers = loader_workers(cfg.data.num_loader_workers, cfg.scaling.cpus_per_worker)
         if rank == 0:
             log.info(
@@ -269,7 +271,11 @@ class ModelStep(WorkerTask):
                 )
             )
         if not cfg.scenario.model_selection:
-            metrics["selection_score"] = float(trained.epoch)
+            # the validation self-test under a plateau rule (the best is kept), else the epoch
+            by_val = self.plateau is not None and "val_self_test" in metrics
+            metrics["selection_score"] = float(
+                metrics["val_self_test"] if by_val else trained.epoch
+            )
         return metrics
 
     def save_shard(self, directory: str, rank: int, trained: EpochTraining) -> None:

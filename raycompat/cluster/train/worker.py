@@ -38,6 +38,7 @@ from raycompat.engine import StepGuard, mean_values, sync_every
 from raycompat.io.run_storage import exists, touch
 from raycompat.parallel import Prepared, create_strategy
 from raycompat.train.schedule import lr_at, optimizer_factory
+from raycompat.train.stopping import CAP, PLATEAU, Plateau
 
 log = logging.getLogger(__name__)
 TRAIN_STATE = "train_state"
@@ -81,6 +82,8 @@ class WorkerTask:
         checked: check features, loss terms and gradient norm for NaN/inf (and clip to
             ``optim.clip_grad_norm``) with the guard; False: the guard only counts steps.
         where: prefix of the guard's messages.
+        plateau: the rule that ends the run before ``epochs`` on its metrics'
+            ``selection_score`` (:mod:`raycompat.train.stopping`); None: every epoch runs.
     """
 
     name: str
@@ -88,6 +91,7 @@ class WorkerTask:
     failure_step: int = 0
     checked: bool = False
     where: str = ""
+    plateau: Plateau | None = None
 
     def batches(self, epoch: int) -> tuple[Iterable[tuple[object, np.ndarray]], int | None]:
         """``((batch, rows) pairs, steps)``: ``steps`` known in advance puts the learning rate
@@ -178,15 +182,16 @@ def prepare_model(
     )
 
 
-def resume(prepared: Prepared, where: str) -> tuple[int, int]:
-    """``(first epoch to train, global step)``: ``(0, 0)``, or after the restored checkpoint."""
+def resume(prepared: Prepared, where: str) -> dict:
+    """The restored checkpoint's train state (``epoch``, ``global_step``, ``plateau``), or
+    ``{"epoch": -1, "global_step": 0}`` for a fresh run."""
     checkpoint = session.current().checkpoint()
     if checkpoint is None:
-        return 0, 0
+        return {"epoch": -1, "global_step": 0}
     with checkpoint.as_directory() as directory:
         state = prepared.load(os.path.join(directory, TRAIN_STATE))
     log.info("%s: resumed after epoch %d", where, state["epoch"])
-    return state["epoch"] + 1, state.get("global_step", 0)  # absent from older checkpoints
+    return state
 
 
 def maybe_fail(cfg, index: int, epoch: int, batch: int, rank: int, marker) -> bool:
@@ -211,10 +216,18 @@ def maybe_fail(cfg, index: int, epoch: int, batch: int, rank: int, marker) -> bo
 
 
 def train_worker(task: WorkerTask, prepared: Prepared, cfg, rank: int, marker) -> None:
-    """Resume, then train, score, report and log every remaining epoch of ``task``."""
-    first, global_step = resume(prepared, task.where or task.name)
+    """Resume, then train, score, report and log every remaining epoch of ``task``, until its
+    cap or (with a ``plateau`` rule) its validation plateau."""
+    state = resume(prepared, task.where or task.name)
+    first = state["epoch"] + 1
+    if task.plateau is not None:
+        task.plateau.restore(state.get("plateau"))
+        if state.get("stopped") == PLATEAU:  # it had stopped before the restart
+            return
     clip = cfg.optim.clip_grad_norm if task.checked else None
-    guard = StepGuard(clip, global_step, where=task.where, sync_every=sync_every(prepared.device))
+    guard = StepGuard(
+        clip, state.get("global_step", 0), where=task.where, sync_every=sync_every(prepared.device)
+    )
     clock = EpochClock(first, task.epochs)
     for epoch in range(first, max(task.epochs, 1)):  # 0 epochs: evaluated once, untrained
         trained = EpochTraining(epoch, time.perf_counter())
@@ -223,10 +236,40 @@ def train_worker(task: WorkerTask, prepared: Prepared, cfg, rank: int, marker) -
         trained.finish()  # the epoch's one read of its loss sums
         trained.trained_s = time.perf_counter() - trained.began
         metrics = task.epoch_metrics(trained, guard)
+        stop = stopping(task, epoch, metrics)  # the same on every rank: their metrics agree
         report(task, prepared, metrics, trained, rank, guard.global_step)
         if rank == 0 and task.epochs:  # the console's one line per epoch (metrics.jsonl: all)
             terms = {k: metrics[k] for k in trained.sums if k != "grad_norm"}
             log_epoch(log, task.name, epoch, task.epochs, terms, metrics["images_per_s"], clock)
+        if stop:
+            if rank == 0:
+                log.info(
+                    "%s: converged after epoch %d of a %d-epoch cap: the validation score has "
+                    "not improved for %d epochs (best %.4f at epoch %d, the one kept)",
+                    task.name,
+                    epoch + 1,
+                    task.epochs,
+                    task.plateau.patience,
+                    task.plateau.best,
+                    task.plateau.best_epoch + 1,
+                )
+            return
+
+
+def stopping(task: WorkerTask, epoch: int, metrics: dict) -> bool:
+    """Whether the run ends after ``epoch``; adds the stopping rule's record to ``metrics``:
+    ``epochs_cap``, ``epochs_run``, ``stopped`` (``cap``/``plateau``, on the last epoch
+    only) and the plateau's ``best_epoch`` and ``best_score``."""
+    metrics.update(epochs_cap=task.epochs, epochs_run=epoch + 1)
+    stop = False
+    if task.plateau is not None and task.epochs:
+        stop = task.plateau.update(epoch, float(metrics["selection_score"]))
+        metrics.update(best_epoch=task.plateau.best_epoch, best_score=task.plateau.best)
+    if stop:
+        metrics["stopped"] = PLATEAU
+    elif epoch + 1 >= task.epochs:
+        metrics["stopped"] = CAP
+    return stop
 
 
 def train_epoch(task, prepared, cfg, guard: StepGuard, trained: EpochTraining, rank, marker):
@@ -265,6 +308,13 @@ def report(task, prepared, metrics: dict, trained: EpochTraining, rank: int, glo
     """COLLECTIVE. Save the strategy state, export the pieces on rank 0, report the checkpoint."""
     directory = tempfile.mkdtemp(prefix=f"raycompat-rank{rank}-")
     train_state = {"epoch": metrics["epoch"], "global_step": global_step}
+    if "best_epoch" in metrics:  # the stopping rule's state, for a resumed run
+        train_state["plateau"] = {
+            "best": metrics["best_score"],
+            "best_epoch": metrics["best_epoch"],
+        }
+    if "stopped" in metrics:
+        train_state["stopped"] = metrics["stopped"]
     prepared.save(os.path.join(directory, TRAIN_STATE), train_state)
     state = prepared.full_state_dict()
     task.save_shard(directory, rank, trained)

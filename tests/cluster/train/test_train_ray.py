@@ -390,3 +390,29 @@ def test_a_non_finite_step_stops_the_run_once_and_keeps_the_last_good_checkpoint
     model, info = load_exported_model(checkpoints[0])
     assert info["epoch"] == 0 and all(torch.isfinite(p).all() for p in model.parameters())
     assert not (run_path / "state.json").exists()  # written once a step has finished
+
+
+def test_a_plateau_ends_the_run_before_its_cap_and_keeps_the_best_epoch(ray_local, tmp_path):
+    """A learning rate too small to move the model: the validation score never improves, so
+    patience 1 ends the run after its second epoch of a 6-epoch cap, keeping the first; a
+    failure in that second epoch resumes with the rule's state and stops at the same place."""
+    cfg = toy_config(
+        tmp_path,
+        "scenario.tasks=[4]",
+        "scaling.num_workers=1",
+        "optim.lr=1e-12",
+        "epochs=6",
+        "stop.rule=plateau",
+        "stop.patience=1",
+        "run.name=plateau",
+        "run.max_failures=1",
+        "run.inject_failure={step: 0, epoch: 1, batch: 0, rank: 0}",
+    )
+    result = run(cfg)
+    (chosen,) = result.metrics.values()
+    assert (chosen["epoch"], chosen["epochs_run"], chosen["stopped"]) == (0, 2, "plateau")
+    assert chosen["selection_score"] == chosen["val_self_test"]
+    lines = (tmp_path / "plateau" / "metrics.jsonl").read_text().splitlines()
+    reports = [json.loads(line) for line in lines]
+    assert [r["epoch"] for r in reports] == [0, 1]  # epoch 0 not trained again after the failure
+    assert [r["epochs_cap"] for r in reports] == [6, 6] and reports[-1]["best_epoch"] == 0
