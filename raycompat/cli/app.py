@@ -98,7 +98,9 @@ our lines: other libraries' INFO lines (faiss' loader) appear with ``--verbose``
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 
 from raycompat.cli.arguments import CommandParser, VersionAction, global_flags, json_flag
@@ -134,12 +136,41 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for `git log | head -1`
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 for a data error (a corrupt record among those listed, a grant that
     is missing, an unknown gallery, model or version; any
     :class:`~raycompat.errors.DataError`) or a missing file, 2 for a usage error (no store at
     ``--store``, a :class:`~raycompat.index.query.QueryError`; any
-    :class:`~raycompat.errors.UsageError`)."""
+    :class:`~raycompat.errors.UsageError`).
+
+    A reader that stops early (``raycompat history G --store S | head -1``) ends the command
+    quietly, as it ends ``git log``: no traceback, exit :data:`BROKEN_PIPE_EXIT` (141, what the
+    shell reports for a process that SIGPIPE ends; only ``set -o pipefail`` sees it)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught here too
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return BROKEN_PIPE_EXIT
+    return code
+
+
+def _stdout_to_devnull() -> None:
+    """Python flushes stdout again at exit, into the closed pipe: point its file descriptor
+    at devnull so that the last flush is silent (Python's documented recipe for SIGPIPE)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (captured): nothing to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     # Our lines, scrubbed; faiss', pyiceberg's and other libraries' INFO only with --verbose.
     configure_console(getattr(args, "verbose", False), "%(name)s: %(message)s", sys.stderr)
@@ -159,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # storage unreachable, refused or denied: the user's to fix
         if debug:
             raise
+        if err.errno == errno.ENOSPC:  # the disk filled: the store's options are not at fault
+            where = f" writing {err.filename}" if err.filename else ""
+            print(error_line(PROG, f"no space left on device{where}"), file=sys.stderr)
+            return 1
         hint = "check --store, --endpoint-url and the credentials; --debug shows the traceback"
         print(
             error_line(PROG, f"storage error: {' '.join(str(err).split())} ({hint})"),

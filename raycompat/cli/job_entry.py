@@ -104,9 +104,12 @@ def job_config(
     default: str,
     outputs: Sequence[str] = (),
     inputs: Callable[[C], Sequence[str]] | None = None,
+    check: Callable[[C], None] | None = None,
 ) -> C:
     """Load ``cls`` from ``args``; resolve ``--config``, the output paths named by ``outputs``
     and the input paths ``inputs(cfg)`` names (dotted keys; :mod:`raycompat.cli.job_paths`);
+    run the job's ``check(cfg)`` (after registering the config's credentials, so that its line
+    is scrubbed of them), so that ``--print-config`` prints only a config the job would run;
     handle ``--print-config`` (prints, then ``SystemExit(0)``)."""
     paths = job_paths(args.output_root)
     if args.config is None:
@@ -115,6 +118,11 @@ def job_config(
         args.config = paths.input("--config", args.config)
     cfg = load_config(cls, args.config, args.overrides)
     cfg = resolve_paths(cfg, paths, outputs, inputs(cfg) if inputs else ())
+    if check is not None:
+        from raycompat.io.credentials import register_secrets
+
+        register_secrets(cfg)
+        check(cfg)
     if args.print_config:
         print(dump_config(cfg), end="")
         raise SystemExit(0)

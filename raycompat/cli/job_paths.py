@@ -99,6 +99,11 @@ class JobPaths:
 
 
 def job_paths(output_root: str | None, environ: Mapping[str, str] | None = None) -> JobPaths:
+    """The job's :class:`JobPaths`; an ``output_root`` that is a file (or lies under one) is
+    one line naming ``--output-root``, before anything runs (it would fail mid-run, at the
+    first output written under it)."""
+    if output_root:
+        check_output_location("--output-root", output_root)
     return JobPaths(output_root or None, submitted_working_dir(environ))
 
 

@@ -42,8 +42,31 @@ ConfigLoader.add_implicit_resolver(
 )
 
 
-def load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
+def load_yaml(text: str, source: str | Path | None = None) -> Any:
+    """``text`` parsed as YAML; a syntax error is a :class:`ConfigError` of one line naming
+    ``source`` (the file, or the override), the line and the column: ``bad.yaml: line 3,
+    column 9: YAML syntax error: expected ',' or ']', but found '<stream end>'``."""
+    try:
+        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as error:
+        raise ConfigError(yaml_error_line(error, source)) from None
+
+
+def yaml_error_line(error: yaml.YAMLError, source: str | Path | None = None) -> str:
+    """One line for a YAML syntax error: where (``source``, then the line and column, 1-based,
+    of the problem PyYAML marks), what it found, and what it was reading (``while parsing a
+    flow sequence started at line 3, column 9``)."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None)
+    where = [str(source)] if source is not None else []
+    if mark is not None:
+        where.append(f"line {mark.line + 1}, column {mark.column + 1}")
+    line = ": ".join([*where, f"YAML syntax error: {problem or ' '.join(str(error).split())}"])
+    context, started = getattr(error, "context", None), getattr(error, "context_mark", None)
+    if problem and context:
+        at = f" started at line {started.line + 1}, column {started.column + 1}" if started else ""
+        line += f" ({context}{at})"
+    return line
 
 
 _BOUNDS = {
@@ -121,7 +144,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, args))}")
+            close = did_you_mean(value, map(str, args)) if isinstance(value, str) else ""
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(repr, args))}{close}")
         return value
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, dict):
@@ -231,7 +255,7 @@ def _split_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form key.sub=value")
     key, raw = item.split("=", 1)
-    return key, load_yaml(raw) if raw else ""
+    return key, load_yaml(raw, f"override {item!r}") if raw else ""
 
 
 def parse_overrides(overrides: list[str]) -> dict:
@@ -311,7 +335,7 @@ def load_config(
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(missing_config_file(path))
-        loaded = load_yaml(path.read_text()) or {}
+        loaded = load_yaml(path.read_text(), path) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         data = loaded

@@ -20,6 +20,7 @@ No Ray here: this is the core.
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import os
 import sys
@@ -191,6 +192,15 @@ def configure_logging(fmt: str = "%(asctime)s %(name)s: %(message)s", **kwargs: 
         if not any(isinstance(f, ScrubSecrets) for f in handler.filters):
             handler.addFilter(ScrubSecrets())
     sys.excepthook = _scrubbed_excepthook
+
+
+def save_private_figure(fig, path: str | Path) -> None:
+    """Save the matplotlib figure ``fig`` as a PNG at ``path`` with :func:`write_private` (mode
+    0600, atomically, as every report file); ``savefig`` would write it with the umask's mode
+    (0644), readable by everyone."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    write_private(path, png.getvalue())
 
 
 def write_private(path: str | Path, data: str | bytes) -> None:

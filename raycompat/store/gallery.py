@@ -170,11 +170,11 @@ class GalleryStore:
         """Raise :class:`MissingStoreError` unless :meth:`exists` (for readers: a mistyped root
         must not read as an empty store)."""
         if not self.exists():
-            why = (
-                "the folder does not exist"
-                if self._backend.scheme == "file"
-                else "no object under that prefix"
-            )
+            local = self._backend.scheme == "file"
+            if self.filesystem.get_file_info(self._backend.root).type == pafs.FileType.File:
+                why = "it is a file, not a folder" if local else "it is an object, not a prefix"
+            else:
+                why = "the folder does not exist" if local else "no object under that prefix"
             raise MissingStoreError(f"no store at {self._backend.uri(self._backend.root)}: {why}")
 
     def latest(self, gallery: str) -> VersionInfo | None:

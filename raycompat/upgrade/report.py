@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from raycompat.config import dump_config
-from raycompat.io.credentials import write_private
+from raycompat.io.credentials import save_private_figure, write_private
 from raycompat.metrics.compatibility import (
     CompatibilityMatrix,
     average_accuracy,
@@ -164,7 +164,7 @@ def plot_matrix(matrix: CompatibilityMatrix, path: Path, title: str) -> None:
     ax.set_title(title)
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_private_figure(fig, path)
     plt.close(fig)
 
 
@@ -184,7 +184,7 @@ def plot_features_2d(features: np.ndarray, labels: np.ndarray, path: Path, title
     ax.set_title(title)
     ax.legend(markerscale=4, fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_private_figure(fig, path)
     plt.close(fig)
 
 
@@ -216,7 +216,7 @@ def plot_backfill(backfill: dict, path: Path, title: str) -> None:
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_private_figure(fig, path)
     plt.close(fig)
 
 
@@ -482,7 +482,7 @@ def write_report(
     """Write everything under ``directory``; returns ``{kind: file name}``.
 
     ``config`` (the merged job config) is written with its credentials redacted, and every
-    text file with mode 0600: they name the store, the runs and the work folders.
+    file (text and PNG) with mode 0600: they name the store, the runs and the work folders.
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)

@@ -107,6 +107,15 @@ def test_bad_pairs_are_one_line_naming_the_file_and_write_nothing(world, capsys,
     assert not os.path.exists(store.path("g", "_adapters"))
 
 
+def test_a_missing_pairs_file_is_named_missing(world, capsys, tmp_path):
+    store, _, _, _ = world
+    missing = str(tmp_path / "m9_sample.parquet")
+    code, out, err = adapt(capsys, store, missing)
+    assert (code, out) == (2, "")
+    assert err == f"raycompat: error: --pairs {missing}: the file does not exist\n"
+    assert not os.path.exists(store.path("g", "_adapters"))
+
+
 def test_a_model_with_a_grant_keeps_it(world, capsys):
     store, pairs, _, _ = world
     Catalog(store).grant(QueryGrant("g", "v1", "m9", "compatible"))

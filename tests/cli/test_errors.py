@@ -7,6 +7,7 @@ and ``--debug`` brings the traceback back.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -253,3 +254,66 @@ def test_ctrl_c_during_the_demo_is_one_line_and_exit_130(tmp_path):
     assert lines[-1] == (
         "demo.py: interrupted; rerunning starts the demo again (it stores no progress)"
     ), lines
+
+
+# ---- issue 41, item 6: more bad input, one line each ---------------------------------------------
+
+
+def test_a_yaml_syntax_error_in_a_job_config_is_one_line_naming_file_line_and_column(
+    tmp_path, capsys
+):
+    from raycompat.cli.jobs.upgrade import main as upgrade
+
+    config = tmp_path / "bad.yaml"
+    config.write_text("name: x\nstore:\n  root: [a\n")
+    with pytest.raises(SystemExit) as exit_:
+        run_main(upgrade, ["--config", str(config)])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        f"error: {config}: line 4, column 1: YAML syntax error: expected ',' or ']', but got "
+        "'<stream end>' (while parsing a flow sequence started at line 3, column 9)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # nothing written
+
+
+def test_a_store_that_is_a_file_is_named_a_file(tmp_path, capsys):
+    (tmp_path / "store").write_text("not a store")
+    code, out, err = cli(capsys, "versions", "faces", "--store", str(tmp_path / "store"))
+    assert (code, out) == (2, "")
+    assert err == [
+        f"raycompat: error: no store at {tmp_path / 'store'}: it is a file, not a folder"
+    ]
+    assert (tmp_path / "store").read_text() == "not a store"
+
+
+@pytest.mark.parametrize("command", [["history", "faces"], ["status"], ["versions", "faces"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(store, command):
+    """``raycompat history ... | head -1``: stdout is a pipe whose reader has gone (EPIPE at
+    the first write); exit 141 (128 + SIGPIPE) as ``git log | head`` does, no traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes its first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "raycompat.cli.app", *command, "--store", store.uri()],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_full_disk_anywhere_is_named_not_blamed_on_the_store_options(store, capsys, monkeypatch):
+    from raycompat.cli import app
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", store.path("faces", "x.parquet"))
+
+    monkeypatch.setitem(app.COMMANDS, "versions", full)
+    code, out, err = cli(capsys, "versions", "faces", "--store", store.uri())
+    assert (code, out) == (1, "")
+    where = store.path("faces", "x.parquet")
+    assert err == [f"raycompat: error: no space left on device writing {where}"]

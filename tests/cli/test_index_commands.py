@@ -4,6 +4,7 @@ by ``index build``, and ``index verify`` checks its files and estimates recall@1
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -151,3 +152,50 @@ def test_index_options_the_version_cannot_train_are_one_line_usage_errors(store,
     assert code == 2 and "g/v1: ivfpq with nlist=512" in err and "training vectors" in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not list(Path(store.uri(), "g").glob("_index/v1/*/index.faiss"))
+
+
+def copy_until_full(source, destination, **kwargs):
+    """``pyarrow.fs.copy_files`` onto a full disk: a part of the file, then pyarrow's ENOSPC."""
+    with open(destination, "wb") as handle:
+        handle.write(b"partial")
+    raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left")
+
+
+def index_file_until_full(self, path):
+    """``SearchIndex.save`` onto a full temporary disk: faiss's RuntimeError, which has no errno."""
+    Path(path).write_bytes(b"partial")
+    failed = f"write error in {path}: 3 != 64 (No space left on device)"
+    raise RuntimeError(f"Error: 'ret == (n)' failed: {failed}")
+
+
+@pytest.mark.parametrize("where", ["store", "temporary folder"])
+def test_a_full_disk_is_one_line_and_leaves_no_partial_build(store, capsys, monkeypatch, where):
+    """``index build`` on a full disk: one line saying so and naming where, exit 1; the build's
+    partial files are removed, the published index (named by the pointer) is kept."""
+    import pyarrow.fs as pafs
+
+    from raycompat.index.search_index import SearchIndex
+
+    assert index(capsys, store, "build", "--kind", "flat")[0] == 0
+    before = files(store.root)
+    if where == "store":
+        monkeypatch.setattr(pafs, "copy_files", copy_until_full)
+    else:
+        monkeypatch.setattr(SearchIndex, "save", index_file_until_full)
+    code, out, err = index(capsys, store, "build", "--kind", "flat", "--force")
+    assert (code, out) == (1, "")
+    (line,) = err.splitlines()
+    assert "no space left on device" in line and "credentials" not in line, line
+    if where == "store":
+        build = line.split("/_index/v1/")[1].split("/")[0]
+        assert line == (
+            f"raycompat: error: {store.uri('g', '_index', 'v1', build, 'index.faiss')}: no "
+            "space left on device; the index was not published and this build's partial files "
+            "were removed"
+        )
+    else:
+        assert "the index is staged in the temporary folder" in line and "TMPDIR" in line
+    assert files(store.root) == before  # no orphan index.faiss; the published build kept
+    monkeypatch.undo()  # the disk has space again
+    code, _, err = search(capsys, store, "r1")
+    assert code == 0 and "exactly" not in err  # the published index answers

@@ -172,3 +172,20 @@ def test_a_later_mapping_override_replaces_an_earlier_one_and_merges_into_the_de
     result is merged into the file's and defaults' mapping (test_train_ray relies on it)."""
     cfg = load_config(WithOptions, None, ["data.options={a: 1}", "data.options={b: 2}"])
     assert cfg.data.options == {"per_class": 3, "b": 2}
+
+
+def test_print_config_validates_the_merged_config_as_a_run_does(capsys):
+    from raycompat.cli.errors import run_main
+    from raycompat.cli.jobs.upgrade import main
+
+    with pytest.raises(SystemExit) as done:
+        run_main(main, ["--print-config", "upgrades.1.method=dsimplex_hocc"])
+    assert done.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing printed as if the config were valid
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert "upgrades[1].method: unknown compatibility method 'dsimplex_hocc'" in line
+    assert line.endswith("did you mean 'dsimplex_hoc'?")
+    with pytest.raises(SystemExit) as done:  # the valid config still prints
+        run_main(main, ["--print-config", "upgrades.1.method=dsimplex_hoc"])
+    assert done.value.code == 0 and "dsimplex_hoc" in capsys.readouterr().out

@@ -96,3 +96,30 @@ def test_an_output_location_is_checked_without_writing(tmp_path):
     with pytest.raises(ConfigError, match=r"k='.*/f/x' cannot be written: .*/f is a file"):
         check_output_location("k", str(tmp_path / "f/x"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_an_output_root_that_is_a_file_is_one_line_before_anything_runs(tmp_path):
+    (tmp_path / "f").write_text("")
+    for root in (tmp_path / "f", tmp_path / "f/sub"):
+        with pytest.raises(ConfigError) as error:
+            job_paths(str(root))
+        assert str(error.value) == (
+            f"--output-root={str(root)!r} cannot be written: {tmp_path}/f is a file, not a folder"
+        )
+    assert job_paths(str(tmp_path / "new")).output_root == str(tmp_path / "new")  # made later
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_an_upgrade_run_with_an_output_root_that_is_a_file_stops_with_one_line(tmp_path, capsys):
+    from raycompat.cli.errors import run_main
+    from raycompat.cli.jobs.upgrade import main
+
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as done:  # a real run (no --dry-run): before Ray starts
+        run_main(main, ["--output-root", str(tmp_path / "f")])
+    assert done.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    folder = tmp_path / "f"
+    assert line.endswith(
+        f"error: --output-root='{folder}' cannot be written: {folder} is a file, not a folder"
+    )

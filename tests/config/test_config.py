@@ -378,3 +378,43 @@ def test_a_maps_budget_is_pairs_or_a_fraction_of_the_rows_never_both():
     for bad in ("0", "1.5"):
         with pytest.raises(ConfigError, match=r"upgrades\[1\].map.pairs_fraction must be"):
             entry(f"upgrades.1.map.pairs_fraction={bad}")
+
+
+@pytest.mark.parametrize(
+    "text,where,problem",
+    [
+        ("name: x\noptim:\n  lr: [1\n", "line 4, column 1", "expected ',' or ']'"),
+        ("name: x\n  method: bct\n", "line 2, column 9", "mapping values are not allowed here"),
+        ('name: "x\n', "line 2, column 1", "found unexpected end of stream"),
+    ],
+)
+def test_a_yaml_syntax_error_is_one_line_naming_the_file_line_and_column(
+    tmp_path, text, where, problem
+):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(Job, path)
+    (line,) = str(error.value).splitlines()
+    assert line.startswith(f"{path}: {where}: YAML syntax error: {problem}")
+
+
+def test_a_yaml_syntax_error_in_an_override_names_the_override():
+    with pytest.raises(ConfigError) as error:
+        load_config(Job, None, ["seeds=[1, 2"])
+    (line,) = str(error.value).splitlines()
+    assert line.startswith("override 'seeds=[1, 2': line 1, column 6: YAML syntax error: ")
+    assert "(while parsing a flow sequence started at line 1, column 1)" in line
+
+
+def test_a_mistyped_choice_suggests_the_nearest(tmp_path):
+    with pytest.raises(ConfigError, match=r"method: 'bctt' is not one of .*did you mean 'bct'\?$"):
+        load_config(Job, None, ["method=bctt"])
+    with pytest.raises(ConfigError, match=r"is not one of 'ift', 'bct'$"):  # nothing close
+        load_config(Job, None, ["method=zzzz"])
+    from raycompat.config.upgrade import UpgradeConfig
+
+    with pytest.raises(
+        ConfigError, match=r"policy.on_incompatible: 'backfil' .*did you mean 'backfill'\?$"
+    ):
+        load_config(UpgradeConfig, None, ["policy.on_incompatible=backfil"])

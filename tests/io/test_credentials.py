@@ -306,3 +306,19 @@ def test_transform_job_on_s3_writes_and_logs_no_credential(
     blobs |= {"stdout": out.encode(), "stderr": err.encode(), "log": caplog.text.encode()}
     assert not leaks(blobs), f"credentials found in {leaks(blobs)[:5]}"
     assert REDACTED in caplog.text  # the filter was on: the planted line came out scrubbed
+
+
+def test_the_tune_tradeoff_plot_is_private_under_an_open_umask(tmp_path):
+    """Every report picture goes through save_private_figure: the sweep's tradeoff.png too."""
+    import pandas as pd
+
+    from raycompat.cluster.tune.results import plot_tradeoff
+
+    table = pd.DataFrame({"AC": [0.5, 1.0], "AA": [60.0, 70.0], "trial": ["t_00001", "t_00002"]})
+    before = os.umask(0o022)
+    try:
+        plot_tradeoff(table, tmp_path / "tradeoff.png")
+    finally:
+        os.umask(before)
+    path = tmp_path / "tradeoff.png"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_bytes()[:4] == b"\x89PNG"

@@ -13,6 +13,7 @@ matches; torch for the fit.
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 from functools import partial
 
@@ -40,6 +41,14 @@ def adapt(args) -> dict | str:
         f"query adapter fitted on {evidence['pairs']} pairs{residual} "
         f"({store.uri(args.gallery, evidence['adapter'])})"
     )
+
+
+def _check(args) -> str | None:
+    """A local ``--pairs`` that is not there is named as missing (pyarrow would call it "not a
+    Parquet file"), before the store is opened; an s3:// URI is read by the handler."""
+    if "://" not in args.pairs and not os.path.exists(args.pairs):
+        return f"--pairs {args.pairs}: the file does not exist"
+    return None
 
 
 def _rows_of(args, ray_session: ExitStack):
@@ -93,5 +102,6 @@ COMMANDS = (
         example="raycompat adapt mnist --version v1 --model m2 --pairs m2_sample.parquet "
         f"--store {STORE}",
         as_json=False,
+        check=_check,
     ),
 )

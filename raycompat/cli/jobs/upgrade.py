@@ -48,7 +48,6 @@ from raycompat.cli.job_paths import image_inputs, train_inputs
 from raycompat.config import to_dict
 from raycompat.config.upgrade import PolicySpec, UpgradeConfig, check_upgrade_config
 from raycompat.console import configure_console
-from raycompat.io.credentials import register_secrets
 
 log = logging.getLogger("raycompat.jobs.upgrade")
 REFUSED_EXIT = 3
@@ -91,9 +90,14 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
     configure_console(args.verbose)  # every log line scrubbed of credentials
-    cfg = job_config(UpgradeConfig, args, default=DEFAULT, outputs=OUTPUTS, inputs=inputs)
-    register_secrets(cfg)
-    check_upgrade_config(cfg)
+    cfg = job_config(
+        UpgradeConfig,
+        args,
+        default=DEFAULT,
+        outputs=OUTPUTS,
+        inputs=inputs,
+        check=check_upgrade_config,  # --print-config too: names, methods, options, files
+    )
     announce_outputs(cfg, OUTPUTS, inputs=inputs(cfg), dry_run=args.dry_run)
 
     from raycompat.cli.errors import error_line

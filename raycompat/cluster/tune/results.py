@@ -18,7 +18,7 @@ from raycompat.config import load_config, save_config
 from raycompat.config.fct import FCTSpec
 from raycompat.config.train import TrainConfig
 from raycompat.config.tune import SweepConfig
-from raycompat.io.credentials import scrub, write_private
+from raycompat.io.credentials import save_private_figure, scrub, write_private
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def plot_tradeoff(table: pd.DataFrame, path: Path, x: str = "AC", y: str = "AA")
     ax.set_ylabel(f"{y} (accuracy, validation)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_private_figure(fig, path)
     plt.close(fig)
 
 

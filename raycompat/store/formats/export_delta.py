@@ -8,12 +8,23 @@ and is not empty is refused, unless it is a Delta table and ``mode="overwrite"``
 table version replaces the rows (the old files stay for time travel until a vacuum). Local
 folder or s3:// URI; on S3 the store's s3fs options are mapped to delta-rs's
 (``delta_storage_options``). Needs the ``delta`` extra.
+
+A write that fails into a target it created (none was there) removes that target, when no table
+version was committed to it: a full disk leaves no empty or half-written folder, and is one line
+(:class:`~raycompat.store.no_space.NoSpaceError`). delta-rs's tokio workers print a Rust panic
+to the process's stderr when a write fails under them (``Already shut down``); what the write
+prints is held back (:func:`held_stderr`) and shown only when it succeeds, or at DEBUG
+(``--verbose``) when it fails, so the failure stays one line.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -24,11 +35,13 @@ from raycompat.io.filesystems import open_backend
 from raycompat.store.formats.adopt_delta import delta_storage_options
 from raycompat.store.formats.export import ExportOptionError, check_outside_store
 from raycompat.store.formats.snapshot import require
+from raycompat.store.no_space import NoSpaceError, no_space_left
 
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore
 
 MODES = ("error", "overwrite")
+logger = logging.getLogger(__name__)
 
 
 def write(
@@ -47,32 +60,46 @@ def write(
         raise ExportOptionError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     check_outside_store(store, target, "the Delta target")
     uri = target if "://" in target else os.path.abspath(target)
-    _check_target(target, uri, storage_options, mode)
+    created = _check_target(target, uri, storage_options, mode)
     options = delta_storage_options(storage_options) if uri.startswith("s3://") else None
+    printed = bytearray()
     try:
-        deltalake.write_deltalake(uri, reader, mode=mode, storage_options=options)
+        with held_stderr() as printed:
+            deltalake.write_deltalake(uri, reader, mode=mode, storage_options=options)
+        _show(printed)  # it succeeded: what it printed (warnings), as it was
         table = deltalake.DeltaTable(uri, storage_options=options)
         table.alter.set_table_properties(properties(), raise_if_not_exists=False)
         return len(table.file_uris())
-    except deltalake.exceptions.DeltaError as error:
-        raise StoreError(
-            f"{target}: the Delta table could not be written: {str(error).splitlines()[0]}"
-        ) from None
+    except Exception as error:
+        if printed:
+            logger.debug("delta-rs printed: %s", bytes(printed).decode(errors="replace"))
+        removed = created and _remove_uncommitted(uri, storage_options)
+        if no_space_left(error):
+            also = "; the folder this export created was removed" if removed else ""
+            raise NoSpaceError(
+                f"{target}: no space left on device; the Delta table was not written{also}"
+            ) from None
+        if isinstance(error, deltalake.exceptions.DeltaError):
+            raise StoreError(
+                f"{target}: the Delta table could not be written: {str(error).splitlines()[0]}"
+            ) from None
+        raise
 
 
-def _check_target(target: str, uri: str, storage_options: dict | None, mode: str) -> None:
+def _check_target(target: str, uri: str, storage_options: dict | None, mode: str) -> bool:
     """Refuse a file, a non-empty folder that is no Delta table, and (unless ``mode`` is
-    ``"overwrite"``) a Delta table."""
+    ``"overwrite"``) a Delta table; whether the target is not there yet (the write creates
+    it)."""
     backend = open_backend(uri, storage_options)
     fs, root = backend.filesystem, backend.root
     found = fs.get_file_info(root).type
     if found == pafs.FileType.NotFound:
-        return
+        return True
     if found == pafs.FileType.File:
         raise StoreError(f"{target} is a file; export to a new or empty folder")
     names = {e.base_name for e in fs.get_file_info(pafs.FileSelector(root))}
     if not names:
-        return
+        return False
     if "_delta_log" not in names:
         raise StoreError(
             f"{target} is a folder holding {len(names)} entries and no Delta table; export to a "
@@ -83,3 +110,64 @@ def _check_target(target: str, uri: str, storage_options: dict | None, mode: str
             f"{target} already holds a Delta table; --mode overwrite replaces its rows with a "
             f"new table version"
         )
+    return False
+
+
+def _remove_uncommitted(uri: str, storage_options: dict | None) -> bool:
+    """Delete the target a failed write created, unless a table version was committed to it
+    (a ``_delta_log/*.json``: then it is a table, kept); whether it was removed. Only called
+    for a target that was not there before the write: every file under it is this write's."""
+    backend = open_backend(uri, storage_options)
+    fs, root = backend.filesystem, backend.root
+    try:
+        if fs.get_file_info(root).type == pafs.FileType.NotFound:
+            return False
+        log = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True))
+        if any(entry.base_name.endswith(".json") for entry in log):
+            return False
+        fs.delete_dir(root)
+    except OSError as error:  # the write's own error is the one to report
+        logger.warning("%s: could not remove the folder the failed export created: %s", uri, error)
+        return False
+    return True
+
+
+@contextmanager
+def held_stderr() -> Iterator[bytearray]:
+    """Within the block, what this process writes to its stderr file descriptor (2: Rust's
+    panic messages, C libraries, Python's own ``sys.stderr``) is held in the ``bytearray``
+    yielded instead of printed. A pipe, drained by a thread, holds it: no file, so a full disk
+    cannot lose it. Without a stderr descriptor the block runs as is."""
+    held = bytearray()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):
+        yield held
+        return
+    read, write = os.pipe()
+    drain = threading.Thread(target=_drain, args=(read, held), daemon=True)
+    drain.start()
+    os.dup2(write, 2)
+    os.close(write)
+    try:
+        yield held
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last write end closes: the drain reads its end
+        os.close(saved)
+        drain.join()
+        os.close(read)
+
+
+def _show(printed: bytearray) -> None:
+    if printed:
+        try:
+            os.write(2, bytes(printed))
+        except OSError:  # no stderr to show it on
+            pass
+
+
+def _drain(fd: int, into: bytearray) -> None:
+    while chunk := os.read(fd, 65536):
+        into.extend(chunk)

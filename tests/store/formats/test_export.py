@@ -7,6 +7,7 @@ Real tables on local disk and on the moto S3 server; no Ray except the adopt rou
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -251,3 +252,69 @@ def test_a_version_of_an_s3_store_exports_to_a_local_folder(s3_bucket, tmp_path)
     ids, vectors = by_id(deltalake.DeltaTable(str(tmp_path / "faces_v1")).to_pyarrow_table())
     assert ids == list(range(12)) and summary.rows == 12
     np.testing.assert_array_equal(vectors, x)
+
+
+PANIC = b"thread 'tokio-rt-worker' panicked at object_store/src/buffered.rs:369:41:\nAlready shut\n"
+
+
+def write_until_full(error: Exception):
+    """``deltalake.write_deltalake`` onto a full disk, as delta-rs 1.6 fails there: it creates
+    the folder, a part file and an empty ``_delta_log``, a tokio worker prints a Rust panic to
+    the process's stderr, and it raises ``error``."""
+
+    def write(uri, reader, **kwargs):
+        os.makedirs(os.path.join(uri, "_delta_log"))
+        with open(os.path.join(uri, "part-00000.snappy.parquet"), "wb") as handle:
+            handle.write(b"PAR1 partial")
+        os.write(2, PANIC)
+        raise error
+
+    return write
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        deltalake.exceptions.DeltaError(
+            "Failed to parse parquet: External: Generic LocalFileSystem error: Unable to copy "
+            "data to file: No space left on device (os error 28)"
+        ),
+        OSError("Generic LocalFileSystem error\n  Unable to copy data\n  (os error 28)"),
+    ],
+)
+def test_a_full_disk_is_one_line_and_leaves_no_folder(tmp_path, capfd, monkeypatch, error):
+    from raycompat.cli.app import main
+
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 12)
+    monkeypatch.setattr(deltalake, "write_deltalake", write_until_full(error))
+    target = tmp_path / "out" / "t"
+    argv = ["export", "faces", str(target), "--store", store.root, "--version", "v1"]
+    assert main([*argv, "--format", "delta"]) == 1
+    out, err = capfd.readouterr()
+    assert out == "" and "panicked" not in err
+    assert err == (
+        f"raycompat: error: {target}: no space left on device; the Delta table was not "
+        "written; the folder this export created was removed\n"
+    )
+    assert not target.exists() and (tmp_path / "out").is_dir()  # only what it created
+
+
+def test_a_failed_write_into_an_existing_table_keeps_it(tmp_path, capfd, monkeypatch):
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 12)
+    target = str(tmp_path / "t")
+    export_version(store, "faces", "v1", "delta", target)
+    before = sorted(p.name for p in (tmp_path / "t").iterdir())
+
+    def full(uri, reader, **kwargs):
+        os.write(2, PANIC)
+        raise deltalake.exceptions.DeltaError("No space left on device (os error 28)")
+
+    monkeypatch.setattr(deltalake, "write_deltalake", full)
+    written = r"t: no space left on device; the Delta table was not written$"
+    with pytest.raises(StoreError, match=written):
+        export_version(store, "faces", "v1", "delta", target, mode="overwrite")
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == before
+    assert deltalake.DeltaTable(target).to_pyarrow_table().num_rows == 12
+    assert "panicked" not in capfd.readouterr().err
