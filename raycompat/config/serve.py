@@ -44,6 +44,8 @@ class ServiceSpec:
     poll_s: float = bounded(1.0, gt=0)
     check_each_request: bool = True
     token_file: str | None = None  # else RAYCOMPAT_SERVE_TOKEN, else no token
+    probe_auth: bool = False  # the probes (/healthz, /readyz) ask the token too
+    access_log: bool = True
     shadow: list[str] = field(default_factory=list)  # "G/M=V" each
 
     def build(self, options: bool = False):
@@ -64,6 +66,8 @@ class ServiceSpec:
             poll_s=self.poll_s,
             check_each_request=self.check_each_request,
             token=read_token(self.token_file, key=token_key),
+            probe_auth=self.probe_auth,
+            access_log=self.access_log,
             shadow=tuple(ShadowSpec.parse(text, shadow_key) for text in self.shadow),
         )
 

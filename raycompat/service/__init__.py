@@ -11,7 +11,9 @@ the same app runs under uvicorn (``raycompat serve``) and behind a cluster's HTT
     metrics.py    Prometheus metrics: requests, latency, swaps, the version each pair serves
     shadow.py     shadow traffic: a candidate version searched in the background, overlap@k
                   and negative flips measured
-    run.py        uvicorn in the foreground, or in a thread for tests and benchmarks
+    run.py        the port bound first, then uvicorn in the foreground (SIGTERM drains as
+                  SIGINT does), or in a thread for tests and benchmarks
+    throttle.py   a warning repeated each poll, logged once a minute or on a change
 
 docs/serving.md describes the endpoints, the swap and its guarantees.
 """

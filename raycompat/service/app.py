@@ -6,26 +6,36 @@
                             "hits": [[{"id", "score"}, ...], ...]}
     GET  /v1/galleries  what each (gallery, model) pair and each named alias serves, or why
                         it serves nothing
-    GET  /healthz       {"status": "ok", "pairs": N, "aliases": A}
+    GET  /healthz       liveness: {"status": "ok", "pairs": N, "aliases": A} (loaded now)
+    GET  /readyz        readiness: 200 {"ready": true, ...}, or 503 {"ready": false, "error",
+                        ...} while every route it should serve is unloadable
     GET  /metrics       Prometheus text (``metrics.py``)
 
 Each search takes one snapshot of its pair at its start (``served.py``) and is answered from
-it alone, so an answer names exactly the version and index build it came from. Errors are
-``{"error": message}``: 400 (a field, and its row, named: ``requests.py``), 401 (no or a
-wrong bearer token, on every endpoint), 404 (unknown gallery, model or alias, the valid names
-listed; revoked or retired), 409 (an alias asked with a model it does not point at), 413
-(body over the limit), 503 (the records name a version this replica cannot load). faiss runs
-in a worker thread, never on the event loop.
+it alone, so an answer names exactly the version and index build it came from. Every error is
+JSON, ``{"error": message}``: 400 (a field, and its row, named: ``requests.py``), 401 (no or a
+wrong bearer token), 404 (unknown gallery, model or alias, the valid names listed; revoked or
+retired; an unknown path), 405 (a method the path does not take), 409 (an alias asked with a
+model it does not point at), 413 (body over the limit), 500 (a bug, logged), 503 (the records
+name a version this replica cannot load). faiss runs in a worker thread, never on the event
+loop.
+
+The token guards every endpoint but the probes (``/healthz``, ``/readyz``), which a load
+balancer or the kubelet calls without one and which tell only counts; ``probe_auth`` guards
+them too. Each request is logged in one line (``access_log``): client, method, path, status,
+latency, and for a search the route and the version that answered; never a body or a header.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import logging
 import time
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -46,7 +56,17 @@ from raycompat.service.served import NotServedError, Served
 from raycompat.service.shadow import Shadow
 from raycompat.service.watcher import Watcher
 
-ENDPOINTS = ("/v1/search", "/v1/galleries", "/healthz", "/metrics")
+ENDPOINTS = {
+    "/v1/search": "POST",
+    "/v1/galleries": "GET",
+    "/healthz": "GET",
+    "/readyz": "GET",
+    "/metrics": "GET",
+}
+PROBES = ("/healthz", "/readyz")
+SEARCHED = "raycompat.searched"  # scope key: what a search searched, for the access log
+
+access_logger = logging.getLogger("raycompat.service.access")
 
 
 def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette:
@@ -70,16 +90,23 @@ def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette
     async def search(request: Request) -> Response:
         body = await _limited_body(request, config.max_body_bytes)
         asked = parse_search(body, config.max_k, config.max_batch)
-        return JSONResponse(await run_in_threadpool(answer, served, asked, config, shadow))
+        request.scope[SEARCHED] = str(asked.route())
+        answered = await run_in_threadpool(answer, served, asked, config, shadow)
+        request.scope[SEARCHED] += f" {answered['version']}"
+        return JSONResponse(answered)
 
     async def galleries(request: Request) -> Response:
         listing = served.listing()
         return JSONResponse({"galleries": listing["model"], "aliases": listing["alias"]})
 
     async def healthz(request: Request) -> Response:
-        listing = served.listing()
-        pairs, aliases = (sum(map(len, listing[kind].values())) for kind in ("model", "alias"))
-        return JSONResponse({"status": "ok", "pairs": pairs, "aliases": aliases})
+        counts = served.counts()
+        return JSONResponse(
+            {"status": "ok", "pairs": counts["pairs"], "aliases": counts["aliases"]}
+        )
+
+    async def readyz(request: Request) -> Response:
+        return readiness(served)
 
     async def metrics(request: Request) -> Response:
         return Response(served.metrics.text(), media_type=served.metrics.content_type)
@@ -88,14 +115,32 @@ def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette
         Route("/v1/search", search, methods=["POST"]),
         Route("/v1/galleries", galleries),
         Route("/healthz", healthz),
+        Route("/readyz", readyz),
         Route("/metrics", metrics),
     ]
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={RaycompatError: _error_response},
+        exception_handlers={
+            RaycompatError: _error_response,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
     )
-    return Guard(app, config.token, served)
+    return Guard(app, config, served)
+
+
+def readiness(served: Served) -> JSONResponse:
+    """``/readyz``: 200 while some route answers (:meth:`Served.ready`), else 503. Counts
+    only: the probe may be open, and ``/v1/galleries`` says why."""
+    counts = served.counts()
+    if served.ready():
+        return JSONResponse({"ready": True, **counts})
+    error = (
+        f"not ready: the {counts['unloadable']} route(s) to serve cannot be loaded here "
+        "(GET /v1/galleries says why; the watcher tries again at each poll)"
+    )
+    return JSONResponse({"ready": False, "error": error, **counts}, status_code=503)
 
 
 def answer(
@@ -173,13 +218,34 @@ async def _error_response(request: Request, error: RaycompatError) -> Response:
     return JSONResponse({"error": str(error)}, status_code=status_of(error))
 
 
+async def _http_error(request: Request, error: HTTPException) -> Response:
+    """404 (no such path) and 405 (a method the path does not take), as JSON like the rest."""
+    what = f"{request.method} {request.url.path}"
+    endpoints = ", ".join(f"{method} {path}" for path, method in ENDPOINTS.items())
+    if error.status_code == 404:
+        message = f"no endpoint {what}: the endpoints are {endpoints}"
+    elif error.status_code == 405:
+        allowed = ", ".join(sorted(error.headers["Allow"].split(", ")))  # a set's order
+        message = f"{what}: method not allowed; {request.url.path} takes {allowed}"
+    else:
+        message = f"{what}: {error.detail}"
+    return JSONResponse({"error": message}, status_code=error.status_code, headers=error.headers)
+
+
+async def _internal_error(request: Request, error: Exception) -> Response:
+    """A bug: JSON like every other error; Starlette re-raises it, and uvicorn logs it."""
+    return JSONResponse({"error": "internal error (logged by the service)"}, status_code=500)
+
+
 class Guard:
     """ASGI middleware in front of every endpoint: the bearer token (compared in constant
-    time, never logged) and the request count and latency by endpoint and status."""
+    time, never logged; the probes open unless ``config.probe_auth``), the request count and
+    latency by endpoint and status, and the access log line (``config.access_log``)."""
 
-    def __init__(self, app, token: str | None, served: Served) -> None:
-        self.app, self.served = app, served
-        self.expected = None if token is None else f"Bearer {token}".encode()
+    def __init__(self, app, config: ServiceConfig, served: Served) -> None:
+        self.app, self.served, self.access_log = app, served, config.access_log
+        self.expected = None if config.token is None else f"Bearer {config.token}".encode()
+        self.open = () if config.probe_auth else PROBES
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -191,18 +257,36 @@ class Guard:
                 status[0] = message["status"]
             await send(message)
 
-        if self.expected is not None and not self._authorized(scope):
-            denied = JSONResponse(
-                {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-            await denied(scope, receive, sent)
-        else:
-            await self.app(scope, receive, sent)
-        endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
-        self.served.metrics.answered(endpoint, status[0], time.perf_counter() - start)
+        try:
+            if self._authorized(scope):
+                await self.app(scope, receive, sent)
+            else:
+                denied = JSONResponse(
+                    {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await denied(scope, receive, sent)
+        finally:
+            seconds = time.perf_counter() - start
+            endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
+            self.served.metrics.answered(endpoint, status[0], seconds)
+            if self.access_log:
+                _log_access(scope, status[0], seconds)
 
     def _authorized(self, scope) -> bool:
+        if self.expected is None or scope["path"] in self.open:
+            return True
         given = dict(scope["headers"]).get(b"authorization", b"")
         return hmac.compare_digest(given, self.expected)
+
+
+def _log_access(scope, status: int, seconds: float) -> None:
+    """One line: client, method, path (no query string), status, latency and what a search
+    searched (``g/m1 v1``); never a body or a header, so never a vector or the token."""
+    host, port = scope.get("client") or ("-", 0)
+    searched = scope.get(SEARCHED)
+    access_logger.info(
+        "%s:%d %s %s %d %.1f ms%s", host, port, scope["method"], scope["path"], status,
+        1000 * seconds, f" {searched}" if searched else "",
+    )  # fmt: skip

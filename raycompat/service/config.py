@@ -32,6 +32,10 @@ class ServiceConfig:
             False: only the watcher follows (an answer may lag a change by up to ``poll_s``
             plus a load).
         token: the bearer token every request must carry; None: no token asked.
+        probe_auth: the probes (``/healthz``, ``/readyz``) ask the token too; False (the
+            default): they are open, as a load balancer's health check and the kubelet's
+            probes carry no token, and they tell only counts.
+        access_log: one log line per request (``app.py``); False: none.
         shadow: pairs whose searches also run on a candidate version, in the background
             (``shadow.py``).
     """
@@ -42,6 +46,8 @@ class ServiceConfig:
     poll_s: float = 1.0
     check_each_request: bool = True
     token: str | None = field(default=None, repr=False)
+    probe_auth: bool = False
+    access_log: bool = True
     shadow: tuple[ShadowSpec, ...] = ()
 
     def __post_init__(self) -> None:

@@ -63,7 +63,7 @@ def test_an_adapted_model_finds_the_item_its_query_embeds(world, capsys, kind):
                          "--store", store.root, "-k", "1", "--json")  # fmt: skip
     found = json.loads(out)
     assert code == 0 and found["relation"] == "adapted", err
-    assert found["results"][0]["ids"] == ["150"]  # an item the fit never saw
+    assert found["results"][0]["ids"] == [150]  # an item the fit never saw
     assert [v.version for v in store.versions("g")] == ["v1"]  # nothing rewritten
 
 
@@ -133,7 +133,7 @@ def test_a_named_alias_may_point_at_the_adapted_pair(world, capsys):
     assert code == 0 and "m9's grant (adapted)" in out, err
     code, out, err = run(capsys, "search", "g", "--alias", "prod", "--vectors", query,
                          "--store", store.root, "-k", "1", "--json")  # fmt: skip
-    assert code == 0 and json.loads(out)["results"][0]["ids"] == ["150"], err
+    assert code == 0 and json.loads(out)["results"][0]["ids"] == [150], err
 
 
 @pytest.mark.ray

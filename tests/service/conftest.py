@@ -4,6 +4,8 @@ grants, and m2 may be promoted to v2 or v3 (tests/store/test_aliases.py)."""
 
 from __future__ import annotations
 
+import glob
+
 import pytest
 
 from raycompat.store import GalleryStore
@@ -16,3 +18,13 @@ served_template = test_aliases.served_template  # the session's template store, 
 @pytest.fixture
 def store(served_template, tmp_path) -> GalleryStore:
     return GalleryStore(served_copy(served_template, tmp_path))
+
+
+def corrupt(store: GalleryStore, version: str) -> None:
+    """Overwrite the Parquet files of ``g/version``: the size its record names no longer
+    matches, so it cannot be loaded (its records stay readable)."""
+    parts = glob.glob(f"{store.root}/g/_data/{version}/**/*.parquet", recursive=True)
+    assert parts
+    for part in parts:
+        with open(part, "wb") as out:
+            out.write(b"not parquet")

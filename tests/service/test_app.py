@@ -1,7 +1,9 @@
 """The service over real HTTP (uvicorn on a free loopback port, httpx): answers equal the
 library's ``search``, name their version, index and metric; bad input is refused with the
-field and row named; the bearer token guards every endpoint; metrics count what happened
-(issue 42, items 2 and 6)."""
+field and row named; the bearer token guards every endpoint but the probes; metrics count what
+happened (issue 42, items 2 and 6). As a load balancer and an orchestrator see it (item 5):
+every error is JSON, liveness and readiness are two probes, each request is logged in one
+line."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from raycompat.index.query import search
 from raycompat.service import Served, ServiceConfig, create_app, running
 from raycompat.store.aliases import promote
+from tests.service.conftest import corrupt
 
 TOKEN = "s3cr3t-t0ken-for-tests"
 
@@ -141,12 +144,12 @@ def test_the_watcher_swaps_without_any_request(store):
 def test_the_bearer_token_guards_every_endpoint_and_is_never_logged(store, caplog):
     caplog.set_level(logging.DEBUG)
     with running(create_app(Served(store), ServiceConfig(token=TOKEN))) as url:
-        for path in ("/healthz", "/metrics", "/v1/galleries"):
+        for path in ("/metrics", "/v1/galleries", "/nope"):
             assert httpx.get(f"{url}{path}").status_code == 401
             wrong = httpx.get(f"{url}{path}", headers={"Authorization": "Bearer nope"})
             assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
             right = httpx.get(f"{url}{path}", headers={"Authorization": f"Bearer {TOKEN}"})
-            assert right.status_code == 200
+            assert right.status_code == (404 if path == "/nope" else 200)
         body = {"gallery": "g", "model": "m1", "ids": ["v1-1"]}
         assert post(url, body).status_code == 401
         assert post(url, body, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
@@ -166,3 +169,84 @@ def test_a_shadowed_pair_reports_its_overlap_in_the_metrics(store):
         while want not in httpx.get(f"{url}/metrics").text and time.monotonic() < deadline:
             time.sleep(0.02)
         assert want in httpx.get(f"{url}/metrics").text
+
+
+def test_the_probes_are_open_by_default_and_ask_the_token_with_probe_auth(store):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with running(create_app(Served(store), ServiceConfig(token=TOKEN))) as url:
+        for path in ("/healthz", "/readyz"):  # a load balancer's check carries no token
+            assert httpx.get(f"{url}{path}").status_code == 200
+        assert httpx.get(f"{url}/metrics").status_code == 401
+    with running(create_app(Served(store), ServiceConfig(token=TOKEN, probe_auth=True))) as url:
+        for path in ("/healthz", "/readyz"):
+            assert httpx.get(f"{url}{path}").status_code == 401
+            assert httpx.get(f"{url}{path}", headers=auth).status_code == 200
+
+
+def test_an_unknown_path_and_a_wrong_method_are_json_errors(url):
+    missing = httpx.get(f"{url}/v1/serach")
+    assert missing.status_code == 404 and missing.headers["content-type"] == "application/json"
+    assert missing.json()["error"].startswith("no endpoint GET /v1/serach: the endpoints are ")
+    assert "POST /v1/search" in missing.json()["error"]
+    wrong = httpx.get(f"{url}/v1/search")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert wrong.json() == {"error": "GET /v1/search: method not allowed; /v1/search takes POST"}
+    assert httpx.post(f"{url}/healthz").json()["error"].endswith("/healthz takes GET, HEAD")
+
+
+def test_a_bug_is_a_json_500_and_is_counted(store, monkeypatch):
+    served = Served(store)
+    with running(create_app(served)) as url:
+        monkeypatch.setattr(served, "listing", lambda: 1 / 0)
+        failed = httpx.get(f"{url}/v1/galleries")
+        assert failed.status_code == 500 and failed.json() == {
+            "error": "internal error (logged by the service)"
+        }
+        text = httpx.get(f"{url}/metrics").text
+        assert 'raycompat_requests_total{endpoint="/v1/galleries",status="500"} 1.0' in text
+
+
+def access_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "raycompat.service.access"]
+
+
+def test_each_request_is_one_access_log_line_without_vectors_or_token(store, caplog):
+    caplog.set_level(logging.INFO, logger="raycompat.service.access")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    vectors = [[0.123456, 0.654321, 0.5, 0.25]]
+    with running(create_app(Served(store), ServiceConfig(token=TOKEN))) as url:
+        post(url, {"gallery": "g", "model": "m2", "vectors": vectors, "k": 2}, headers=auth)
+        post(url, {"gallery": "g", "model": "m9", "ids": ["v1-1"]}, headers=auth)
+        httpx.get(f"{url}/healthz?token={TOKEN}")
+    found, missing, probe = access_lines(caplog)
+    assert found.startswith("127.0.0.1:") and " POST /v1/search 200 " in found
+    assert found.endswith(" ms g/m2 v1")  # the route searched and the version that answered
+    assert " POST /v1/search 404 " in missing and missing.endswith(" ms g/m9")
+    assert " GET /healthz 200 " in probe  # the path only: no query string
+    assert TOKEN not in caplog.text and "0.123456" not in caplog.text
+    caplog.clear()
+    with running(create_app(Served(store), ServiceConfig(access_log=False))) as url:
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    assert access_lines(caplog) == []
+
+
+def test_a_store_it_cannot_load_is_live_not_ready_and_its_searches_are_503(store, caplog):
+    corrupt(store, "v1")  # every model of g serves v1
+    caplog.set_level(logging.WARNING, logger="raycompat.service.served")
+    with running(create_app(Served(store), ServiceConfig(poll_s=0.02))) as url:
+        assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "pairs": 0, "aliases": 0}
+        ready = httpx.get(f"{url}/readyz")
+        assert ready.status_code == 503, ready.text
+        assert ready.json()["ready"] is False and ready.json()["unloadable"] == 3
+        assert "cannot be loaded here" in ready.json()["error"]
+        searched = post(url, {"gallery": "g", "model": "m1", "ids": ["v1-1"]})
+        assert searched.status_code == 503, searched.text
+        error = searched.json()["error"]
+        assert (
+            error.startswith("g/m1 serves v1, which cannot be loaded here: ") and "parquet" in error
+        )
+        listed = httpx.get(f"{url}/v1/galleries").json()["galleries"]["g"]["m1"]
+        assert listed["serves"] is None and listed["unloadable"] == error
+        time.sleep(0.5)  # some 25 polls, each retrying the three routes
+    warned = [r for r in caplog.records if "cannot be loaded here" in r.getMessage()]
+    assert sorted(r.getMessage().split(" ")[0] for r in warned) == ["g/m1", "g/m2", "g/m3"]

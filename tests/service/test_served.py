@@ -11,10 +11,11 @@ import pytest
 
 from raycompat.index.query import ranked_hits
 from raycompat.service.routes import Route
-from raycompat.service.served import NotServedError, Served
+from raycompat.service.served import NotServedError, Served, UnloadableError
 from raycompat.store import named_aliases
 from raycompat.store.aliases import promote, revoke, rollback
 from raycompat.store.retired import retire
+from tests.service.conftest import corrupt
 
 Q = np.full((1, 4), 0.5, np.float32)
 
@@ -159,3 +160,26 @@ def test_ids_queries_are_read_from_a_flat_index_without_scanning_the_files(
     np.testing.assert_array_equal(loaded.stored(store, ["v1-3", "v1-0"]), scanned)
     with pytest.raises(StoreError, match=r"g/v1 holds no row with id\(s\) \['nope'\]"):
         loaded.stored(store, ["v1-3", "nope"])
+
+
+def test_a_promote_to_a_version_it_cannot_load_is_503_and_the_others_stay_ready(
+    served, store, caplog
+):
+    corrupt(store, "v3")
+    promote(store, "g", "m2", "v3")
+    for _ in range(2):  # the second request does not load again: the same state, the same error
+        with pytest.raises(UnloadableError, match="g/m2 serves v3, which cannot be loaded here"):
+            served.for_request(Route("g", "m2"))
+    assert served.for_request(Route("g", "m2"), check=False).version == "v1"  # --poll-only
+    assert served.listing()["model"]["g"]["m2"]["unloadable"].startswith("g/m2 serves v3")
+    assert served.counts() == {"pairs": 3, "aliases": 0, "unloadable": 1} and served.ready()
+    for _ in range(5):  # five polls, one warning: the same error is logged once a minute
+        served.refresh()
+    warned = [r for r in caplog.records if "g/m2 serves v3" in r.getMessage()]
+    assert len(warned) == 1 and "kept serving v1" in warned[0].getMessage()
+    rollback(store, "g", "m2")
+    assert served.for_request(Route("g", "m2")).version == "v1"
+    assert (
+        served.counts()["unloadable"] == 0
+        and "unloadable" not in served.listing()["model"]["g"]["m2"]
+    )

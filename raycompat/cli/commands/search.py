@@ -68,7 +68,8 @@ def _search(args) -> dict:
             {
                 "query": str(name),
                 "image": name if args.images else None,
-                "ids": [str(i) for i in hits.ids.tolist()],
+                # as stored, as the service answers them: integers for int64 ids, else text
+                "ids": hits.ids.tolist(),
                 # finite for every hit of finite vectors; None keeps --json valid JSON regardless
                 "scores": [float(s) if np.isfinite(s) else None for s in hits.scores.tolist()],
                 "labels": hits.labels,
@@ -136,7 +137,7 @@ COLUMNS = [("query", "query"), ("rank", "rank"), ("id", "id"), ("score", "score"
 
 def render_search(out: dict) -> str:
     rows = [
-        {"query": r["query"], "rank": rank + 1, "id": i, "score": s, "label": label}
+        {"query": r["query"], "rank": rank + 1, "id": str(i), "score": s, "label": label}
         for r in out["results"]
         for rank, (i, s, label) in enumerate(zip(r["ids"], r["scores"], r["labels"], strict=True))
     ]

@@ -1,10 +1,13 @@
 """``raycompat serve --store S``: the search service on one machine (uvicorn), following the
 store's serving records (``raycompat/service/``, docs/serving.md).
 
-It binds 127.0.0.1 unless ``--host`` says otherwise; the bearer token comes from
-``--token-file`` or ``RAYCOMPAT_SERVE_TOKEN`` and is never printed. It runs until interrupted
-(Ctrl-C or SIGTERM) and then answers one line. (``serve.py`` beside it holds promote, rollback,
-revoke and retire: the records this service follows.)
+It binds 127.0.0.1 unless ``--host`` says otherwise, and binds before it loads anything: a
+port in use is one line, exit 1; a port outside 1-65535 a usage error, exit 2. The bearer
+token comes from ``--token-file`` or ``RAYCOMPAT_SERVE_TOKEN`` and is never printed; the probes
+are open unless ``--probe-auth``. Each request is logged in one line unless
+``--no-access-log``. It runs until Ctrl-C or SIGTERM, lets the requests in flight finish, and
+then answers one line, exit 0. (``serve.py`` beside it holds promote, rollback, revoke and
+retire: the records this service follows.)
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from raycompat.cli.command import Command
 from raycompat.cli.store_options import add_store_arguments, open_store
 
 DEFAULT_PORT = 8321
+PORTS = range(1, 65536)
 
 
 def serve(args) -> str:
     from raycompat.config.serve import ServiceSpec
-    from raycompat.service import Served, create_app, serve_forever
+    from raycompat.service import Served, create_app
+    from raycompat.service.run import bind, serve_forever
 
     config = ServiceSpec(
         max_k=args.max_k,
@@ -29,11 +34,24 @@ def serve(args) -> str:
         poll_s=args.poll_s,
         check_each_request=not args.poll_only,
         token_file=args.token_file,
+        probe_auth=args.probe_auth,
+        access_log=args.access_log,
         shadow=list(args.shadow),
     ).build(options=True)
     store = open_store(args)
-    serve_forever(create_app(Served(store), config), args.host, args.port)
+    sock = bind(args.host, args.port)  # before any index loads: a port in use fails at once
+    serve_forever(create_app(Served(store), config), sock)
     return f"stopped serving {store.uri()} on {args.host}:{args.port}"
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if value not in PORTS:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port: give 1 to 65535")
+    return value
 
 
 def _positive_s(text: str) -> float:
@@ -54,11 +72,26 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every "
         "interface, with a --token-file)",
     )
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    p.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"1 to 65535 (default {DEFAULT_PORT})"
+    )
     p.add_argument(
         "--token-file",
         help="a file whose first line is the bearer token every request must carry (default: "
         "the environment's RAYCOMPAT_SERVE_TOKEN; neither: no token asked)",
+    )
+    p.add_argument(
+        "--probe-auth",
+        action="store_true",
+        help="the probes (/healthz, /readyz) ask the token too; by default they are open, as a "
+        "load balancer's health check and the kubelet's probes carry none (they tell only counts)",
+    )
+    p.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="no log line per request (by default: client, method, path, status, latency, the "
+        "route searched; never a body or the token)",
     )
     p.add_argument("--poll-s", type=_positive_s, default=1.0, help="seconds between polls of "
                    "the serving records (default 1)")  # fmt: skip
