@@ -49,6 +49,8 @@ __getattr__, __dir__, _TORCH_NAMES = lazy_exports(
             "fit_statistics",
         ),
         "linear": ("AffineTransformation", "ProcrustesTransformation"),
+        "slerp": ("SlerpTransformation", "spherical_interpolation"),
+        "slerp_fit": ("fit_slerp",),
         "pairs": ("PairsError", "check_pairs"),
         "statistics": ("PairStatistics",),
         "fct": ("FCTTransformation", "side_info_transformation"),

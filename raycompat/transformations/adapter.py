@@ -4,7 +4,7 @@
 (Vejendla, "Drift-Adapter", EMNLP 2025, arXiv 2509.23471, its residual-MLP adapter). ``A`` and
 ``b`` are a closed-form fit (Procrustes or least squares, :mod:`raycompat.transformations.fit`)
 and stay fixed; the MLP's last layer starts at zero, so the adapter starts exactly at that fit
-and its training (a few seconds of AdamW on the pairs,
+and its training (AdamW early stopped on held-out pairs,
 :func:`~raycompat.transformations.fit.fit_adapter`) learns only what the linear map leaves.
 No side-information (``d_side = 0``).
 """

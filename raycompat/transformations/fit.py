@@ -22,8 +22,10 @@ sample of them.
   ``W = (S + eps I)^-1 K``, ``eps = 1e-10 tr(S)/d_old`` (a ridge that only guards a singular
   ``S``). ``lam > 0``: quartic, no closed form: L-BFGS in float64 on the same ``S`` and ``K``,
   from the better of the least-squares ``W`` and its nearest orthogonal matrix.
-- :func:`fit_adapter`: ``A``, ``b`` by one of the above, then AdamW on the residual MLP
-  (:mod:`raycompat.transformations.adapter`), fixed seed, a given number of steps.
+- :func:`fit_adapter`: ``A``, ``b`` by one of the above on all but a held-out share of the
+  rows, then AdamW on the residual MLP (:mod:`raycompat.transformations.adapter`) early
+  stopped on that share (:mod:`raycompat.transformations.adapter_training`); never worse than
+  its init there. ``slerp`` is fitted by :mod:`raycompat.transformations.slerp_fit`.
 
 No Ray here.
 """
@@ -37,13 +39,24 @@ import numpy as np
 import torch
 
 from raycompat.transformations.adapter import AdapterTransformation
+from raycompat.transformations.adapter_training import (
+    TrainingBudget,
+    held_out_residual,
+    train_residual,
+)
 from raycompat.transformations.base import Transformation
 from raycompat.transformations.kinds import FITTED_KINDS
 from raycompat.transformations.linear import AffineTransformation, ProcrustesTransformation
-from raycompat.transformations.pairs import PairsError, check_enough_pairs, check_pairs
+from raycompat.transformations.pairs import (
+    PairsError,
+    check_enough_pairs,
+    check_pairs,
+    held_out_split,
+)
 from raycompat.transformations.statistics import PairStatistics
 
 RIDGE = 1e-10  # eps of the least-squares solve, relative to the mean variance tr(S)/d_old
+MIN_HELD_OUT = 32  # the fewest held-out pairs the adapter is judged on (when it has them)
 
 
 @dataclass(frozen=True)
@@ -176,13 +189,6 @@ def _penalised(cov_x, cov_xy, lam: float, least_squares, steps: int) -> np.ndarr
     return w.detach().numpy()
 
 
-def _residual(h: Transformation, old: torch.Tensor, new: torch.Tensor) -> float:
-    """Mean squared ``||h(old) - new||^2`` per pair; leaves ``h`` in eval mode."""
-    h.eval()
-    with torch.inference_mode():
-        return float(((h(old) - new) ** 2).sum(dim=1).mean())
-
-
 LINEAR_INITS = {"procrustes": fit_procrustes, "affine": fit_affine}
 
 
@@ -190,57 +196,76 @@ def fit_adapter(
     x,
     y,
     *,
-    init: str = "procrustes",
+    init: str = "affine",
     width: int = 256,
-    steps: int = 300,
-    batch_size: int = 256,
-    lr: float = 1e-3,
-    weight_decay: float = 1e-4,
+    held_out: float = 0.1,
     seed: int = 0,
     normalize_output: bool = False,
-    **checks,
+    **options,
 ) -> Fit:
     """The residual adapter on the pairs ``x (N, d_old)``, ``y (N, d_new)`` (in memory: a
-    bounded sample; ``checks`` as :func:`~raycompat.transformations.pairs.check_pairs` takes
-    them). ``A``, ``b`` = the ``init`` fit (``"procrustes"`` or ``"affine"`` with lam 0),
-    fixed; then ``steps`` AdamW steps on batches of ``batch_size`` pairs drawn with ``seed``,
-    minimising the mean squared error. Same arguments and rows, same weights (on one machine).
+    bounded sample), trained to convergence on a held-out share of them.
+
+    A seeded share ``held_out`` of the pairs (at least :data:`MIN_HELD_OUT`, at most half) is
+    held out; ``A``, ``b`` = the ``init`` fit (``"procrustes"`` or ``"affine"`` with lam 0) on
+    the rest, fixed; then the MLP trains on the rest with AdamW under a cosine schedule, early
+    stopped on the held-out pairs, within a step and a wall-time cap (``options``: the fields
+    of :class:`~raycompat.transformations.adapter_training.TrainingBudget`, e.g. ``steps``,
+    ``lr``, ``max_seconds``; the others are
+    :func:`~raycompat.transformations.pairs.check_pairs`'s). It keeps the best weights seen on
+    the held-out pairs, and returns the init itself (the MLP at zero) unless those beat it
+    there: never worse than its linear init on the held-out pairs. Same arguments and rows,
+    same weights on one machine, unless the wall-time cap stops it. ``settings`` records the
+    held-out residuals of the init and of the result, the steps run and why it stopped.
     """
     if init not in LINEAR_INITS:
         raise ValueError(f"adapter fit: unknown init {init!r}; valid: {', '.join(LINEAR_INITS)}")
-    x, y = check_pairs(x, y, **checks)
-    stats = PairStatistics.empty(x.shape[1], y.shape[1], gram=init == "affine").add(x, y)
-    linear = LINEAR_INITS[init](stats)
+    budget_keys = set(TrainingBudget.__dataclass_fields__)
+    budget = TrainingBudget(**{k: v for k, v in options.items() if k in budget_keys})
+    x, y = check_pairs(x, y, **{k: v for k, v in options.items() if k not in budget_keys})
+    check_enough_pairs(len(x), x.shape[1], y.shape[1], "adapter")
+    fit_rows, held_rows = held_out_split(
+        len(x), held_out, MIN_HELD_OUT, max(x.shape[1], y.shape[1]), seed
+    )
+    stats = PairStatistics.empty(x.shape[1], y.shape[1], gram=init == "affine")
+    linear = LINEAR_INITS[init](stats.add(x[fit_rows], y[fit_rows]))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         h = AdapterTransformation(
-            stats.d_old, stats.d_new, width=width, normalize_output=normalize_output
+            x.shape[1], y.shape[1], width=width, normalize_output=normalize_output
         )
     h.set_weights(linear.transformation.weight, linear.transformation.bias)
     old = torch.as_tensor(x, dtype=torch.float32)
     new = torch.as_tensor(y, dtype=torch.float32)
-    init_residual = _residual(h, old, new)  # the MLP starts at zero: h is the init's map
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(h.mlp.parameters(), lr=lr, weight_decay=weight_decay)
-    h.train()
-    for _ in range(steps):
-        rows = torch.randint(len(old), (min(batch_size, len(old)),), generator=generator)
-        loss = ((h(old[rows]) - new[rows]) ** 2).sum(dim=1).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    residual = _residual(h, old, new)
-    settings = {
-        "init": init,
-        "init_residual": init_residual,
-        "width": width,
-        "steps": steps,
-        "batch_size": batch_size,
-        "lr": lr,
-        "weight_decay": weight_decay,
-        "seed": seed,
-    }
-    return Fit(h, stats.count, residual, stats.sum_sq_y / stats.count, settings)
+    train, held = (old[fit_rows], new[fit_rows]), (old[held_rows], new[held_rows])
+    settings = {"init": init, "width": width, "held_out_pairs": len(held_rows), "seed": seed}
+    settings.update({k: getattr(budget, k) for k in sorted(budget_keys)})
+    if len(held_rows) == 0:  # nothing to judge the MLP on: keep the init
+        settings.update(init_held_out_residual=None, held_out_residual=None, steps_run=0)
+        settings["stopped"] = "no held-out pairs: the linear init"
+    else:
+        init_held = held_out_residual(h, *held)  # the MLP starts at zero: h is the init
+        run = train_residual(h, train, held, budget, seed)
+        kept = run.best < init_held
+        if not kept:
+            _zero_last_layer(h)
+        settings.update(
+            init_held_out_residual=init_held,
+            held_out_residual=run.best if kept else init_held,
+            steps_run=run.steps,
+            best_step=run.best_step if kept else 0,
+            stopped=run.stopped if kept else f"{run.stopped}; not better than the linear init",
+            seconds=round(run.seconds, 3),
+        )
+    residual = held_out_residual(h, old, new)
+    return Fit(h, len(x), residual, float((y.astype(np.float64) ** 2).sum(axis=1).mean()), settings)
+
+
+def _zero_last_layer(h: AdapterTransformation) -> None:
+    """The MLP back to zero output: ``h`` is exactly its linear term again."""
+    with torch.no_grad():
+        h.mlp[2].weight.zero_()
+        h.mlp[2].bias.zero_()
 
 
 def _keeps_gram(kind: str, d_x: int, d_y: int) -> bool:
@@ -256,17 +281,25 @@ def fit_statistics(kind: str, stats: PairStatistics, *, lam: float = 0.0) -> Fit
         return fit_procrustes(stats)
     if kind == "affine":
         return fit_affine(stats, lam)
-    raise ValueError(f"fit_statistics: {kind!r} is not fitted from statistics (procrustes, affine)")
+    raise ValueError(
+        f"fit_statistics: {kind!r} is not fitted from statistics (procrustes, affine): it "
+        "needs the rows (fit_kind)"
+    )
 
 
 def fit_kind(kind: str, x, y, *, lam: float = 0.0, seed: int = 0, where: str = "pairs") -> Fit:
     """The ``kind`` map fitted on the pairs ``x (N, d_old)``, ``y (N, d_new)``: the one entry
     point of ``raycompat adapt`` and of the fits on pairs in memory. ``lam``: the affine fit's
-    penalty; ``seed``: the adapter's; ``where`` names the pairs in errors."""
+    penalty; ``seed``: the held-out split of the adapter and of slerp; ``where`` names the
+    pairs in errors."""
     if kind not in FITTED_KINDS:
         raise ValueError(f"fit_kind: {kind!r} is not one of {', '.join(FITTED_KINDS)}")
     if kind == "adapter":
         return fit_adapter(x, y, seed=seed, where=where)
+    if kind == "slerp":
+        from raycompat.transformations.slerp_fit import fit_slerp  # it imports this module
+
+        return fit_slerp(x, y, seed=seed, where=where)
     two_d = np.ndim(x) == np.ndim(y) == 2
     gram = _keeps_gram(kind, np.shape(x)[1], np.shape(y)[1]) if two_d else True
     stats = PairStatistics.of(x, y, gram=gram, where=where)  # checks them

@@ -28,9 +28,11 @@ TRANSFORMATIONS.register_path(
 TRANSFORMATIONS.register_path("affine", "raycompat.transformations.linear:AffineTransformation")
 # A fixed linear map plus a residual MLP (Drift-Adapter, arXiv 2509.23471).
 TRANSFORMATIONS.register_path("adapter", "raycompat.transformations.adapter:AdapterTransformation")
+# Procrustes, then spherical interpolation (Ricci, Biondi, Pernici, NeurIPS 2026).
+TRANSFORMATIONS.register_path("slerp", "raycompat.transformations.slerp:SlerpTransformation")
 
 # The kinds fitted on paired rows without training (``fit.fit_kind``), by name.
-FITTED_KINDS = ("procrustes", "affine", "adapter")
+FITTED_KINDS = ("procrustes", "affine", "adapter", "slerp")
 
 # The kind of a stored spec without a "kind" key: every export written before kinds were
 # recorded is FCT's h or g.

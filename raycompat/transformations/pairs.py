@@ -4,10 +4,13 @@ A fit of a transformation ``old -> new`` without training (``procrustes``, ``aff
 ``adapter``) reads pairs: row ``i`` of ``x (N, d_old)`` and row ``i`` of ``y (N, d_new)`` are
 one item as the transformation's input and as its target. :func:`check_pairs` refuses what
 would fit a wrong map, each in one line naming the row: lengths that differ, ids that do not
-pair up row by row, a NaN or an infinity. NumPy only; no torch, no Ray.
+pair up row by row, a NaN or an infinity. :func:`held_out_split` sets aside the seeded share
+of them a fit is judged on. NumPy only; no torch, no Ray.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -93,3 +96,17 @@ def check_enough_pairs(count: int, d_old: int, d_new: int, kind: str) -> None:
             f"{kind} fit: {count} pairs for widths {d_old} -> {d_new}; it needs at least "
             f"{needed} (the larger width), or the map is not determined by the pairs"
         )
+
+
+def held_out_split(
+    count: int, share: float, minimum: int, keep: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(fit_rows, held_rows)``: a seeded split of ``range(count)`` into the rows a fit sees and
+    the rows it is judged on. ``held_rows`` holds ``ceil(share * count)`` rows, at least
+    ``minimum``, but never more than half of them nor so many that fewer than ``keep`` (what
+    the fit needs) are left; it is empty when ``count <= keep``. Both are sorted."""
+    if not 0 < share < 1:
+        raise ValueError(f"held-out share must be in (0, 1), got {share}")
+    held = min(max(math.ceil(share * count), minimum), count // 2, max(count - keep, 0))
+    order = np.random.default_rng(seed).permutation(count)
+    return np.sort(order[held:]), np.sort(order[:held])

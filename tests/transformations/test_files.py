@@ -20,6 +20,7 @@ from raycompat.transformations import (
     UnknownKindError,
     fit_adapter,
     fit_affine,
+    fit_kind,
     fit_procrustes,
     load_transformation,
     read_transformation,
@@ -106,7 +107,7 @@ def test_an_unknown_stored_kind_is_one_line_naming_the_file(h_dir):
     message = str(err.value)
     assert "\n" not in message and isinstance(err.value, DataError)
     assert message.startswith(f"{h_dir}/h.json: unknown transformation kind 'procrustes-v9'")
-    assert message.endswith("this raycompat reads adapter, affine, fct, procrustes")
+    assert message.endswith("this raycompat reads adapter, affine, fct, procrustes, slerp")
     with pytest.raises(UnknownKindError, match="procrustes-v9"):
         load_transformation(h_dir)
 
@@ -131,11 +132,12 @@ def fitted(kind: str):
         "procrustes": lambda: fit_procrustes(PairStatistics.of(x, y), center=True),
         "affine": lambda: fit_affine(PairStatistics.of(x, y), 0.1, normalize_output=True),
         "adapter": lambda: fit_adapter(x, y, width=8, steps=10),
+        "slerp": lambda: fit_kind("slerp", x, y),
     }
     return fits[kind]()
 
 
-@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter"])
+@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter", "slerp"])
 def test_a_fitted_kind_round_trips_to_the_bit_with_its_digest(tmp_path, kind):
     fit = fitted(kind)
     save_transformation(tmp_path / "a", fit.transformation, "h", **fit.info())

@@ -186,7 +186,7 @@ def test_fewer_pairs_than_the_width_are_refused(fit):
     )
 
 
-@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter"])
+@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter", "slerp"])
 def test_fit_kind_is_each_fit_with_its_settings(kind):
     """``fit_kind``: the one entry of ``raycompat adapt`` and the job's map methods; a
     Procrustes map onto fewer coordinates keeps the Gram, so its residual is still known."""
@@ -198,9 +198,8 @@ def test_fit_kind_is_each_fit_with_its_settings(kind):
     fit = fit_kind(kind, x, y, lam=0.1, seed=3, where="p")
     assert fit.transformation.kind == kind and fit.pairs == 64
     assert fit.residual is not None  # 6 -> 4: not an isometry, answered from the Gram
-    assert {"affine": ("lam", 0.1), "adapter": ("seed", 3)}.get(kind, ("center", False)) in (
-        fit.settings.items()
-    )
+    expected = {"affine": ("lam", 0.1), "adapter": ("seed", 3), "slerp": ("grid", 21)}
+    assert expected.get(kind, ("center", False)) in fit.settings.items()
     with pytest.raises(ValueError, match="fit_kind: 'fct' is not one of"):
         fit_kind("fct", x, y)
 

@@ -16,6 +16,7 @@ from raycompat.transformations import (
     AffineTransformation,
     FCTTransformation,
     ProcrustesTransformation,
+    SlerpTransformation,
     Transformation,
     create_transformation,
     list_transformations,
@@ -28,6 +29,7 @@ SPECS = {
     "procrustes": dict(d_old=5, d_side=0, d_new=3, normalize_output=False),
     "affine": dict(d_old=5, d_side=0, d_new=3, normalize_output=True),
     "adapter": dict(d_old=5, d_side=0, d_new=3, width=8, normalize_output=False),
+    "slerp": dict(d_old=5, d_side=0, d_new=3, normalize_output=True),
 }
 
 
@@ -41,6 +43,7 @@ def test_lookup_gives_the_kind_class():
     assert transformation_class("procrustes") is ProcrustesTransformation
     assert transformation_class("affine") is AffineTransformation
     assert transformation_class("adapter") is AdapterTransformation
+    assert transformation_class("slerp") is SlerpTransformation
 
 
 def test_an_unknown_kind_lists_the_kinds():
@@ -81,7 +84,7 @@ def test_listing_the_kinds_imports_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter"])
+@pytest.mark.parametrize("kind", ["procrustes", "affine", "adapter", "slerp"])
 def test_map_arrays_is_forward_on_arrays_for_every_query_side_kind(kind):
     """What a query-side search runs (the linear kinds' own lean call, the adapter's module
     call), float64 queries included."""
