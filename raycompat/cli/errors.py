@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -73,7 +75,24 @@ def run_main(
         _run_main(main, argv, resumes)
 
 
+def interruptible() -> None:
+    """Make SIGINT raise ``KeyboardInterrupt`` in this process, as Python's own handler does.
+
+    A process started with SIGINT ignored keeps it ignored: a shell without job control (a
+    script's ``job &``, many CI runners and process managers) starts background commands so,
+    and Python then installs no handler. The job would ignore SIGINT wherever it runs our code,
+    and stop on it only inside a library that installs a handler of its own (Ray Train's, Ray
+    Data's deferral): one Ctrl-C ended some stages and not others (issue 52). Every job and
+    command stops on SIGINT instead, in every stage; a handler a caller installed (a test, an
+    embedding program) is left as it is. Main thread only (elsewhere signals are not ours)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resumes: str) -> None:
+    interruptible()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]

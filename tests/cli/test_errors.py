@@ -208,11 +208,23 @@ run_main(main, resumes="rerunning resumes from the last checkpoint")
 """
 
 
-def interrupted(command: list[str], ready, timeout: float = 120) -> tuple[int, list[str]]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def interrupted(
+    command: list[str], ready, timeout: float = 120, ignored: bool = False
+) -> tuple[int, list[str]]:
     """Start ``command``, wait until ``ready(line)`` holds for a line of its stderr or stdout,
-    send SIGINT: ``(exit status, the stderr lines printed after the signal)``."""
+    send SIGINT: ``(exit status, the stderr lines printed after the signal)``. ``ignored``:
+    started with SIGINT ignored, as a shell without job control starts ``command &``."""
     proc = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_sigint if ignored else None,
     )
     try:
         stream = proc.stdout if ready.__name__ == "stdout" else proc.stderr
@@ -230,11 +242,12 @@ def interrupted(command: list[str], ready, timeout: float = 120) -> tuple[int, l
     return proc.returncode, err.splitlines()
 
 
-def test_ctrl_c_in_a_job_is_one_line_and_exit_130():
+@pytest.mark.parametrize("ignored", [False, True], ids=["foreground", "started_ignoring_sigint"])
+def test_ctrl_c_in_a_job_is_one_line_and_exit_130(ignored):
     def stdout(line: str) -> bool:
         return line.strip() == "ready"
 
-    code, lines = interrupted([sys.executable, "-c", SLEEPER], stdout)
+    code, lines = interrupted([sys.executable, "-c", SLEEPER], stdout, ignored=ignored)
     assert code == 130, lines
     assert lines == ["-c: interrupted; rerunning resumes from the last checkpoint"], lines
 
@@ -254,6 +267,23 @@ def test_ctrl_c_during_the_demo_is_one_line_and_exit_130(tmp_path):
     assert lines[-1] == (
         "demo.py: interrupted; rerunning starts the demo again (it stores no progress)"
     ), lines
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_upgrade_jobs_first_training_is_one_line_and_exit_130(tmp_path):
+    """Issue 52, item 1: started as a script's ``job &`` starts it (SIGINT ignored), the
+    upgrade job went on past a SIGINT in its first training, trained every model and exited
+    0. It stops there now, with one line, and a rerun resumes."""
+
+    def stderr(line: str) -> bool:
+        return "m1" in line and "epoch 1/" in line
+
+    command = [sys.executable, "jobs/upgrade.py", "--output-root", str(tmp_path),
+               "training.epochs=200"]  # fmt: skip
+    code, lines = interrupted(command, stderr, ignored=True)
+    assert code == 130, lines
+    assert lines[-1].startswith("upgrade.py: interrupted; rerunning the same command resumes")
+    assert not [line for line in lines if "Traceback" in line or "[2/3]" in line], lines
 
 
 # ---- issue 41, item 6: more bad input, one line each ---------------------------------------------
