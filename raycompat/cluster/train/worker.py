@@ -240,6 +240,8 @@ def train_worker(task: WorkerTask, prepared: Prepared, cfg, rank: int, marker) -
         report(task, prepared, metrics, trained, rank, guard.global_step)
         if rank == 0 and task.epochs:  # the console's one line per epoch (metrics.jsonl: all)
             terms = {k: metrics[k] for k in trained.sums if k != "grad_norm"}
+            if task.plateau is not None:  # the score the rule watches
+                terms["val"] = metrics["selection_score"]
             log_epoch(log, task.name, epoch, task.epochs, terms, metrics["images_per_s"], clock)
         if stop:
             if rank == 0:
@@ -263,7 +265,8 @@ def stopping(task: WorkerTask, epoch: int, metrics: dict) -> bool:
     metrics.update(epochs_cap=task.epochs, epochs_run=epoch + 1)
     stop = False
     if task.plateau is not None and task.epochs:
-        stop = task.plateau.update(epoch, float(metrics["selection_score"]))
+        plateau = task.plateau.update(epoch, float(metrics["selection_score"]))
+        stop = plateau and epoch + 1 < task.epochs  # at the cap, the cap ended it
         metrics.update(best_epoch=task.plateau.best_epoch, best_score=task.plateau.best)
     if stop:
         metrics["stopped"] = PLATEAU

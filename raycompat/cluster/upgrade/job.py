@@ -173,7 +173,10 @@ class Upgrader:
         if steps.trained_already(train_cfg):  # an interrupted run trained it: nothing to train
             self._say(spec, f"reading back the {method} model an earlier run trained {against}")
         else:
-            self._say(spec, f"training {method} {against} ({plural(epochs, 'epoch')})")
+            budget = plural(epochs, "epoch")
+            if self.cfg.training.stop.rule == "plateau":
+                budget = f"to its validation plateau, at most {budget}"
+            self._say(spec, f"training {method} {against} ({budget})")
         directory = steps.train_candidate(
             train_cfg, os.path.join(self.work, "candidates", spec.model_version + suffix)
         )

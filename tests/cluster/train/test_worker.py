@@ -38,3 +38,22 @@ def test_the_environment_is_restored_when_the_run_raises(monkeypatch):
 def test_a_poll_interval_out_of_range_is_refused_by_name(value):
     with pytest.raises(ConfigError, match="run.report_poll_s"):
         apply_overrides(TrainConfig(), [f"run.report_poll_s={value}"])
+
+
+def test_the_stopping_record_names_the_plateau_before_the_cap_and_the_cap_at_it():
+    from types import SimpleNamespace
+
+    from raycompat.cluster.train.worker import stopping
+    from raycompat.train.stopping import Plateau
+
+    task = SimpleNamespace(epochs=4, plateau=Plateau(patience=1))
+    records = [stopping(task, e, {"selection_score": s}) for e, s in enumerate([0.5, 0.6, 0.6])]
+    assert records == [False, False, True]  # no gain at epoch 3 (1-based) of a 4-epoch cap
+    at_cap = SimpleNamespace(epochs=3, plateau=Plateau(patience=1))
+    metrics = [{"selection_score": s} for s in (0.5, 0.6, 0.6)]
+    assert [stopping(at_cap, e, m) for e, m in enumerate(metrics)] == [False, False, False]
+    assert metrics[-1]["stopped"] == "cap" and "stopped" not in metrics[1]
+    assert metrics[-1] | {"selection_score": 0} == {
+        "selection_score": 0, "epochs_cap": 3, "epochs_run": 3, "best_epoch": 1,
+        "best_score": 0.6, "stopped": "cap",
+    }  # fmt: skip
