@@ -9,7 +9,9 @@ The job checks the config and that the store can be read, starts Serve's HTTP pr
 ``http`` says (unless Serve already runs on the cluster: then its proxy stays where it is),
 deploys ``deployment`` (replicas or autoscaling, resources) and waits until every replica has
 loaded the store's indexes; it logs the URL and exits 0. The application outlives the job: it
-serves and follows the store until ``serve delete <deployment.name>`` (or ``serve shutdown``).
+serves and follows the store until ``serve shutdown -y`` (every Serve application) or
+``serve.delete(<deployment.name>)`` from Python (this one alone: the ``serve`` command has no
+per-application delete).
 Submitting it again deploys the application again under the same name: Ray Serve replaces its
 replicas with a rolling update. docs/serving.md, "On a cluster".
 """
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
             "status": str(status.applications[name].status.value),
             "replicas": sum(deployment.replica_states.values()),
             "url": proxy,
-            "stop": f"serve delete {name}",
+            "stop": f"serve shutdown -y (every application), or serve.delete({name!r}) in Python",
         },
     )
 
