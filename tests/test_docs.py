@@ -131,71 +131,75 @@ def print_config_command(command: str) -> str | None:
 # -- fixtures: what a runnable block finds in its directory ------------------------------------
 
 
-def write_demo_store(root: Path) -> None:
-    """What ``make demo`` leaves in ``outputs/upgrade/store`` (README, "What the embedded
-    upgrade shows"), with untrained weights and random rows: gallery ``mnist`` of the 5,000
-    MNIST-5k ids, ``v1 = extract(m1)``, m2 refused (a decision, no grant), ``v3`` the partial
-    backfill of ``h(v1)`` by m3; m1 and m3 exported LeNet++ (d-Simplex, K=10: 9-d) copied into
-    the store and granted their versions, as ``Publisher.publish`` does. Plus ``digit.png`` and
-    ``q.npy`` (two 9-d queries), the inputs the search examples name."""
+SPEC_9D = {"backbone": "lenetpp", "head": "dsimplex", "num_classes": 10}
+
+
+def _publish_extracted(root: Path, model: str, version: str, method: str, parent) -> None:
+    """``version = extract(model)`` of the 5,000 MNIST-5k ids with random unit 9-d rows, and
+    ``model`` (an untrained LeNet++, d-Simplex K=10) registered and granted it, as
+    ``Publisher.publish`` does for an initial model or a backfill."""
     import torch
-    from PIL import Image
 
     from raycompat.config.train import ModelSpec
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.store.decisions import DecisionRecord, Decisions
     from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
     from raycompat.train.export import MODEL_FILE, SPEC_FILE, build_model, export_model
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(int(model[1:]))
     ids = np.arange(5000)
     store = GalleryStore(str(root / "outputs" / "upgrade" / "store"))
     catalog = Catalog(store)
-    spec = ModelSpec(backbone="lenetpp", head="dsimplex", num_classes=10)
-    history = [
-        ("m1", "v1", None, "independent", "extracted", "v1 = extract(m1)"),
-        (
-            "m3",
-            "v3",
-            "m1",
-            "fct",
-            "transformed",
-            "v3 = partial_backfill(v1, h=h, extract=m3, budget=0.3, order=uncertainty)",
-        ),
-    ]
-    for model, version, parent, method, relation, lineage in history:
-        torch.manual_seed(int(model[1:]))
-        export_model(root / "exported" / model, build_model(spec).state_dict(), spec)
-        staging = store.begin(
-            "mnist", VersionInfo(version, model, 9, True, lineage), staging_name=f"upgrade-{model}"
-        )
-        rows = rng.normal(size=(len(ids), 9)).astype(np.float32)
-        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-        staging.write_table(embedding_table(ids, rows, labels=ids % 10), "part-0.parquet")
-        staging.commit(expected_rows=len(ids))
-        record = ModelRecord(model, "", 9, method, parent, run=f"mnist-history-{model}")
-        record.uri = catalog.put_model_files(
-            model, str(root / "exported" / model), [MODEL_FILE, SPEC_FILE]
-        )
-        catalog.register_model(record)
-        catalog.grant(QueryGrant("mnist", version, model, relation, {}))
-    Decisions(store).put(
-        DecisionRecord(
-            "mnist",
-            "m2",
-            "refused",
-            "M(m2, v1) 49.60% does not beat M(m1, m1) 60.40%",
-            "0" * 16,
-            against="v1",
-        )
+    spec = ModelSpec(**SPEC_9D)
+    torch.manual_seed(int(model[1:]))
+    export_model(root / "exported" / model, build_model(spec).state_dict(), spec)
+    info = VersionInfo(version, model, 9, True, f"{version} = extract({model})")
+    staging = store.begin("mnist", info, staging_name=f"upgrade-{model}")
+    rows = rng.normal(size=(len(ids), 9)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    staging.write_table(embedding_table(ids, rows, labels=ids % 10), "part-0.parquet")
+    staging.commit(expected_rows=len(ids))
+    record = ModelRecord(model, "", 9, method, parent, run=f"mnist-history-{model}")
+    record.uri = catalog.put_model_files(
+        model, str(root / "exported" / model), [MODEL_FILE, SPEC_FILE]
     )
+    catalog.register_model(record)
+    catalog.grant(QueryGrant("mnist", version, model, "extracted", {}))
     shutil.rmtree(root / "exported")
+
+
+def _refuse(root: Path, model: str, reason: str) -> None:
+    from raycompat.store import GalleryStore
+    from raycompat.store.decisions import DecisionRecord, Decisions
+
+    store = GalleryStore(str(root / "outputs" / "upgrade" / "store"))
+    Decisions(store).put(DecisionRecord("mnist", model, "refused", reason, "0" * 16, against="v1"))
+
+
+def write_demo_store(root: Path) -> None:
+    """What ``make demo`` leaves in ``outputs/upgrade/store`` (README, "What it decides"), with
+    untrained weights and random rows: gallery ``mnist`` of the 5,000 MNIST-5k ids,
+    ``v1 = extract(m1)`` served by m1, and m2 and m3 refused (decisions, no grant, no version).
+    Plus ``digit.png`` and ``q.npy`` (two 9-d queries), the inputs the search examples name."""
+    from PIL import Image
+
+    _publish_extracted(root, "m1", "v1", "independent", None)
+    _refuse(root, "m2", "ECC fails (M(new, m1) = 47.20% <= M(m1, m1) = 81.87%)")
+    _refuse(root, "m3", "h alone: M(new, h(m1)) = 58.47% <= M(m1, m1) = 81.87%: ECC fails")
+    rng = np.random.default_rng(0)
     image = rng.integers(0, 256, size=(28, 28), dtype=np.uint8)
     Image.fromarray(image, mode="L").save(root / "digit.png")
     np.save(root / "q.npy", rng.normal(size=(2, 9)).astype(np.float32))
 
 
-FIXTURES = {"demo_store": write_demo_store}
+def write_backfilled_demo_store(root: Path) -> None:
+    """The demo's store after the documented second pair is made
+    (``python jobs/upgrade.py --retry policy.on_incompatible=backfill``, docs/store.md "Named
+    aliases"): ``v2 = extract(m2)`` served by m2 beside ``v1``; m3 refused again."""
+    write_demo_store(root)
+    _publish_extracted(root, "m2", "v2", "dsimplex_hoc", "m1")
+
+
+FIXTURES = {"demo_store": write_demo_store, "demo_store_backfilled": write_backfilled_demo_store}
 
 
 @pytest.fixture(scope="module")

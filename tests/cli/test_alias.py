@@ -13,7 +13,7 @@ from raycompat.cli.commands import REGISTRY
 from raycompat.cli.commands.alias import ACTIONS
 from tests.cli import test_serving
 from tests.cli.test_serving import run
-from tests.test_docs import write_demo_store
+from tests.test_docs import write_backfilled_demo_store
 
 # test_serving's fixtures: gallery g of test_aliases.served_store, and two 4-d query vectors
 served_template, root, queries = (
@@ -85,23 +85,24 @@ def _example(command) -> list[str]:
 
 
 def test_the_help_examples_work_on_the_demo_store(tmp_path, monkeypatch, capsys):
-    """After ``make demo`` (``tests/test_docs.py``'s copy of its store): m1 serves v1, m3 v3,
-    m2 was refused. ``alias set``'s example, a swap to (v1, m1) and back, and promote's
-    example after a revoke, as their ``--help`` prints them."""
-    write_demo_store(tmp_path)
+    """After ``make demo`` and the documented backfill of m2 (``tests/test_docs.py``'s copy of
+    that store): m1 serves v1, m2 v2 (its backfill), m3 was refused. ``alias set``'s example,
+    a swap to (v1, m1) and back, and promote's example after a revoke, as their ``--help``
+    prints them."""
+    write_backfilled_demo_store(tmp_path)
     monkeypatch.chdir(tmp_path)  # the examples name outputs/upgrade/store
     alias_set, rollback, listing = (_example(a) for a in ACTIONS)
-    assert run(capsys, *alias_set)[0] == 0  # prod -> (v3, m3)
+    assert run(capsys, *alias_set)[0] == 0  # prod -> (v2, m2)
     swap = ["alias", "set", "mnist", "prod", "--version", "v1", "--model", "m1", "--store"]
     code, out, _ = run(capsys, *swap, "outputs/upgrade/store")
-    assert code == 0 and "(v1, m1): m1's grant (extracted) (was (v3, m3)" in out
+    assert code == 0 and "(v1, m1): m1's grant (extracted) (was (v2, m2)" in out
     assert run(capsys, *rollback)[0] == 0
     code, out, _ = run(capsys, *listing)
-    assert code == 0 and json.loads(out)["aliases"][0]["gallery_version"] == "v3"
+    assert code == 0 and json.loads(out)["aliases"][0]["gallery_version"] == "v2"
     code, out, _ = run(capsys, "search", "mnist", "--alias", "prod", "--ids", "17", "-k", "2",
                        "--store", "outputs/upgrade/store")  # fmt: skip
-    assert code == 0 and out.startswith("gallery mnist version v3 (transformed for model m3, alias")
-    for model, why in (("m2", "m2's upgrade was refused against v1"), ("m3", "m3 queries v3")):
+    assert code == 0 and out.startswith("gallery mnist version v2 (extracted for model m2, alias")
+    for model, why in (("m2", "m2 may search v2"), ("m3", "m3's upgrade was refused against v1")):
         argv = [*swap[:5], "v1", "--model", model, "--store", "outputs/upgrade/store"]
         code, _, err = run(capsys, *argv)
         assert code == 2 and why in err, err

@@ -136,7 +136,7 @@ ACTIONS = (
         "point a named alias at (version, query model), if the model may search the version",
         _set_arguments,
         set_alias,
-        example=f"raycompat alias set mnist prod --version v3 --model m3 --store {STORE}",
+        example=f"raycompat alias set mnist prod --version v2 --model m2 --store {STORE}",
     ),
     Command(
         "rollback",

@@ -108,7 +108,7 @@ COMMANDS = (
         "kept for rollback)",
         _promote_arguments,
         promote,
-        # after `make demo`, m1 may serve only v1 and m3 only v3 (m2 was refused): the example
+        # after `make demo`, m1 may serve only v1 (m2 and m3 were refused): the example
         # serves m1's version again after `raycompat revoke mnist --model m1`
         example=f"raycompat promote mnist --model m1 --version v1 --store {STORE}",
         description="serve another version of a gallery with a model, atomically (the previous\n"
