@@ -8,15 +8,18 @@ sets that no training step and no model selection ever touches:
   FCT's and BCT's CASIA -> LFW: the identities a search service meets);
 - ``closed_set``: held-out images of the classes EVERY model trained on (the first step's).
 
-There is no model selection: every model is its last epoch's. The split of the training
-classes into training and held-out images is drawn from the seed, as are the synthetic
-identities themselves, so the spread over seeds covers the data as well as the training.
+In ``mnist5k`` and ``synthetic`` there is no model selection: every model is its last epoch's.
+``regime`` (the papers' regime, docs/fidelity.md) adds a validation split of the training
+identities' images, which only the stopping rule reads, and 1:1 verification and class-mean
+template scores beside 1:N top-1. The split of the training classes into training and held-out
+images is drawn from the seed, as are the synthetic identities themselves, so the spread over
+seeds covers the data as well as the training.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,6 +29,7 @@ from raycompat.data.mnist import load_mnist5k
 from raycompat.data.splits import holdout_split
 from raycompat.data.synthetic import SyntheticIdentities
 from raycompat.errors import ConfigError
+from raycompat.evaluation import EvalSet, verification_eval_set
 from raycompat.registry import Registry
 
 PROTOCOLS: Registry = Registry("fidelity protocol")
@@ -33,16 +37,24 @@ PROTOCOLS: Registry = Registry("fidelity protocol")
 
 @dataclass(frozen=True)
 class EvalSplit:
+    """``scores``: the protocols scored beside 1:N top-1 (``verification``, ``templates``) and
+    the :class:`~raycompat.evaluation.EvalSet` each reads (its pairs)."""
+
     kind: str  # "open-set" or "closed-set"
     images: torch.Tensor
     labels: np.ndarray
     description: str
+    scores: dict[str, EvalSet] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Protocol:
+    """``rows``: the dataset rows of each part (``train``, ``validation``, ``open_set``,
+    ``closed_set``), where the protocol records them (``regime``)."""
+
     train: TrainData
     evals: dict[str, EvalSplit]
+    rows: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def check_steps(steps: list[int], name: str) -> None:
@@ -56,15 +68,27 @@ def _split(labels: np.ndarray, rows: np.ndarray, fraction: float, seed: int):
     return rows[train], rows[held]
 
 
-def _protocol(images, labels, train_rows, held_rows, test_rows, steps, outputs, spec, backbone,
-              standardize: bool = False):
+def _protocol(
+    images,
+    labels,
+    train_rows,
+    held_rows,
+    test_rows,
+    steps,
+    outputs,
+    spec,
+    backbone,
+    standardize: bool = False,
+):
     """``standardize``: models see their input standardised by the training images' mean and
     standard deviation (one number each, drawn from no evaluation image)."""
     closed = held_rows[labels[held_rows] < steps[0]]
     stats = {}
     if standardize:
-        stats = {"input_mean": images[train_rows].mean().item(),
-                 "input_std": images[train_rows].std().item()}
+        stats = {
+            "input_mean": images[train_rows].mean().item(),
+            "input_std": images[train_rows].std().item(),
+        }
     train = TrainData(
         images=images[train_rows],
         labels=torch.from_numpy(labels[train_rows]),
@@ -77,11 +101,18 @@ def _protocol(images, labels, train_rows, held_rows, test_rows, steps, outputs, 
     )
     n_test = len(np.unique(labels[test_rows]))
     evals = {
-        "open_set": EvalSplit("open-set", images[test_rows], labels[test_rows],
-                              f"{len(test_rows)} images of {n_test} classes no model trained on"),
-        "closed_set": EvalSplit("closed-set", images[closed], labels[closed],
-                                f"{len(closed)} held-out images of the {steps[0]} classes every "
-                                "model trained on"),
+        "open_set": EvalSplit(
+            "open-set",
+            images[test_rows],
+            labels[test_rows],
+            f"{len(test_rows)} images of {n_test} classes no model trained on",
+        ),
+        "closed_set": EvalSplit(
+            "closed-set",
+            images[closed],
+            labels[closed],
+            f"{len(closed)} held-out images of the {steps[0]} classes every model trained on",
+        ),
     }
     return Protocol(train, evals)
 
@@ -106,8 +137,17 @@ def mnist5k(spec, seed: int) -> Protocol:
     trained = rows[labels[rows] < spec.steps[-1]]
     train_rows, held_rows = _split(labels, trained, spec.heldout_fraction, seed)
     test_rows = rows[np.isin(labels[rows], spec.test_digits)]
-    return _protocol(images, labels, train_rows, held_rows, test_rows, spec.steps,
-                     spec.num_outputs or spec.steps[-1], spec, {})
+    return _protocol(
+        images,
+        labels,
+        train_rows,
+        held_rows,
+        test_rows,
+        spec.steps,
+        spec.num_outputs or spec.steps[-1],
+        spec,
+        {},
+    )
 
 
 @PROTOCOLS.register("synthetic")
@@ -119,7 +159,11 @@ def synthetic(spec, seed: int) -> Protocol:
     check_steps(spec.steps, "synthetic")
     total = spec.steps[-1] + spec.test_identities
     dataset = SyntheticIdentities(
-        total, spec.images_per_class, spec.image_size, channels=1, seed=seed,
+        total,
+        spec.images_per_class,
+        spec.image_size,
+        channels=1,
+        seed=seed,
         difficulty=spec.difficulty,
     )
     labels = dataset.labels
@@ -129,5 +173,102 @@ def synthetic(spec, seed: int) -> Protocol:
     train_rows, held_rows = _split(labels, rows[labels < spec.steps[-1]], fraction, seed)
     test_rows = rows[labels >= spec.steps[-1]]
     backbone = {"image_size": spec.image_size}
-    return _protocol(images, labels, train_rows, held_rows, test_rows, spec.steps,
-                     spec.num_outputs or spec.steps[-1], spec, backbone, spec.standardize_inputs)
+    return _protocol(
+        images,
+        labels,
+        train_rows,
+        held_rows,
+        test_rows,
+        spec.steps,
+        spec.num_outputs or spec.steps[-1],
+        spec,
+        backbone,
+        spec.standardize_inputs,
+    )
+
+
+def _verification(labels: np.ndarray, pairs: int, seed: int) -> EvalSet:
+    """``pairs`` positive and as many negative pairs, seeded; fewer where fewer positives
+    exist (every positive pair then)."""
+    counts = np.unique(labels, return_counts=True)[1]
+    return verification_eval_set(labels, min(pairs, int((counts * (counts - 1) // 2).sum())), seed)
+
+
+def _scored(kind: str, images, labels, description: str, pairs: int, seed: int) -> EvalSplit:
+    """An evaluation set scored by 1:N top-1, 1:1 verification and class-mean templates (its
+    rows grouped by identity, so that ``templates``' even / odd rows split each identity)."""
+    scores = {
+        "verification": _verification(labels, pairs, seed),
+        "templates": EvalSet(labels=labels),
+    }
+    return EvalSplit(kind, images, labels, description, scores)
+
+
+@PROTOCOLS.register("regime")
+def regime(spec, seed: int) -> Protocol:
+    """The papers' regime (docs/fidelity.md, "Protocol `regime`"): seeded synthetic identities,
+    each trained identity's images split (seeded) into training, validation (read only by the
+    stopping rule) and test images; ``test_identities`` more identities, all their images, are
+    the open-set gallery and are never trained on; the closed-set test is the test images of the
+    first step's identities. ``spec``: a ``RegimeSpec`` (``spec.resolved()``: its sizes)."""
+    size = spec.resolved()
+    check_steps(size.steps, "regime")
+    per_class = size.train_per_class + size.val_per_class + size.test_per_class
+    dataset = SyntheticIdentities(
+        size.steps[-1] + size.test_identities,
+        per_class,
+        size.image_size,
+        channels=size.channels,
+        seed=seed,
+        difficulty=size.difficulty,
+    )
+    labels = dataset.labels
+    images = dataset.load_batch(np.arange(len(labels)))
+    rows = np.arange(len(labels))
+    trained = rows[labels < size.steps[-1]]
+    kept, test = _split(labels, trained, size.test_per_class / per_class, seed)
+    fit = size.val_per_class / (size.train_per_class + size.val_per_class)
+    train_rows, val_rows = _split(labels, kept, fit, seed + 1)
+    open_rows = rows[labels >= size.steps[-1]]
+    closed_rows = test[labels[test] < size.steps[0]]
+    outputs = size.steps[-1]  # d-Simplex K = the final identity count, pre-allocated
+    train = TrainData(
+        images=images[train_rows],
+        labels=torch.from_numpy(labels[train_rows]),
+        steps=tuple(size.steps),
+        num_outputs=outputs,
+        backbone=size.backbone,
+        backbone_kwargs={"in_chans": size.channels},
+        embed_dim=outputs - 1,
+        input_mean=images[train_rows].mean().item(),
+        input_std=images[train_rows].std().item(),
+        val_images=images[val_rows],
+        val_labels=torch.from_numpy(labels[val_rows]),
+    )
+    pairs = size.verification_pairs
+    evals = {
+        "open_set": _scored(
+            "open-set",
+            images[open_rows],
+            labels[open_rows],
+            f"{len(open_rows)} images of {size.test_identities} identities no model trained on",
+            pairs,
+            seed,
+        ),
+        "closed_set": _scored(
+            "closed-set",
+            images[closed_rows],
+            labels[closed_rows],
+            f"{len(closed_rows)} test images of the {size.steps[0]} identities "
+            "every model trained on",
+            pairs,
+            seed + 1,
+        ),
+    }
+    parts = {
+        "train": train_rows,
+        "validation": val_rows,
+        "open_set": open_rows,
+        "closed_set": closed_rows,
+    }
+    return Protocol(train, evals, parts)

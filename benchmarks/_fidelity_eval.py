@@ -55,17 +55,36 @@ class Served:
         return (self.query_maps or {}).get((t, k), self.queries[t])
 
 
-def compatibility(served: Served) -> np.ndarray:
-    """``(T, T)`` matrix of ``M(t, k)`` as fractions, NaN above the diagonal."""
+def compatibility(
+    served: Served, protocol: str = "identification", eval_set: EvalSet | None = None
+) -> np.ndarray:
+    """``(T, T)`` matrix of ``M(t, k)`` as fractions, NaN above the diagonal, under the
+    evaluation ``protocol`` (``eval_set``: its pairs; None: the labels alone)."""
     T = len(served.queries)
     out = np.full((T, T), np.nan)
-    eval_set = EvalSet(labels=served.labels)
+    eval_set = eval_set or EvalSet(labels=served.labels)
     for t in range(T):
         for k in range(t + 1):
             out[t, k] = score(
-                "identification", served.query(t, k), served.galleries[t, k], eval_set, "cosine"
+                protocol, served.query(t, k), served.galleries[t, k], eval_set, "cosine"
             )
     return out
+
+
+def score_metrics(served: Served, protocol: str, eval_set: EvalSet) -> dict:
+    """The matrix, ECC per pair, ECC on every pair, AC and AA of one method under another
+    evaluation ``protocol`` (``verification``, ``templates``), reported beside 1:N top-1."""
+    M = compatibility(served, protocol, eval_set)
+    T = len(M)
+    matrix = CompatibilityMatrix.from_array(np.nan_to_num(M), metric=protocol)
+    passes = [[ecc(M[t, k], M[k, k]) if k < t else None for k in range(T)] for t in range(T)]
+    return {
+        "matrix": [[_percent(M[t, k]) if k <= t else None for k in range(T)] for t in range(T)],
+        "ecc": passes,
+        "ecc_all": all(p for row in passes for p in row if p is not None),
+        "AC": average_compatibility(matrix),
+        "AA": average_accuracy(matrix) * PERCENT,
+    }
 
 
 def _percent(value: float | None) -> float | None:
@@ -76,9 +95,12 @@ def _flips(old_query, old_gallery, new_query, new_gallery, labels) -> dict:
     flips = identification_flips(old_query, old_gallery, new_query, new_gallery, labels)
     of_old = flips.negative / flips.old_accuracy if flips.old_accuracy > 0 else None
     relative = flips.relative_negative
-    return {"nfr": _percent(flips.negative), "pfr": _percent(flips.positive),
-            "nfr_of_old_correct": _percent(of_old),
-            "relative_nfr": None if math.isnan(relative) else relative}
+    return {
+        "nfr": _percent(flips.negative),
+        "pfr": _percent(flips.positive),
+        "nfr_of_old_correct": _percent(of_old),
+        "relative_nfr": None if math.isnan(relative) else relative,
+    }
 
 
 def _gain(M: np.ndarray, t: int, upper: float) -> float | None:
@@ -141,6 +163,7 @@ def spearman(a, b) -> float | None:
 
 def transformation_error(transformed: np.ndarray, new: np.ndarray) -> np.ndarray:
     """``||normalize(h(old)) - normalize(new)||^2`` per row: the oracle order's error."""
+
     def unit(x):
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
@@ -152,8 +175,14 @@ def backfill_metrics(new, transformed, uncertainty, labels, random_orders: int) 
     the ``uncertainty``, ``random`` (mean of ``random_orders`` seeds) and ``oracle`` orders, and
     Spearman's rho between the uncertainty and the true error on this gallery."""
     curves = compare_orders(
-        new, new, transformed, labels, labels, uncertainty,
-        random_seeds=tuple(range(random_orders)), exclude_self=True,
+        new,
+        new,
+        transformed,
+        labels,
+        labels,
+        uncertainty,
+        random_seeds=tuple(range(random_orders)),
+        exclude_self=True,
     )
     out = {
         f"auc_{metric}": {name: c.auc(metric) * PERCENT for name, c in curves.items()}
@@ -180,14 +209,21 @@ def mean_leaf(values: list):
 
 
 def summary_leaf(values: list):
-    """Over seeds: booleans -> ``{"pass_rate", "n"}``; numbers -> mean, sample sd (None for one
-    value), min, max, n; all None -> None."""
+    """Over seeds: booleans -> ``{"pass_rate", "n"}``; strings -> ``{"counts": {value: n},
+    "n"}``; numbers -> mean, sample sd (None for one value), min, max, n; all None -> None."""
     kept = [v for v in values if v is not None]
     if not kept:
         return None
     if all(isinstance(v, bool) for v in kept):
         return {"pass_rate": float(np.mean(kept)), "n": len(kept)}
+    if all(isinstance(v, str) for v in kept):
+        return {"counts": {v: kept.count(v) for v in sorted(set(kept))}, "n": len(kept)}
     arr = np.asarray(kept, dtype=np.float64)
     sd = float(arr.std(ddof=1)) if len(arr) > 1 else None
-    return {"mean": float(arr.mean()), "sd": sd, "min": float(arr.min()),
-            "max": float(arr.max()), "n": len(arr)}
+    return {
+        "mean": float(arr.mean()),
+        "sd": sd,
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "n": len(arr),
+    }

@@ -106,6 +106,7 @@ COMPAT.register("fct_side")(_fct("side"))
 def fastfill(queries, images, labels, fits: Transformations) -> tuple[Served, dict]:
     """FastFill's ``h`` serves the gallery; per upgrade t (model t replacing t-1): backfill AUCs
     and Spearman's rho of uncertainty vs true error on this gallery and on h's training rows."""
+
     def transform(t, rows):
         return normalized(fits.fit("fastfill", t).transform(rows)[0])
 
@@ -114,9 +115,7 @@ def fastfill(queries, images, labels, fits: Transformations) -> tuple[Served, di
     for t in range(1, len(queries)):
         h = fits.fit("fastfill", t)
         moved, uncertainty = h.transform(normalized(queries[t - 1]))
-        measures = backfill_metrics(
-            queries[t], moved, uncertainty, labels, fits.spec.random_orders
-        )
+        measures = backfill_metrics(queries[t], moved, uncertainty, labels, fits.spec.random_orders)
         old, new, _ = fits.training_rows(t)
         fit_moved, fit_uncertainty = h.transform(old)
         measures["spearman_fit_rows"] = spearman(

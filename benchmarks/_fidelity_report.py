@@ -2,7 +2,9 @@
 
 Each cell is ``mean ± sd [lo, hi]`` over seeds, ``[lo, hi]`` the 95% confidence interval of
 the mean (Student's t with n - 1 degrees of freedom; just the value for one seed; ``-`` where
-nothing was measured). ECC is shown as ``passed/seeds``.
+nothing was measured). ECC is shown as ``passed/seeds``. A protocol trained to convergence
+(``regime``) adds the epochs each model ran against its cap, and the verification and
+class-mean-template scores beside 1:N top-1, each table headed by the score it uses.
 """
 
 from __future__ import annotations
@@ -68,19 +70,66 @@ def summary_table(methods: dict) -> list[str]:
     return _table(header, rows)
 
 
-def matrix_table(methods: dict) -> list[str]:
-    first = next(iter(methods.values()))["summary"]["matrix"]
+def matrix_table(methods: dict, score: str | None = None) -> list[str]:
+    """Every ``M(t, k)`` with its ECC passes; ``score``: another score's (``summary.scores``)."""
+
+    def pick(method: dict) -> dict:
+        summary = method["summary"]
+        return summary if score is None else summary["scores"][score]
+
+    first = pick(next(iter(methods.values())))["matrix"]
     cells = [(t, k) for t in range(len(first)) for k in range(t + 1)]
     header = ["method"] + [f"M({t + 1},{k + 1})" for t, k in cells]
     rows = []
     for name, method in methods.items():
-        s = method["summary"]
+        s = pick(method)
         row = [name]
         for t, k in cells:
             text = fmt(s["matrix"][t][k], spread=False)
             if k < t:
                 text += f" ({fmt(s['ecc'][t][k])})"
             row.append(text)
+        rows.append(row)
+    return _table(header, rows)
+
+
+SCORES = {
+    "identification": "1:N top-1 identification (the compatibility criterion's score)",
+    "verification": "1:1 verification, 10-fold threshold (CoReS' score)",
+    "templates": "1:N search of class-mean templates (IAM-CL2R's, HOC's score)",
+}
+
+
+def score_table(methods: dict, score: str) -> list[str]:
+    """AA, AC and ECC on every pair under ``score`` (``summary.scores``)."""
+    rows = []
+    for name, method in methods.items():
+        s = method["summary"]["scores"][score]
+        rows.append([name, fmt(s["AA"]), fmt(s["AC"], 2), fmt(s["ecc_all"])])
+    return _table(["method", "AA %", "AC", "ECC all pairs"], rows)
+
+
+def training_table(methods: dict) -> list[str]:
+    """Per model: epochs run (mean over seeds) against the cap, the epoch kept, the seeds that
+    stopped on the plateau; and the last model's cumulative epochs (a warm start's inherited
+    ones counted)."""
+    first = next(iter(methods.values()))["summary"]["training"]
+    header = ["method"] + [f"model {t + 1}: run / cap (kept)" for t in range(len(first))]
+    header += ["stopped on plateau", f"model {len(first)}: cumulative"]
+    rows = []
+    for name, method in methods.items():
+        models = method["summary"]["training"]
+        row = [name]
+        for m in models:
+            row.append(
+                f"{fmt(m['epochs_run'], spread=False)} / {round(m['cap']['mean'])} "
+                f"({fmt(m['best_epoch'], spread=False)})"
+            )
+        plateaus = sum(m["stopped"]["counts"].get("plateau", 0) for m in models)
+        row += [
+            f"{plateaus}/{sum(m['stopped']['n'] for m in models)} models",
+            fmt(models[-1]["epochs_cumulative"], spread=False),
+        ]
         rows.append(row)
     return _table(header, rows)
 
@@ -128,11 +177,27 @@ def markdown(result: dict) -> str:
         f"{result['timing'].get('cpu_s', float('nan')) / 60:.1f} CPU-min.",
     ]
     for name, protocol in result["protocols"].items():
+        methods = protocol["methods"]
+        first = next(iter(methods.values()))["summary"]
         lines += ["", f"## {name}: {protocol['kind']}", "", protocol["description"], ""]
-        lines += summary_table(protocol["methods"]) + [""]
-        lines += matrix_table(protocol["methods"])
-        backfill = backfill_table(protocol["methods"])
+        if "training" in first:
+            lines += (
+                [
+                    "Epochs per model (mean ± sd over seeds; cap = the budget; kept = the "
+                    "best validation epoch):",
+                    "",
+                ]
+                + training_table(methods)
+                + [""]
+            )
+            lines += [f"Score: {SCORES['identification']}.", ""]
+        lines += summary_table(methods) + [""]
+        lines += matrix_table(methods)
+        backfill = backfill_table(methods)
         lines += ([""] + backfill) if backfill else []
+        for score in first.get("scores", {}):
+            lines += ["", f"### {name}, {SCORES[score]}", ""]
+            lines += score_table(methods, score) + [""] + matrix_table(methods, score)
     return "\n".join(lines) + "\n"
 
 

@@ -11,32 +11,39 @@ classes of steps ``0..t``, initialised by its method's policy (``random``: seed 
 ``same_seed``: seed ``s``; ``old``: the previous model's weights), with the previous model frozen
 as its old model. The first model of a method that needs an old model is trained with
 ``independent`` (it has nothing to be compatible with).
+
+Each model trains for exactly ``Optim.epochs`` epochs of Adam (``mnist5k``, ``synthetic``), or,
+under a stopping rule (``regime``), to convergence with the papers' recipe
+(:mod:`_fidelity_converge`), its record of epochs run against the cap kept beside it.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _fidelity_converge import augmentation, features_on, on_device, train_to_convergence
 from torch import nn
 
 from raycompat.backfill import UncertainTransformation, fit_uncertain_transformation
 from raycompat.backfill.fit import FitRecipe, training_rows
-from raycompat.engine import StepGuard, extract_features, tensor_batches, train_epoch
+from raycompat.config.train import OptimSpec
+from raycompat.engine import StepGuard, tensor_batches, train_epoch
 from raycompat.fct.losses import freeze_batchnorm_statistics, transformation_loss
 from raycompat.methods import METHODS, Batch, OldModel, create_method
 from raycompat.methods.base import CompatibilityMethod, CrossEntropyMethod
 from raycompat.nn.models import CompatModel, create_model
 from raycompat.nn.side_info import create_side_info, nt_xent_loss, simclr_views
-from raycompat.train.schedule import warmup_cosine
+from raycompat.train.schedule import optimizer_factory, warmup_cosine
 from raycompat.transformations import FCTTransformation
 
 log = logging.getLogger("benchmarks.fidelity")
@@ -57,16 +64,54 @@ class TrainData:
     # models see (x - input_mean) / input_std (0 and 1: the images as they are)
     input_mean: float = 0.0
     input_std: float = 1.0
+    # held-out images of the training classes, for the stopping rule only (``regime``)
+    val_images: torch.Tensor | None = None
+    val_labels: torch.Tensor | None = None
 
     def step_rows(self, step: int) -> torch.Tensor:
         return torch.nonzero(self.labels < self.steps[step]).squeeze(1)
 
+    def step_validation(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The validation images and labels of the classes step ``step`` trains on."""
+        if self.val_images is None:
+            raise ValueError("this protocol has no validation split: it cannot stop on one")
+        rows = torch.nonzero(self.val_labels < self.steps[step]).squeeze(1)
+        return self.val_images[rows], self.val_labels[rows]
+
 
 @dataclass(frozen=True)
 class Optim:
+    """How each model trains. The defaults past ``lr`` are ``mnist5k``'s and ``synthetic``'s:
+    Adam at a constant lr for exactly ``epochs`` epochs, no augmentation, no validation.
+    ``patience`` set (``regime``): ``epochs`` is a cap and the run stops on a validation
+    plateau, with the optimiser, schedule and augmentation given here
+    (:func:`_fidelity_converge.train_to_convergence`)."""
+
     epochs: int
     batch_size: int
     lr: float
+    optimizer: str = "adam"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    schedule: str = "constant"
+    milestones: tuple[int, ...] = field(default_factory=tuple)
+    augment: str = "none"
+    padding: int = 4
+    patience: int | None = None
+    min_delta: float = 0.0
+    min_epochs: int = 1
+    clip_grad_norm: float | None = None
+    device: str = "cpu"
+
+    def spec(self) -> OptimSpec:
+        return OptimSpec(
+            name=self.optimizer,
+            lr=self.lr,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            schedule=self.schedule,
+            milestones=list(self.milestones),
+        )
 
 
 class StandardizedInput(nn.Module):
@@ -126,6 +171,10 @@ class SequenceTrainer:
     per protocol and seed): a trained model's weights are saved there under its key, and a
     trainer that finds them loads them instead of training (:attr:`loaded`). Training is seeded
     per model, never from process state, so a loaded model is the one training would give.
+
+    Under a stopping rule (``optim.patience``) each trained model also has a record
+    (:meth:`records`: epochs run against the cap, the epoch kept, the validation curve), saved
+    beside its weights in the cache.
     """
 
     def __init__(
@@ -140,12 +189,15 @@ class SequenceTrainer:
         self.options = options or {}  # {method: its options}, else the registry's defaults
         self.cache = cache
         self._models: dict[tuple, CompatModel] = {}
+        self._records: dict[tuple, dict] = {}
+        self._chains: dict[str, list[tuple[tuple, tuple]]] = {}  # method: [(key, init)]
         self.trained = self.loaded = 0
         self.train_seconds = 0.0
 
     def sequence(self, method_name: str) -> list[CompatModel]:
         models: list[CompatModel] = []
         key: tuple | None = None
+        chain = []
         for step in range(len(self.data.steps)):
             previous = models[-1] if models else None
             method, init = self._method(method_name, step, previous)
@@ -153,11 +205,33 @@ class SequenceTrainer:
             if key not in self._models:
                 model = self._load(key, method_name, init, previous)
                 if model is None:
-                    model = self._train(method, method_name, step, init, previous)
+                    model = self._train(method, method_name, step, init, previous, key)
                     self._save(key, model)
                 self._models[key] = model
             models.append(self._models[key])
+            chain.append((key, init))
+        self._chains[method_name] = chain
         return models
+
+    def records(self, method_name: str) -> list[dict] | None:
+        """Per model of ``method_name``'s sequence (after :meth:`sequence`): its record, plus
+        ``epochs_inherited`` (epochs behind the weights it started from: 0 from a fresh
+        initialisation, else the previous model's inherited epochs plus its kept epoch) and
+        ``epochs_cumulative`` (inherited + run); None without a stopping rule."""
+        chain = self._chains[method_name]
+        if any(key not in self._records for key, _ in chain):
+            return None
+        out: list[dict] = []
+        for key, init in chain:
+            record = dict(self._records[key])
+            previous = out[-1] if out else None
+            inherited = 0
+            if init[0] == "old" and previous is not None:
+                inherited = previous["epochs_inherited"] + previous["best_epoch"]
+            record["epochs_inherited"] = inherited
+            record["epochs_cumulative"] = inherited + record["epochs_run"]
+            out.append(record)
+        return out
 
     def _cached(self, key: tuple) -> Path | None:
         if self.cache is None:
@@ -169,7 +243,10 @@ class SequenceTrainer:
         if path is None or not path.exists():
             return None
         model = self._initial(name, init, previous)
-        model.load_state_dict(torch.load(path, weights_only=True))
+        model.load_state_dict(torch.load(path, weights_only=True, map_location=self.optim.device))
+        record = path.with_suffix(".json")
+        if record.exists():
+            self._records[key] = json.loads(record.read_text())
         self.loaded += 1
         return model.eval()
 
@@ -178,6 +255,8 @@ class SequenceTrainer:
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
+        if key in self._records:  # written first: the weights' presence means both are there
+            _replace(path.with_suffix(".json"), json.dumps(self._records[key]).encode())
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         torch.save(model.state_dict(), tmp)
         os.replace(tmp, path)  # whole or absent for a trainer in another process
@@ -197,32 +276,57 @@ class SequenceTrainer:
 
     def _initial(self, name: str, init: tuple, previous) -> CompatModel:
         """The model a step starts from: the previous one's weights, or fresh from a seed."""
-        return copy.deepcopy(previous) if init[0] == "old" else new_model(name, init[1], self.data)
+        if init[0] == "old":
+            return copy.deepcopy(previous)
+        return new_model(name, init[1], self.data).to(self.optim.device)
 
-    def _train(self, method, name: str, step: int, init: tuple, previous) -> CompatModel:
+    def _train(self, method, name: str, step: int, init: tuple, previous, key) -> CompatModel:
         model = self._initial(name, init, previous)
         rows = self.data.step_rows(step)
         x, y = self.data.images[rows], self.data.labels[rows]
         method.check_model(model)
-        method.prepare(model, tensor_batches(x, y, 256, shuffle=False))
-        optimizer = torch.optim.Adam(model.parameters(), lr=self.optim.lr)
-        order = torch.Generator().manual_seed(self.seed * 100 + step)
-        guard = StepGuard(where=f"{name} step {step + 1}")
+        device = torch.device(self.optim.device)
+        method.prepare(model, on_device(tensor_batches(x, y, 256, shuffle=False), device))
+        where = f"{name} step {step + 1}"
         start = time.perf_counter()
-        for epoch in range(self.optim.epochs):
-            batches = tensor_batches(x, y, self.optim.batch_size, order)
-            terms = train_epoch(model, method, batches, optimizer, guard, epoch)
+        if self.optim.patience is None:
+            terms = self._train_epochs(model, method, x, y, step, where)
+            ran = ""
+        else:
+            val_x, val_y = self.data.step_validation(step)
+            terms, record = train_to_convergence(
+                model, method, x, y, val_x, val_y, self.optim, self.seed * 100 + step, where
+            )
+            self._records[key] = record
+            ran = " epochs {epochs_run}/{cap} ({stopped}), kept {best_epoch}: val top-1 {v:.1f}"
+            ran = ran.format(**record, v=record["best_val_top1"])
         self.trained += 1
         self.train_seconds += time.perf_counter() - start
         log.info(
-            "%s step %d (%d classes, %d images): %s",
-            name,
-            step + 1,
+            "%s (%d classes, %d images):%s %s",
+            where,
             self.data.steps[step],
             len(rows),
+            ran,
             _terms(terms),
         )
         return model.eval()
+
+    def _train_epochs(self, model, method, x, y, step: int, where: str) -> dict[str, float]:
+        """Exactly ``optim.epochs`` epochs of Adam at a constant lr (``mnist5k``, ``synthetic``)."""
+        optimizer = torch.optim.Adam(model.parameters(), lr=self.optim.lr)
+        order = torch.Generator().manual_seed(self.seed * 100 + step)
+        guard = StepGuard(where=where)
+        for epoch in range(self.optim.epochs):
+            batches = tensor_batches(x, y, self.optim.batch_size, order)
+            terms = train_epoch(model, method, batches, optimizer, guard, epoch)
+        return terms
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def _terms(terms: dict[str, float]) -> str:
@@ -339,8 +443,11 @@ def apply_h(h: FCTTransformation, gallery: np.ndarray, side: np.ndarray | None) 
 
 
 def features(model, images: torch.Tensor) -> np.ndarray:
-    """Raw ``(N, d)`` float32 features (:func:`raycompat.engine.extract_features`)."""
-    return extract_features(model, images).numpy()
+    """Raw ``(N, d)`` float32 features (:func:`raycompat.engine.extract_features`), computed
+    on the model's device."""
+    parameter = next(model.parameters(), None)
+    device = torch.device("cpu") if parameter is None else parameter.device
+    return features_on(model, images, device).numpy()
 
 
 def normalized(array: np.ndarray) -> np.ndarray:
@@ -355,18 +462,38 @@ class PassCounter(SequenceTrainer):
         super().__init__(data, optim, seed)
         self.passes = 0
 
-    def _train(self, method, name: str, step: int, init: tuple, previous) -> CompatModel:
-        self.passes += len(self.data.step_rows(step)) * self.optim.epochs
+    def _train(self, method, name: str, step: int, init: tuple, previous, key) -> CompatModel:
+        self.passes += len(self.data.step_rows(step)) * self.optim.epochs  # the cap's
         self.trained += 1
         return self._initial(name, init, previous)
 
+    def _initial(self, name: str, init: tuple, previous) -> CompatModel:
+        """On the host whatever ``optim.device`` says: nothing is trained (a count of a device
+        run can be made without the device)."""
+        if init[0] == "old":
+            return copy.deepcopy(previous)
+        return new_model(name, init[1], self.data)
+
 
 def seconds_per_pass(data: TrainData, optim: Optim, batches: int = 3) -> float:
-    """Measured seconds of one image's training step (plain cross-entropy), after a warm-up."""
+    """Measured seconds of one image's training step (plain cross-entropy, ``optim``'s
+    optimiser and augmentation, on its device), after a warm-up."""
     model, method = new_model("independent", 0, data), create_method("independent")
-    optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr)
+    device = torch.device(optim.device)
+    model.to(device)
+    if optim.patience is None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr)
+    else:
+        optimizer = optimizer_factory(optim.spec())(model.parameters())
+    augment, draws = augmentation(optim.augment, optim.padding), torch.Generator().manual_seed(0)
     x, y = data.images[: optim.batch_size], data.labels[: optim.batch_size]
-    train_epoch(model, method, [Batch(x, y)], optimizer)
+
+    def steps(count: int):
+        return on_device([Batch(x, y)] * count, device, augment, draws)
+
+    train_epoch(model, method, steps(1), optimizer)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
-    train_epoch(model, method, [Batch(x, y)] * batches, optimizer)
+    train_epoch(model, method, steps(batches), optimizer)  # reads its loss: synchronised
     return (time.perf_counter() - start) / (batches * len(x))

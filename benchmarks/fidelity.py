@@ -5,17 +5,21 @@ seed, and how far the numbers move between seeds.
         --out benchmarks/results/fidelity_cpu.json --markdown /tmp/fidelity.md
     .venv/bin/python benchmarks/fidelity.py --quick          # seconds: structure only
     .venv/bin/python benchmarks/fidelity.py protocols=[mnist5k] mnist5k.epochs=2  # overrides
+    .venv/bin/python benchmarks/fidelity.py --config benchmarks/fidelity_regime_cpu.yaml
 
 For each protocol (``_fidelity_data``: MNIST-5k and synthetic identities, each scored open-set
-and closed-set), seed and method, one sequence of models is trained on growing class sets
+and closed-set, and ``regime``, the papers' regime, run on its own), seed and method, one
+sequence of models is trained on growing class sets
 (``_fidelity_train``, the Ray-free core); each method serves its galleries (``_fidelity_fct``:
 stored rows, or FCT's ``h`` moving them forward, with and without side-information, or
 FastFill's ``h`` with its partial backfill) and is scored (``_fidelity_eval``): the full
 compatibility matrix, ECC, AC, AA, update gain, negative flips and, for FastFill, backfill AUCs
 and the rank correlation of its uncertainty with the true error. The JSON holds every seed's
 numbers and their mean, sd, min and max; ``--markdown`` writes the tables
-(``_fidelity_report``). Nothing is tuned and no model is selected: every model is its last
-epoch's (docs/fidelity.md).
+(``_fidelity_report``). Nothing is tuned. In ``mnist5k`` and ``synthetic`` no model is selected:
+every model is its last epoch's; in ``regime`` every model trains to convergence by a
+validation-plateau rule (``_fidelity_converge``), the epoch count a cap, and is scored by 1:1
+verification and class-mean templates too (docs/fidelity.md, "Protocol `regime`").
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -39,7 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fidelity_data import PROTOCOLS, Protocol  # noqa: E402
-from _fidelity_eval import combine, mean_leaf, run_metrics, summary_leaf  # noqa: E402
+from _fidelity_eval import combine, mean_leaf, run_metrics, score_metrics, summary_leaf  # noqa: E402
 from _fidelity_fct import COMPAT, Transformations  # noqa: E402
 from _fidelity_maps import MAP_ENTRIES, register  # noqa: E402
 from _fidelity_report import markdown  # noqa: E402
@@ -125,6 +130,131 @@ class SyntheticSpec:
     lr: float | None = bounded(1e-3, gt=0.0)
 
 
+@dataclass(frozen=True)
+class RegimeSize:
+    """Every size of the ``regime`` protocol (docs/fidelity.md, "Protocol `regime`")."""
+
+    steps: tuple[int, ...]
+    test_identities: int
+    train_per_class: int
+    val_per_class: int
+    test_per_class: int
+    image_size: int
+    channels: int
+    backbone: str
+    epochs: int  # the cap: the same budget for every model
+    patience: int
+    verification_pairs: int
+    device: str
+    difficulty: float = 0.5
+    min_delta: float = 0.0
+    # revision 1 (docs/fidelity.md): no stop before half the cap (None: epochs // 2), and
+    # every gradient's norm clipped
+    min_epochs: int | None = None
+    clip_grad_norm: float | None = 10.0
+    batch_size: int = 128
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    schedule: str = "cosine"  # or "step": x0.1 at `milestones` (None: 70% of the cap)
+    milestones: tuple[int, ...] | None = None
+    augment: str = "crop_flip"
+    padding: int | None = None  # None: an eighth of the side (CIFAR's 4 of 32)
+
+    def optim(self) -> Optim:
+        milestones = self.milestones
+        if milestones is None:
+            milestones = (round(0.7 * self.epochs),) if self.schedule == "step" else ()
+        return Optim(
+            self.epochs,
+            self.batch_size,
+            self.lr,
+            optimizer="sgd",
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            schedule=self.schedule,
+            milestones=tuple(milestones),
+            augment=self.augment,
+            padding=self.image_size // 8 if self.padding is None else self.padding,
+            patience=self.patience,
+            min_delta=self.min_delta,
+            min_epochs=self.epochs // 2 if self.min_epochs is None else self.min_epochs,
+            clip_grad_norm=self.clip_grad_norm,
+            device=self.device,
+        )
+
+
+# Fixed 2026-12-01 before any result, revised once (revision 1) after a sizing run and pilots,
+# before any comparison (docs/fidelity.md); `regime.size` picks one.
+REGIME_SIZES = {
+    "cpu": RegimeSize(
+        steps=(300, 400, 500),
+        test_identities=100,
+        train_per_class=6,
+        val_per_class=2,
+        test_per_class=2,
+        image_size=16,
+        channels=1,
+        backbone="cifar_resnet20",
+        epochs=60,
+        patience=8,
+        verification_pairs=3000,
+        device="cpu",
+    ),
+    "gpu": RegimeSize(
+        steps=(2000, 3000, 4000),
+        test_identities=1000,
+        train_per_class=16,
+        val_per_class=4,
+        test_per_class=4,
+        image_size=32,
+        channels=3,
+        backbone="senet18",
+        epochs=100,
+        patience=5,
+        verification_pairs=3000,
+        device="cuda",
+    ),
+}
+
+
+@dataclass
+class RegimeSpec:
+    """The ``regime`` protocol: ``size`` picks a preset of :data:`REGIME_SIZES`; every other
+    key, left None, takes the preset's value, and given, overrides it."""
+
+    size: Literal["cpu", "gpu"] = "cpu"
+    steps: list[int] | None = None
+    test_identities: int | None = bounded(None, ge=2)
+    train_per_class: int | None = bounded(None, ge=1)
+    val_per_class: int | None = bounded(None, ge=2)
+    test_per_class: int | None = bounded(None, ge=2)
+    image_size: int | None = bounded(None, ge=8)
+    channels: int | None = bounded(None, ge=1)
+    backbone: str | None = None
+    epochs: int | None = bounded(None, ge=1)
+    patience: int | None = bounded(None, ge=1)
+    verification_pairs: int | None = bounded(None, ge=5)
+    device: str | None = None
+    difficulty: float | None = bounded(None, ge=0.0)
+    min_delta: float | None = bounded(None, ge=0.0)
+    min_epochs: int | None = bounded(None, ge=1)
+    clip_grad_norm: float | None = bounded(None, gt=0.0)
+    batch_size: int | None = bounded(None, ge=2)
+    lr: float | None = bounded(None, gt=0.0)
+    momentum: float | None = bounded(None, ge=0.0, lt=1.0)
+    weight_decay: float | None = bounded(None, ge=0.0)
+    schedule: Literal["cosine", "step", "constant"] | None = None
+    milestones: list[int] | None = None
+    augment: str | None = None
+    padding: int | None = bounded(None, ge=0)
+
+    def resolved(self) -> RegimeSize:
+        given = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "size"}
+        given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+        return replace(REGIME_SIZES[self.size], **{k: v for k, v in given.items() if v is not None})
+
+
 @dataclass
 class FCTBenchSpec:
     """h (FCT and FastFill) and psi; ``random_orders``: seeds of the random backfill order."""
@@ -162,6 +292,7 @@ class FidelityConfig:
     method_options: dict = field(default_factory=lambda: {"dsimplex_hoc": {"lam": 0.1, "rho": 5.0}})
     mnist5k: MnistSpec = field(default_factory=MnistSpec)
     synthetic: SyntheticSpec = field(default_factory=SyntheticSpec)
+    regime: RegimeSpec = field(default_factory=RegimeSpec)
     fct: FCTBenchSpec = field(default_factory=FCTBenchSpec)
 
 
@@ -190,8 +321,10 @@ QUICK = [
 
 def optim(cfg: FidelityConfig, name: str) -> Optim:
     """Protocol ``name``'s epochs, and its batch size and lr where it sets them, else the
-    global ones."""
+    global ones; ``regime``: its own recipe and stopping rule (:meth:`RegimeSize.optim`)."""
     spec = getattr(cfg, name)
+    if isinstance(spec, RegimeSpec):
+        return spec.resolved().optim()
     return Optim(spec.epochs, spec.batch_size or cfg.batch_size, spec.lr or cfg.lr)
 
 
@@ -272,6 +405,16 @@ class SeedRun:
             metrics = run_metrics(served, self.upper_self_tests(split_name))
             if "backfill" in extra:
                 extra["backfill_mean"] = combine(extra["backfill"], mean_leaf)
+            if split.scores:  # beside 1:N top-1: verification, class-mean templates
+                extra["scores"] = {
+                    protocol: score_metrics(served, protocol, eval_set)
+                    for protocol, eval_set in split.scores.items()
+                }
+            records = self.trainer.records(training)
+            if records is not None:  # epochs run against the cap; curves kept apart
+                extra["training"] = [
+                    {k: v for k, v in r.items() if k != "val_top1"} for r in records
+                ]
             out[split_name] = {**metrics, **extra}
             if save is not None:
                 save_served(save / f"{split_name}_seed{self.seed}_{name}.npz", served)
@@ -303,10 +446,14 @@ def run_seed(
     protocol = PROTOCOLS.get(name)(spec, seed)
     seed_run = SeedRun(protocol, optim(cfg, name), cfg, seed, cache)
     numbers: dict[str, dict] = {}
+    curves: dict[str, list] = {}
     for entry, (training, mode) in methods.items():
         where = None if save is None else save / name
         for split_name, values in seed_run.method(training, mode, where, entry).items():
             numbers.setdefault(split_name, {})[entry] = values
+        records = seed_run.trainer.records(training)
+        if records is not None:
+            curves[entry] = [r["val_top1"] for r in records]
     seconds = time.perf_counter() - start
     log.info(
         "%s seed %d, %s: %.0f s (%d models trained, %d loaded)",
@@ -321,6 +468,7 @@ def run_seed(
         "protocol": name,
         "seed": seed,
         "numbers": numbers,
+        "curves": curves,
         "splits": {
             split_name: {
                 "kind": split.kind,
@@ -452,6 +600,10 @@ def run(cfg: FidelityConfig, save: Path | None = None) -> dict:
         timing["protocols"].setdefault(pair["protocol"], []).append(pair["timing"])
     timing["measured_s"] = time.perf_counter() - start
     timing["cpu_s"] = _cpu_seconds() - cpu_start
+    curves: dict[str, dict] = {}  # {protocol: {method: {seed: [per model: val top-1 per epoch]}}}
+    for pair in done:
+        for entry, per_model in pair["curves"].items():
+            curves.setdefault(pair["protocol"], {}).setdefault(entry, {})[pair["seed"]] = per_model
     log.info(
         "measured %.1f min, %.1f CPU-min (estimated %.1f)",
         timing["measured_s"] / 60,
@@ -463,6 +615,7 @@ def run(cfg: FidelityConfig, save: Path | None = None) -> dict:
         "machine": machine_info(),
         "config": to_dict(cfg),
         "protocols": collect(done, methods),
+        "training_curves": curves,
         "timing": timing,
     }
 

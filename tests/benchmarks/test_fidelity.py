@@ -448,3 +448,160 @@ def test_procrustes_maps_between_rotated_models_serve_as_the_models_themselves(b
         assert extra["pairs_min"] == 40 and extra["pairs_max"] == 60
     served, _ = maps.serve_map("procrustes", "query", "hop", "100")(queries, images, labels, fits)
     assert np.allclose(served.query(2, 0), bench["train"].normalized(queries[0]), atol=1e-4)
+
+
+# The papers' regime (issue 51; docs/fidelity.md, "Protocol `regime`"): tiny sizes, seconds.
+TINY_REGIME = [
+    "regime.steps=[6, 8]",
+    "regime.test_identities=3",
+    "regime.train_per_class=3",
+    "regime.val_per_class=2",
+    "regime.test_per_class=2",
+    "regime.image_size=8",
+    "regime.verification_pairs=20",
+]
+
+
+def tiny_regime(bench, *overrides: str):
+    from raycompat.config import load_config
+
+    main = bench["main"]
+    return load_config(main.FidelityConfig, None, TINY_REGIME + list(overrides))
+
+
+def test_regime_sizes_are_presets_and_a_key_beside_the_size_overrides_its_value(bench):
+    main, train = bench["main"], bench["train"]
+    assert main.RegimeSpec().resolved() == main.REGIME_SIZES["cpu"]
+    gpu = main.RegimeSpec(size="gpu", epochs=7).resolved()
+    assert (gpu.backbone, gpu.image_size, gpu.channels, gpu.epochs) == ("senet18", 32, 3, 7)
+    assert gpu.steps == main.REGIME_SIZES["gpu"].steps and gpu.device == "cuda"
+    cpu = main.optim(main.FidelityConfig(), "regime")  # the papers' recipe
+    assert (cpu.optimizer, cpu.lr, cpu.momentum, cpu.weight_decay) == ("sgd", 0.1, 0.9, 5e-4)
+    assert (cpu.batch_size, cpu.schedule, cpu.augment, cpu.padding) == (
+        128,
+        "cosine",
+        "crop_flip",
+        2,
+    )
+    assert cpu.patience is not None and cpu.epochs == main.REGIME_SIZES["cpu"].epochs
+    step = main.RegimeSpec(schedule="step").resolved().optim()
+    assert step.milestones == (round(0.7 * cpu.epochs),)  # CoReS' 70 of 100
+    # the other protocols keep Adam, no stopping rule, no augmentation
+    assert main.optim(main.FidelityConfig(), "synthetic") == train.Optim(3, 64, 1e-3)
+
+
+def test_regime_splits_are_disjoint_and_the_open_set_is_never_trained_on(bench):
+    cfg = tiny_regime(bench)
+    protocol = bench["main"].PROTOCOLS.get("regime")(cfg.regime, 3)
+    rows, data = protocol.rows, protocol.train
+    per_class = 3 + 2 + 2
+    labels = np.arange(11 * per_class) // per_class  # SyntheticIdentities' rows: c * per_class + i
+    parts = [set(rows[name].tolist()) for name in ("train", "validation", "open_set")]
+    test = set(np.flatnonzero(labels < 8).tolist()) - parts[0] - parts[1]
+    assert all(not a & b for a, b in itertools.combinations([*parts, test], 2))
+    assert set(rows["closed_set"].tolist()) <= test  # the test images, never validation's
+    for name, count in (("train", 3), ("validation", 2)):
+        assert np.bincount(labels[rows[name]]).tolist() == [count] * 8
+    assert data.labels.tolist() == labels[rows["train"]].tolist()
+    assert data.val_labels.tolist() == labels[rows["validation"]].tolist()
+    assert set(labels[rows["open_set"]].tolist()) == {8, 9, 10}  # every image, never trained on
+    assert not set(labels[rows["open_set"]].tolist()) & set(data.labels.tolist())
+    assert not set(labels[rows["open_set"]].tolist()) & set(data.val_labels.tolist())
+    assert set(labels[rows["closed_set"]].tolist()) == set(range(6))  # the first step's
+    assert set(data.step_validation(0)[1].tolist()) == set(range(6))
+    for split in protocol.evals.values():  # verification pairs index the set; every identity
+        pairs = split.scores["verification"].pairs  # has a query and a template row
+        assert pairs[:, :2].max() < len(split.labels) and len(pairs) >= 10
+        for parity in (0, 1):
+            assert set(split.labels[parity::2].tolist()) == set(split.labels.tolist())
+
+
+def test_the_plateau_stops_a_run_before_its_cap_and_keeps_the_best_epoch(bench, request):
+    """min_delta 1 (no gain of a top-1 in [0, 1] can count): the best epoch stays the first, and
+    patience 2 ends the run after 3 of its 6 epochs; the weights kept are the first epoch's, the
+    same bits as a run capped at 1 epoch. A warm start (IFT) inherits the kept epoch."""
+    import dataclasses
+
+    train = bench["train"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    cfg = tiny_regime(bench, "regime.epochs=6", "regime.patience=2", "regime.min_epochs=1",
+                      "regime.min_delta=1.0")  # fmt: skip
+    protocol = bench["main"].PROTOCOLS.get("regime")(cfg.regime, 0)
+    optim = bench["main"].optim(cfg, "regime")
+    trainer = train.SequenceTrainer(protocol.train, optim, seed=0)
+    ift = trainer.sequence("ift")
+    records = trainer.records("ift")
+    assert [(r["epochs_run"], r["best_epoch"], r["cap"], r["stopped"]) for r in records] == [
+        (3, 1, 6, "plateau")
+    ] * 2
+    assert [r["epochs_inherited"] for r in records] == [0, 1]
+    assert [r["epochs_cumulative"] for r in records] == [3, 4]
+    assert len(records[0]["val_top1"]) == 3
+    once = train.SequenceTrainer(protocol.train, dataclasses.replace(optim, epochs=1), seed=0)
+    first = once.sequence("independent")[0]
+    assert once.records("independent")[0]["stopped"] == "cap"
+    for (name, a), b in zip(ift[0].state_dict().items(), first.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_regime_report_carries_epochs_against_the_cap_and_every_score(bench, tmp_path):
+    out = tmp_path / "r.json"
+    result = bench["main"].main(
+        TINY_REGIME
+        + [
+            "protocols=[regime]",
+            "seeds=[0]",
+            "processes=1",
+            "threads=1",
+            "methods=[independent, ift, cores, fct]",
+            "regime.epochs=3",
+            "regime.patience=1",
+            "regime.min_epochs=1",
+            "fct.width=8",
+            "fct.epochs=1",
+            "fct.batch_size=8",
+            "fct.warmup_epochs=0",
+            "--out",
+            str(out),
+            "--markdown",
+            str(tmp_path / "r.md"),
+        ]
+    )
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert sorted(result["protocols"]) == ["regime/closed_set", "regime/open_set"]
+    for protocol in result["protocols"].values():
+        for name, method in protocol["methods"].items():
+            run = method["runs"][0]
+            check_computed(run, 2)
+            for record in run["training"]:
+                assert record["cap"] == 3 and 1 <= record["best_epoch"] <= record["epochs_run"] <= 3
+                assert record["stopped"] in ("plateau", "cap")
+            for score in ("verification", "templates"):
+                assert math.isfinite(run["scores"][score]["AC"])
+                assert run["scores"][score]["matrix"][0][1] is None
+            assert len(result["training_curves"]["regime"][name][0]) == 2  # seed 0: 2 models
+    text = (tmp_path / "r.md").read_text()
+    assert "model 1: run / cap (kept)" in text and " / 3 (" in text
+    assert "1:1 verification" in text and "class-mean templates" in text
+
+
+@pytest.mark.parametrize("size", ["cpu", "gpu"])
+def test_the_regime_configs_parse_with_every_method_at_its_registered_defaults(bench, size):
+    from raycompat.config import load_config
+
+    main = bench["main"]
+    path = ROOT / "benchmarks" / f"fidelity_regime_{size}.yaml"
+    assert f"--config benchmarks/fidelity_regime_{size}.yaml" in path.read_text()
+    cfg = load_config(main.FidelityConfig, path, [])
+    assert cfg.protocols == ["regime"] and cfg.regime.size == size and cfg.seeds == [0, 1, 2, 3, 4]
+    assert cfg.regime.resolved() == main.REGIME_SIZES[size]
+    # d-Simplex-HOC at the registry's lambda and rho, not the demo's rho 5
+    import inspect
+
+    from raycompat.methods import METHODS
+
+    defaults = inspect.signature(METHODS.get("dsimplex_hoc")).parameters
+    expected = {"lam": defaults["lam"].default, "rho": defaults["rho"].default}
+    assert cfg.method_options == {"dsimplex_hoc": expected}
