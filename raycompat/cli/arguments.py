@@ -23,8 +23,10 @@ from raycompat.cli.errors import DEBUG_ENV, DEBUG_FLAG
 STORE = "outputs/upgrade/store"  # the examples' store: what `python jobs/upgrade.py` writes
 GALLERY_HELP = "a gallery of the store (an unknown name lists those that exist)"
 RAY_ADDRESS_HELP = (
-    "Ray address (default: RAY_ADDRESS, else a local Ray that ends with the command, "
-    "even a killed one)"
+    "the Ray cluster to use: an address, 'auto' (the cluster `ray start` left on this machine) "
+    "or 'local' (a private Ray that ends with the job or command, even a killed one); default: "
+    "RAY_ADDRESS (set by `ray job submit`), else 'local' (docs/cluster.md, 'Which Ray a job "
+    "uses')"
 )
 _DURATION = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -29,6 +29,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from raycompat.cli.arguments import RAY_ADDRESS_HELP
 from raycompat.cli.job_exit import JOB_CONFIG_ENV  # noqa: F401 (imported from here too)
 from raycompat.cli.job_paths import (
     OUTPUT_ROOT_ENV,
@@ -66,7 +67,7 @@ def job_parser(
     without = f"without it: {default}" if default else "without it the job runs its defaults"
     parser.add_argument("--config", help=f"YAML file with {config_type} keys ({without})")
     if address:
-        parser.add_argument("--address", default=None, help="Ray address (default: start or join)")
+        parser.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
     parser.add_argument(
         "--verbose", action="store_true", help="show Ray's progress lines and our debug lines"
     )

@@ -251,10 +251,12 @@ def plain_prefixes() -> None:
 
 def init_ray(address: str | None, verbose: bool = False) -> None:
     """What the jobs call instead of ``ray.init``: log levels set (``--verbose``, or
-    ``RAYCOMPAT_VERBOSE=1``), Ray started or joined at ``address`` with the workers' output on
-    this console, each library quieted by its configuration (module docstring) and harmless
-    lines filtered unless verbose. An already initialised Ray (a test session) is used as it is
-    (levels and Ray Data's context set on this driver only)."""
+    ``RAYCOMPAT_VERBOSE=1``), Ray started or joined as :mod:`raycompat.cluster.which_ray`'s rule
+    says for ``address`` (a private local Ray unless an address or ``RAY_ADDRESS`` names a
+    cluster) with the workers' output on this console and one line naming it, each library
+    quieted by its configuration (module docstring) and harmless lines filtered unless verbose.
+    An already initialised Ray (a test session) is used as it is (levels and Ray Data's context
+    set on this driver only)."""
     import ray
 
     verbose = verbose or verbose_requested()
@@ -265,6 +267,16 @@ def init_ray(address: str | None, verbose: bool = False) -> None:
     plain_prefixes()
     if ray.is_initialized():
         return
-    ray.init(address=address, log_to_driver=True, runtime_env=worker_env(verbose))
+    from raycompat.cluster.which_ray import announce, resolve_address
+
+    address = resolve_address(address)
+    ray.init(
+        address=address,
+        log_to_driver=True,
+        runtime_env=worker_env(verbose),
+        # Ray's own "Started a local Ray instance ..." line: ours names the Ray instead
+        logging_level=logging.INFO if verbose else logging.WARNING,
+    )
     if not verbose:
         install_console_filter()
+    announce(address)

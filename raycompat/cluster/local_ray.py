@@ -19,6 +19,7 @@ POSIX only (process groups); ``tests/cluster/test_local_ray.py`` SIGKILLs a runn
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from contextlib import ExitStack, contextmanager
 
 import ray
 
+from raycompat.cluster.which_ray import LOCAL, announce, resolve_address
 from raycompat.errors import DataError
 
 GRACE_S = 1.0  # between the SIGTERM and the SIGKILL of the head's processes
@@ -40,18 +42,26 @@ class LocalRayError(DataError, RuntimeError):
 
 @contextmanager
 def ray_for_command(address: str | None) -> Iterator[None]:
-    """Ray initialized for the ``with`` block of a command: the cluster at ``address`` or
-    ``RAY_ADDRESS`` (which lives on), else a local head that ends with the block or with this
-    process, however it ends; no dashboard, and the workers' output kept off the command's
-    console. A Ray this process already initialized is used as it is."""
+    """Ray initialized for the ``with`` block of a command, as
+    :mod:`raycompat.cluster.which_ray`'s rule says: the cluster at ``address`` or
+    ``RAY_ADDRESS`` (which lives on), else (or with ``address="local"``) a local head that ends
+    with the block or with this process, however it ends; no dashboard, the workers' output
+    kept off the command's console, Ray's own "Connecting to ..." line too, and one line naming
+    the Ray used. A Ray this process already initialized is used as it is."""
     if ray.is_initialized():
         yield
         return
+    address = resolve_address(address)
     with ExitStack() as stack:
-        if not (address or os.environ.get("RAY_ADDRESS")):
-            address = stack.enter_context(local_head())
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        where = stack.enter_context(local_head()) if address == LOCAL else address
+        ray.init(
+            address=where,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
         stack.callback(ray.shutdown)  # before the head ends: the stack unwinds backwards
+        announce(address)
         yield
 
 
