@@ -312,6 +312,8 @@ def decision_digest(cfg: UpgradeConfig, spec: UpgradeSpec, against: str | None) 
 
     training = to_dict(cfg.training)
     training.pop("run", None)  # where runs are kept does not change what is trained
+    if cfg.training.stop.rule == "cap":  # decisions made before the stopping rule keep theirs
+        del training["stop"]
     entry = to_dict(spec)
     if not method_entry(spec.method).fits_map:  # entries written before maps keep their digest
         del entry["map"]

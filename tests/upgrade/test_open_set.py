@@ -109,8 +109,6 @@ def test_reports_say_which_images_every_table_uses(tmp_path):
 # ---- refused and failed upgrades are recorded and skipped while their config is unchanged ----
 
 
-
-
 def test_decision_records_round_trip_and_a_corrupt_one_names_its_file(tmp_path):
     store = store_with_v1(tmp_path)
     decisions = Decisions(store)
@@ -200,6 +198,20 @@ def test_the_digest_ignores_where_runs_are_kept_but_not_what_is_trained():
     assert decision_digest(cfg, cfg.upgrades[1], "m0") != base
     lr = load_config(UpgradeConfig, None, ["training.optim.lr=0.01"])
     assert decision_digest(lr, lr.upgrades[1], "m1") != base
+
+
+def test_decisions_made_before_the_stopping_rule_keep_their_digest():
+    """training.stop (2026-12-01) at its default changes no stored decision's digest: a store
+    the demo wrote before it is skipped on rerun, not judged again; a plateau rule is another
+    config. The value is the embedded history's m2 digest as the code before the rule gave."""
+    cfg = load_config(UpgradeConfig)
+    assert decision_digest(cfg, cfg.upgrades[1], "m1") == (
+        "512e67e50926049bab095bf15f3a1092b3ac5af6c2d93d3c8ad5cc1872b2f017"
+    )
+    plateau = load_config(UpgradeConfig, None, ["training.stop.rule=plateau"])
+    assert decision_digest(plateau, plateau.upgrades[1], "m1") != decision_digest(
+        cfg, cfg.upgrades[1], "m1"
+    )
 
 
 def test_a_missing_weights_file_is_refused_before_ray_naming_the_key(tmp_path):

@@ -196,6 +196,11 @@ class Upgrader:
         self.digest = decision_digest(self.cfg, spec, current and current.model_version)
         attempts = self.decisions.attempts(self.gallery, spec.model_version)
         prior, same = standing(attempts), standing(attempts, self.digest)
+        if same is None and prior is not None and prior.against != self.digest_against(current):
+            # judged against another gallery model than today's latest (a version published
+            # since, an adopted table): unchanged if its config is, and then it stands
+            if prior.digest == decision_digest(self.cfg, spec, prior.against):
+                same = prior
         if same is not None and same.outcome != "published" and not self.retry:
             return self._skipped(spec, same)
         if prior is not None and prior.outcome != "published":
@@ -215,6 +220,11 @@ class Upgrader:
         evidence = outcome.evidence if refused else {}
         self._record(spec, "refused" if refused else "published", outcome.reason, current, evidence)
         return outcome
+
+    @staticmethod
+    def digest_against(current) -> str | None:
+        """The gallery model a decision against ``current`` (a version, or None) records."""
+        return current and current.model_version
 
     def _record(self, spec, outcome: str, reason: str, current, evidence=None) -> None:
         """Record this judgement as the entry's next attempt (never over an earlier one)."""

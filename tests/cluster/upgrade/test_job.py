@@ -368,6 +368,44 @@ def test_a_table_adopted_into_the_store_leaves_its_upgrade_job_working(
     assert [v.version for v in GalleryStore(store_root).versions("digits")] == ["v1"]
 
 
+def test_a_version_adopted_into_the_gallery_since_leaves_its_decisions_standing(
+    tiny_histories, tmp_path, capsys
+):
+    """Issue 52, item 3: a table adopted into the history's own gallery after the history ran
+    became the gallery model the next rerun judged m2 against: the log said "judged again (its
+    config changed)" although nothing had, the rerun failed with NoWeightsError (the adopted
+    model has no weights) and m2's refusal was replaced by "failed against ext". A decision
+    made under the same config against the gallery model it was judged against stands."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raycompat.cli.app import main as cli
+    from raycompat.store.decisions import Decisions
+
+    root, first, _ = tiny_histories
+    where = tmp_path / "history"
+    shutil.copytree(root / "a", where)
+    x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    embedding = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 4)
+    (tmp_path / "table").mkdir()
+    pq.write_table(
+        pa.table({"id": np.arange(6), "embedding": embedding}), tmp_path / "table" / "p.parquet"
+    )
+    store_root = str(where / "store")
+    adopt = ["adopt", "digits", str(tmp_path / "table"), "--store", store_root]
+    assert cli([*adopt, "--version", "v9", "--model", "ext"]) == 0
+    capsys.readouterr()
+    store = GalleryStore(store_root)
+    before = Decisions(store).attempts("digits", "m2")
+
+    summary = tiny_run(where)
+    assert summary["decisions"] == first["decisions"] == {"m1": "initial", "m2": "refuse"}
+    after = Decisions(store).attempts("digits", "m2")
+    assert after == before and after[-1].outcome == "refused" and after[-1].against == "m1"
+    assert [v.version for v in store.versions("digits")] == ["v1", "v9"]
+
+
 def test_a_transformed_version_that_fails_its_check_is_not_published(ray_local, tmp_path):
     """A transformation that scrambles the gallery: the staged rows fail the new model's
     cross-test, the staging area is aborted, nothing is published and the decision becomes a
