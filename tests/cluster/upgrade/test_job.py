@@ -333,21 +333,16 @@ def test_incompatible_upgrade_is_refused_then_backfilled_on_request(tiny_histori
     assert catalog.queryable_version("digits", "m2").relation == "extracted"
 
 
-def test_a_table_adopted_into_the_store_leaves_its_upgrade_job_working(
-    tiny_histories, tmp_path, capsys
-):
-    """Issue 40, item 1: ``raycompat adopt`` registers a model without weights (``extmodel``,
-    gallery ``ext``); the upgrade job on the same store loaded every registered model's weights
-    and failed ("model 'extmodel' is registered but has no files"). It loads only its own
-    gallery's models: a rerun of the tiny history publishes nothing new and reports the same
-    decisions and models, without a row for the adopted model."""
+def adopted_beside_the_history(root: Path, tmp_path: Path, gallery, version, model):
+    """``(history folder, store root)``: a copy of the tiny history ``root / "a"`` whose store
+    also holds a 6-row, 4-d Parquet table adopted as ``gallery``/``version`` by ``model``
+    (registered without weights), through ``raycompat adopt``."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from raycompat.cli.app import main as cli
 
-    root, first, _ = tiny_histories
     where = tmp_path / "history"
     shutil.copytree(root / "a", where)
     x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
@@ -357,8 +352,21 @@ def test_a_table_adopted_into_the_store_leaves_its_upgrade_job_working(
         pa.table({"id": np.arange(6), "embedding": embedding}), tmp_path / "table" / "p.parquet"
     )
     store_root = str(where / "store")
-    adopt = ["adopt", "ext", str(tmp_path / "table"), "--store", store_root]
-    assert cli([*adopt, "--version", "v1", "--model", "extmodel"]) == 0
+    adopt = ["adopt", gallery, str(tmp_path / "table"), "--store", store_root]
+    assert cli([*adopt, "--version", version, "--model", model]) == 0
+    return where, store_root
+
+
+def test_a_table_adopted_into_the_store_leaves_its_upgrade_job_working(
+    tiny_histories, tmp_path, capsys
+):
+    """Issue 40, item 1: ``raycompat adopt`` registers a model without weights (``extmodel``,
+    gallery ``ext``); the upgrade job on the same store loaded every registered model's weights
+    and failed ("model 'extmodel' is registered but has no files"). It loads only its own
+    gallery's models: a rerun of the tiny history publishes nothing new and reports the same
+    decisions and models, without a row for the adopted model."""
+    root, first, _ = tiny_histories
+    where, store_root = adopted_beside_the_history(root, tmp_path, "ext", "v1", "extmodel")
     capsys.readouterr()
     assert not Catalog(GalleryStore(store_root)).model("extmodel").has_weights
 
@@ -376,25 +384,10 @@ def test_a_version_adopted_into_the_gallery_since_leaves_its_decisions_standing(
     config changed)" although nothing had, the rerun failed with NoWeightsError (the adopted
     model has no weights) and m2's refusal was replaced by "failed against ext". A decision
     made under the same config against the gallery model it was judged against stands."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from raycompat.cli.app import main as cli
     from raycompat.store.decisions import Decisions
 
     root, first, _ = tiny_histories
-    where = tmp_path / "history"
-    shutil.copytree(root / "a", where)
-    x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
-    embedding = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 4)
-    (tmp_path / "table").mkdir()
-    pq.write_table(
-        pa.table({"id": np.arange(6), "embedding": embedding}), tmp_path / "table" / "p.parquet"
-    )
-    store_root = str(where / "store")
-    adopt = ["adopt", "digits", str(tmp_path / "table"), "--store", store_root]
-    assert cli([*adopt, "--version", "v9", "--model", "ext"]) == 0
+    where, store_root = adopted_beside_the_history(root, tmp_path, "digits", "v9", "ext")
     capsys.readouterr()
     store = GalleryStore(store_root)
     before = Decisions(store).attempts("digits", "m2")
