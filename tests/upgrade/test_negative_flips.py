@@ -213,10 +213,11 @@ def test_an_unset_gate_keeps_the_existing_decisions_and_digests():
     spec = cfg.upgrades[1]
     training = to_dict(cfg.training)
     training.pop("run")
+    training.pop("stop")  # nor the stopping rule (training.stop), at its default
     policy = to_dict(cfg.policy)
     del policy["max_negative_flip_rate"]
     entry = {k: v for k, v in to_dict(spec).items() if k != "map"}  # nor entries' query maps
-    before = {  # the digest as written before the gate existed
+    before = {  # the digest as written before the gate and the stopping rule existed
         "entry": entry,
         "training": redact(training),
         "policy": policy,
