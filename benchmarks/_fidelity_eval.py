@@ -74,9 +74,14 @@ def compatibility(
 def score_metrics(served: Served, protocol: str, eval_set: EvalSet) -> dict:
     """The matrix, ECC per pair, ECC on every pair, AC and AA of one method under another
     evaluation ``protocol`` (``verification``, ``templates``), reported beside 1:N top-1."""
-    M = compatibility(served, protocol, eval_set)
+    return criterion(compatibility(served, protocol, eval_set), protocol)
+
+
+def criterion(M: np.ndarray, metric: str) -> dict:
+    """The lower-triangular matrix ``M`` (T x T, fractions) in percent, ECC per pair and on
+    every pair, AC and AA: what every score of a method reports."""
     T = len(M)
-    matrix = CompatibilityMatrix.from_array(np.nan_to_num(M), metric=protocol)
+    matrix = CompatibilityMatrix.from_array(np.nan_to_num(M), metric=metric)
     passes = [[ecc(M[t, k], M[k, k]) if k < t else None for k in range(T)] for t in range(T)]
     return {
         "matrix": [[_percent(M[t, k]) if k <= t else None for k in range(T)] for t in range(T)],
@@ -122,7 +127,6 @@ def run_metrics(served: Served, upper_self_tests: list[float]) -> dict:
     """
     M = compatibility(served)
     T = len(M)
-    matrix = CompatibilityMatrix.from_array(np.nan_to_num(M), metric="top1")
     q, g, labels = served.queries, served.galleries, served.labels
     upgrades = [
         {
@@ -132,13 +136,8 @@ def run_metrics(served: Served, upper_self_tests: list[float]) -> dict:
         }
         for t in range(1, T)
     ]
-    passes = [[ecc(M[t, k], M[k, k]) if k < t else None for k in range(T)] for t in range(T)]
     return {
-        "matrix": [[_percent(M[t, k]) if k <= t else None for k in range(T)] for t in range(T)],
-        "ecc": passes,
-        "ecc_all": all(p for row in passes for p in row if p is not None),
-        "AC": average_compatibility(matrix),
-        "AA": average_accuracy(matrix) * PERCENT,
+        **criterion(M, "top1"),
         "upgrades": upgrades,
         "upgrade_mean": combine(upgrades, mean_leaf),
     }
