@@ -193,7 +193,7 @@ class Upgrader:
         versions = self.store.versions(self.gallery)
         mine = [v for v in versions if v.model_version == spec.model_version]
         current = steps.gallery_before(versions, self.cfg.upgrades, position)
-        self.digest = decision_digest(self.cfg, spec, current and current.model_version)
+        self.digest = decision_digest(self.cfg, spec, self.digest_against(current))
         attempts = self.decisions.attempts(self.gallery, spec.model_version)
         prior, same = standing(attempts), standing(attempts, self.digest)
         if same is None and prior is not None and prior.against != self.digest_against(current):
