@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
@@ -488,12 +488,52 @@ def run_seed(
     }
 
 
-def run_seeds(cfg: FidelityConfig, methods: dict, save: Path | None) -> list[dict]:
+class TaskRecords:
+    """The finished tasks of a run, one JSON file each, so that a killed run resumes where it
+    stopped and seeds can be added later (``--seeds 2 3 4`` with the same ``--out``): a task
+    whose file is there, written under the same configuration, is read instead of run. The
+    configuration a file was written under is everything but the seeds and the process layout,
+    which do not change a task's numbers; a file of another configuration is refused."""
+
+    LAYOUT = ("seeds", "processes", "threads")
+
+    def __init__(self, folder: Path, cfg: FidelityConfig) -> None:
+        self.folder = folder
+        self.config = {k: v for k, v in to_dict(cfg).items() if k not in self.LAYOUT}
+
+    def path(self, name: str, seed: int, group: dict) -> Path:
+        return self.folder / f"{name}-seed{seed}-{'+'.join(group)}.json"
+
+    def load(self, name: str, seed: int, group: dict) -> dict | None:
+        path = self.path(name, seed, group)
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text())
+        if record["config"] != self.config:
+            raise ConfigError(
+                f"{path}: a task of another configuration; give another --out or remove "
+                f"{self.folder}"
+            )
+        log.info("%s seed %d, %s: read from %s", name, seed, ", ".join(group), path)
+        return record["result"]
+
+    def write(self, name: str, seed: int, group: dict, result: dict) -> None:
+        path = self.path(name, seed, group)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".tmp")
+        partial.write_text(json.dumps({"config": self.config, "result": result}))
+        partial.replace(path)
+
+
+def run_seeds(
+    cfg: FidelityConfig, methods: dict, save: Path | None, records: TaskRecords | None = None
+) -> list[dict]:
     """Every (protocol, seed, method group) task, in ``cfg.processes`` processes of
     ``cfg.threads`` torch threads each (small convnets train faster as two 1-thread processes
     than as one 2-thread one). The first group's tasks are queued first, the longest protocol's
     seeds first, so the models the later groups share with it are usually trained by then. A
-    task's numbers do not depend on which process ran it, when, or what it found in the cache."""
+    task's numbers do not depend on which process ran it, when, or what it found in the cache;
+    ``records``: tasks finished before are read, and each task is written as it finishes."""
     with tempfile.TemporaryDirectory(prefix="fidelity-models-") as cache:
         tasks = [
             (name, cfg, group, save, seed, Path(cache) / f"{name}-seed{seed}")
@@ -501,17 +541,34 @@ def run_seeds(cfg: FidelityConfig, methods: dict, save: Path | None) -> list[dic
             for name in cfg.protocols
             for seed in cfg.seeds
         ]
-        if cfg.processes == 1 or len(tasks) == 1:
-            return [run_seed(*task) for task in tasks]
+        done = {
+            i: result
+            for i, task in enumerate(tasks)
+            if records is not None
+            and (result := records.load(task[0], task[4], task[2])) is not None
+        }
+        todo = [i for i in range(len(tasks)) if i not in done]
+
+        def finished(i: int, result: dict) -> None:
+            done[i] = json.loads(json.dumps(result))  # as a rerun would read it back
+            if records is not None:
+                records.write(tasks[i][0], tasks[i][4], tasks[i][2], result)
+
+        if cfg.processes == 1 or len(todo) <= 1:
+            for i in todo:
+                finished(i, run_seed(*tasks[i]))
+            return [done[i] for i in range(len(tasks))]
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
-            min(cfg.processes, len(tasks)),
+            min(cfg.processes, len(todo)),
             mp_context=context,
             initializer=_worker_init,
             initargs=(os.getpid(),),
         ) as pool:
-            futures = [pool.submit(run_seed, *task) for task in tasks]
-            return [future.result() for future in futures]
+            futures = {pool.submit(run_seed, *tasks[i]): i for i in todo}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
+        return [done[i] for i in range(len(tasks))]
 
 
 def _worker_init(parent: int) -> None:
@@ -583,7 +640,7 @@ def estimate(cfg: FidelityConfig, methods: dict) -> dict[str, float]:
     return out
 
 
-def run(cfg: FidelityConfig, save: Path | None = None) -> dict:
+def run(cfg: FidelityConfig, save: Path | None = None, records: TaskRecords | None = None) -> dict:
     torch.set_num_threads(cfg.threads)
     methods = entries(cfg)
     guess = estimate(cfg, methods)
@@ -594,7 +651,7 @@ def run(cfg: FidelityConfig, save: Path | None = None) -> dict:
         cfg.processes,
     )
     start, cpu_start = time.perf_counter(), _cpu_seconds()
-    done = run_seeds(cfg, methods, save)
+    done = run_seeds(cfg, methods, save, records)
     timing = {"estimated_s": guess, "protocols": {}}
     for pair in done:
         timing["protocols"].setdefault(pair["protocol"], []).append(pair["timing"])
@@ -638,6 +695,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--markdown", help="also write the tables to this file")
     parser.add_argument("--save-features", help="directory for the features of every matrix")
     parser.add_argument("--estimate", action="store_true", help="print the time estimate only")
+    parser.add_argument(
+        "--tasks", help="folder of the finished tasks, read on a rerun (default: OUT.tasks)"
+    )
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. mnist5k.epochs=2")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -655,7 +715,8 @@ def main(argv: list[str] | None = None) -> dict:
         }
         emit(result, None)
         return result
-    result = run(cfg, Path(args.save_features) if args.save_features else None)
+    records = TaskRecords(Path(args.tasks or f"{args.out}.tasks"), cfg)
+    result = run(cfg, Path(args.save_features) if args.save_features else None, records)
     emit(result, args.out)
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)

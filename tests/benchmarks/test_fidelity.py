@@ -397,6 +397,23 @@ def test_quick_run_cell_recomputed_from_saved_features(quick):
     )
 
 
+@pytest.mark.slow
+def test_a_rerun_reads_its_finished_tasks_and_refuses_another_configs(quick, bench, monkeypatch):
+    """Each finished task is kept beside --out: a rerun (after a kill, or to add seeds) reads
+    them instead of training again and reports the same numbers; other settings are refused."""
+    out, result = quick
+    assert len(list((out / "r.json.tasks").glob("*.json"))) == 2 * 2 * 2  # protocols, seeds, groups
+
+    def train_again(*args):
+        raise AssertionError("a finished task was run again")
+
+    monkeypatch.setattr(bench["main"], "run_seed", train_again)
+    again = bench["main"].main(["--quick", "--out", str(out / "r.json")])
+    assert again["protocols"] == result["protocols"]
+    with pytest.raises(bench["main"].ConfigError, match="another configuration"):
+        bench["main"].main(["--quick", "--out", str(out / "r.json"), "fct.epochs=3"])
+
+
 def test_the_readme_table_is_the_committed_run(bench):
     """README's result table is rendered from benchmarks/results/fidelity_cpu.json, not typed:
     a new run committed without regenerating the README (or an edited cell) fails here."""
