@@ -33,10 +33,11 @@ from raycompat.registry import UnknownNameError
 
 @dataclass
 class MapSpec:
-    """The fit of a ``procrustes``, ``affine`` or ``adapter`` entry (docs/transformations.md):
-    a seeded sample of the stored gallery's rows, each re-embedded by the new model from the
-    gallery's images on the workers (``cluster/pipelines/pairs.py``): about ``pairs`` rows
-    (default :data:`DEFAULT_PAIRS`), or the share ``pairs_fraction`` of them (one of the two).
+    """The fit of a ``procrustes``, ``affine``, ``adapter`` or ``slerp`` entry
+    (docs/transformations.md): a seeded sample of the stored gallery's rows, each re-embedded
+    by the new model from the gallery's images on the workers (``cluster/pipelines/pairs.py``):
+    about ``pairs`` rows (default :data:`DEFAULT_PAIRS`), or the share ``pairs_fraction`` of
+    them (one of the two).
     ``lam``: the affine fit's orthogonality penalty (0: plain least squares). ``direction``:
     ``query`` maps the new model's queries into the stored gallery's space (nothing is
     rewritten); ``gallery`` maps the stored gallery forward into the new model's space, written
@@ -80,8 +81,8 @@ class UpgradeSpec:
         partial_backfill: FCT methods only: publish ``h(current)`` with a fraction of the rows
             re-extracted (:class:`PartialBackfillSpec`) instead of ``h(current)`` alone; ``h``
             then learns its uncertainty too.
-        map: ``procrustes``, ``affine`` and ``adapter`` entries (upgrades without compatible
-            training): how the query map is fitted (:class:`MapSpec`).
+        map: ``procrustes``, ``affine``, ``adapter`` and ``slerp`` entries (upgrades without
+            compatible training): how the query map is fitted (:class:`MapSpec`).
     """
 
     model_version: str

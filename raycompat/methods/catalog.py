@@ -61,6 +61,7 @@ METHOD_CATALOG: dict[str, MethodEntry] = {
     "procrustes": MethodEntry(_M + "baselines:Independent", fits_map=True),
     "affine": MethodEntry(_M + "baselines:Independent", fits_map=True),
     "adapter": MethodEntry(_M + "baselines:Independent", fits_map=True),
+    "slerp": MethodEntry(_M + "baselines:Independent", fits_map=True),
 }
 
 METHODS: Registry = Registry("compatibility method")

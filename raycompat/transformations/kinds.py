@@ -33,6 +33,9 @@ TRANSFORMATIONS.register_path("slerp", "raycompat.transformations.slerp:SlerpTra
 
 # The kinds fitted on paired rows without training (``fit.fit_kind``), by name.
 FITTED_KINDS = ("procrustes", "affine", "adapter", "slerp")
+# Those of them fitted on the rows themselves (held-out pairs choose their weights or alpha);
+# the others are fitted from statistics merged over parts (``fit.fit_statistics``).
+ROW_FITTED_KINDS = ("adapter", "slerp")
 
 # The kind of a stored spec without a "kind" key: every export written before kinds were
 # recorded is FCT's h or g.

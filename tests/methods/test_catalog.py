@@ -25,7 +25,7 @@ def constructor_options(cls) -> tuple[str, ...]:
 def test_each_entry_names_its_class_and_that_class_options(name):
     cls = METHODS.get(name)
     # the class the entry imports is the method of that name; an upgrade without compatible
-    # training (procrustes, affine, adapter) trains an independent model, then fits its map
+    # training (procrustes, affine, adapter, slerp) trains an independent model, then fits its map
     assert cls.name == ("independent" if method_entry(name).fits_map else name)
     assert method_entry(name).options == constructor_options(cls)
 
@@ -34,7 +34,7 @@ def test_the_registry_lists_exactly_the_catalogue():
     assert list_methods() == sorted(METHOD_CATALOG) == METHODS.names()
     assert [n for n in METHOD_CATALOG if method_entry(n).needs_transformation] == ["fct"]
     fitted = [n for n in METHOD_CATALOG if method_entry(n).fits_map]
-    assert fitted == ["procrustes", "affine", "adapter"]
+    assert fitted == ["procrustes", "affine", "adapter", "slerp"]
 
 
 def test_a_registered_method_is_a_class_from_its_module():

@@ -186,26 +186,29 @@ def publish_model(
 
 
 def fit_map(cfg: UpgradeConfig, spec: UpgradeSpec, store, gallery: str, current, candidate: str):
-    """The ``spec.method`` map (procrustes, affine, adapter), fitted on a seeded sample of the
-    stored version ``current``'s rows (``spec.map.budget()``: about ``pairs`` of them, or a
-    share) (seed ``training.seed``), each
+    """The ``spec.method`` map (procrustes, affine, adapter, slerp), fitted on a seeded sample
+    of the stored version ``current``'s rows (``spec.map.budget()``: about ``pairs`` of them,
+    or a share) (seed ``training.seed``), each
     paired with the candidate's embedding of the same gallery image, re-extracted on the
     workers (``raycompat.cluster.pipelines.pairs``): from the candidate's space into the stored
     gallery's for ``map.direction: query``, the reverse for ``gallery``. The linear kinds are
-    fitted from statistics merged over the workers; the adapter trains on the sampled pairs.
+    fitted from statistics merged over the workers; the adapter and slerp (``ROW_FITTED_KINDS``)
+    on the sampled pairs themselves, which their held-out split needs.
     Rows the job scores on are never sampled (:func:`held_out_rows`). Returns a
     ``raycompat.transformations.Fit``."""
     from raycompat.cluster.pipelines.pairs import sample_pair_statistics
-    from raycompat.transformations import fit_adapter, fit_statistics
+    from raycompat.transformations import fit_kind, fit_statistics
+    from raycompat.transformations.kinds import ROW_FITTED_KINDS
 
+    on_rows = spec.method in ROW_FITTED_KINDS
     stats, x, y = sample_pair_statistics(
         store, gallery, current.version, cfg.gallery_images, candidate,
         **spec.map.budget(), seed=cfg.training.seed, direction=spec.map.direction,
-        keep_rows=spec.method == "adapter",
-        exclude=held_out_rows(cfg), run=cfg.pipeline,
+        keep_rows=on_rows, exclude=held_out_rows(cfg), run=cfg.pipeline,
     )  # fmt: skip
-    if spec.method == "adapter":
-        return fit_adapter(x, y, seed=cfg.training.seed, where=f"{spec.model_version}'s pairs")
+    if on_rows:
+        where = f"{spec.model_version}'s pairs"
+        return fit_kind(spec.method, x, y, seed=cfg.training.seed, where=where)
     return fit_statistics(spec.method, stats, lam=spec.map.lam)
 
 

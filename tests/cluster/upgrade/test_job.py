@@ -589,7 +589,10 @@ def test_the_documented_recipe_ends_a_refusal_the_policy_expects_with_exit_0(
     print(f"the recipe's refused submission in {time.monotonic() - started:.0f} s")
 
 
-def test_an_entry_without_compatible_training_is_decided_on_its_query_map(ray_local, tmp_path):
+@pytest.mark.parametrize("kind", ["procrustes", "slerp"])
+def test_an_entry_without_compatible_training_is_decided_on_its_query_map(
+    ray_local, tmp_path, kind
+):
     """Issue 41, item 4: ``method: procrustes`` trains m2 on its own (as ``independent``), fits
     the map from m2's space into m1's on a sample of about ``map.pairs`` stored rows paired with
     m2's embeddings of their images (none of the rows it is scored on), and
@@ -602,14 +605,14 @@ def test_an_entry_without_compatible_training_is_decided_on_its_query_map(ray_lo
     config = tiny_config(tmp_path)
     cfg = yaml.safe_load(config.read_text())
     cfg["upgrades"][1] = {
-        "model_version": "m2", "classes": 5, "method": "procrustes", "map": {"pairs": 400},
+        "model_version": "m2", "classes": 5, "method": kind, "map": {"pairs": 400},
     }  # fmt: skip
     config.write_text(yaml.safe_dump(cfg))
     summary = main(["--config", str(config)])
     report = json.loads((tmp_path / "report" / "toy" / "report.json").read_text())
     m2 = next(o for o in report["outcomes"] if o["model_version"] == "m2")
     adapted, direct = m2["evidence"]["adapted"], m2["evidence"]["direct"]
-    assert adapted["kind"] == "procrustes" and 300 <= adapted["pairs"] <= 500  # 400 expected
+    assert adapted["kind"] == kind and 300 <= adapted["pairs"] <= 500  # 400 expected
     assert adapted["relative_residual"] is not None and 0 <= adapted["relative_residual"] < 1
     assert adapted["old_self"] == direct["old_self"]  # the same gallery, the same old model
     assert adapted["cross"] != direct["cross"]  # the mapped queries, not the raw ones
@@ -621,7 +624,7 @@ def test_an_entry_without_compatible_training_is_decided_on_its_query_map(ray_lo
     assert not adapted["ecc"] and "ECC fails" in m2["reason"]
     assert not (tmp_path / "store" / "digits" / "_adapters").exists()  # nothing stored
     text = (tmp_path / "report" / "toy" / "report.md").read_text()
-    line = f"m2 (procrustes) through its procrustes map on {adapted['pairs']} pairs, relative"
+    line = f"m2 ({kind}) through its {kind} map on {adapted['pairs']} pairs, relative"
     assert line in text
 
 
