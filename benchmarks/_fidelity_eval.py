@@ -92,6 +92,24 @@ def criterion(M: np.ndarray, metric: str) -> dict:
     }
 
 
+def re_embedding_share(matrix: list[list[float | None]]) -> dict:
+    """The share of a full re-embedding's score that serving the old gallery keeps (issue 51,
+    item 4; Drift-Adapter's "share of re-embedding's recall"): ``M(t, k) / M(t, t)`` in percent
+    for every ``k < t`` (``matrix`` as :func:`criterion` gives it, in percent), since a full
+    backfill would serve model t's queries on model t's own gallery; ``mean``: over those
+    pairs. None where ``M(t, t)`` is 0."""
+    T = len(matrix)
+    kept = [
+        [
+            PERCENT * matrix[t][k] / matrix[t][t] if k < t and matrix[t][t] else None
+            for k in range(T)
+        ]
+        for t in range(T)
+    ]
+    cells = [v for row in kept for v in row if v is not None]
+    return {"matrix": kept, "mean": sum(cells) / len(cells) if cells else None}
+
+
 def _percent(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value * PERCENT
 

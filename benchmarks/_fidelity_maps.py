@@ -1,7 +1,7 @@
 """Upgrades without retraining in ``benchmarks/fidelity.py`` (issue 41, item 5): the models
 trained ``independent``-ly (an off-the-shelf pair: nothing ties their spaces), each later one
 mapped onto an earlier one by a map fitted on paired rows (``raycompat.transformations``:
-``procrustes``, ``affine``, ``adapter``), in two directions:
+``procrustes``, ``affine``, ``adapter``, ``slerp``), in two directions:
 
 - ``query``: model t's queries are mapped into model k's space; model k's gallery is served as
   stored (nothing is rewritten). ``hop``: through the maps of each upgrade, t -> t-1 -> .. -> k;
@@ -27,7 +27,7 @@ from _fidelity_train import apply_h, features, normalized
 
 from raycompat.transformations import fit_kind
 
-KINDS = ("procrustes", "affine", "adapter")
+KINDS = ("procrustes", "affine", "adapter", "slerp")
 BUDGETS = (100, 1000)  # the curve; the plain entries use every training image
 # entry -> (training method, serving mode "map/<kind>/<direction>/<chain>/<budget>")
 MAP_ENTRIES = {

@@ -93,6 +93,21 @@ def matrix_table(methods: dict, score: str | None = None) -> list[str]:
     return _table(header, rows)
 
 
+def kept_table(methods: dict) -> list[str]:
+    """Per method, ``M(t, k) / M(t, t)`` for every ``k < t`` and its mean over them: the share
+    of a full re-embedding's top-1 kept by serving the older gallery (``summary.kept``)."""
+    first = next(iter(methods.values()))["summary"]["kept"]["matrix"]
+    cells = [(t, k) for t in range(len(first)) for k in range(t)]
+    header = ["method"] + [f"M({t + 1},{k + 1})/M({t + 1},{t + 1})" for t, k in cells]
+    rows = [
+        [name]
+        + [fmt(method["summary"]["kept"]["matrix"][t][k], sd=False) for t, k in cells]
+        + [fmt(method["summary"]["kept"]["mean"], sd=False)]
+        for name, method in methods.items()
+    ]
+    return _table(header + ["mean"], rows)
+
+
 SCORES = {
     "identification": "1:N top-1 identification (the compatibility criterion's score)",
     "verification": "1:1 verification, 10-fold threshold (CoReS' score)",
@@ -193,6 +208,8 @@ def markdown(result: dict) -> str:
             lines += [f"Score: {SCORES['identification']}.", ""]
         lines += summary_table(methods) + [""]
         lines += matrix_table(methods)
+        lines += ["", "Share of a full re-embedding's top-1 kept, in %:", ""]
+        lines += kept_table(methods)
         backfill = backfill_table(methods)
         lines += ([""] + backfill) if backfill else []
         for score in first.get("scores", {}):

@@ -44,7 +44,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _fidelity_data import PROTOCOLS, Protocol  # noqa: E402
-from _fidelity_eval import combine, mean_leaf, run_metrics, score_metrics, summary_leaf  # noqa: E402
+from _fidelity_eval import (  # noqa: E402
+    combine,
+    mean_leaf,
+    re_embedding_share,
+    run_metrics,
+    score_metrics,
+    summary_leaf,
+)
 from _fidelity_fct import COMPAT, Transformations  # noqa: E402
 from _fidelity_maps import MAP_ENTRIES, register  # noqa: E402
 from _fidelity_report import markdown  # noqa: E402
@@ -586,7 +593,8 @@ def _worker_init(parent: int) -> None:
 
 def collect(done: list[dict], methods: dict) -> dict:
     """``{protocol/split: summary}`` from the tasks' results, seeds and methods in the config's
-    order."""
+    order; each run gains ``kept`` (:func:`re_embedding_share`), derived here from its matrix
+    so that the tasks' records stay what the tasks wrote."""
     out: dict[str, dict] = {}
     for pair in done:
         for split_name, meta in pair["splits"].items():
@@ -607,7 +615,7 @@ def collect(done: list[dict], methods: dict) -> dict:
                         "serving": methods[entry][1],
                         "runs": [],
                     },
-                )["runs"].append(values)
+                )["runs"].append({**values, "kept": re_embedding_share(values["matrix"])})
     for split in out.values():
         split["methods"] = {
             entry: split["methods"][entry] for entry in methods if entry in split["methods"]

@@ -100,6 +100,18 @@ def test_run_metrics_match_a_naive_reference(bench):
         assert upgrade["served"]["relative_nfr"] == pytest.approx(relative)
 
 
+def test_re_embedding_share_by_hand(bench):
+    """M(t, k) / M(t, t): what serving the old gallery keeps of a full re-embedding's score."""
+    share = bench["eval"].re_embedding_share(
+        [[80.0, None, None], [40.0, 50.0, None], [30.0, 20.0, 60.0]]
+    )
+    assert share["matrix"][1][0] == pytest.approx(80.0)
+    assert share["matrix"][2] == pytest.approx([50.0, 100 / 3, None])
+    assert share["matrix"][0] == [None, None, None] and share["matrix"][1][1] is None
+    assert share["mean"] == pytest.approx((80 + 50 + 100 / 3) / 3)
+    assert bench["eval"].re_embedding_share([[0.0, None], [10.0, 0.0]])["mean"] is None
+
+
 def test_spearman_by_hand(bench):
     ev = bench["eval"]
     # no ties: d = (0, 1, 1, 0), rho = 1 - 6 * 2 / (4 * 15)
@@ -354,6 +366,7 @@ def test_quick_run_structure(quick):
     text = (out / "r.md").read_text()
     for name, protocol in result["protocols"].items():
         assert protocol["kind"] == SPLITS[name.split("/")[1]]
+        assert "M(2,1)/M(2,2)" in text
         assert f"## {name}: {protocol['kind']}" in text
         methods = protocol["methods"]
         assert list(methods) == ["independent", "bct", "cores", "fct", "fct_side", "fastfill"]
@@ -369,6 +382,9 @@ def check_computed(run: dict, T: int) -> None:
         assert (run["matrix"][t][k] is None) == (k > t)
         assert (run["ecc"][t][k] is None) == (k >= t)
     assert math.isfinite(run["AC"]) and math.isfinite(run["AA"])
+    # M(t, k) / M(t, t), derived when collected; None only where every later M(t, t) is 0
+    later_zero = all(run["matrix"][t][t] == 0 for t in range(1, T))
+    assert (run["kept"]["mean"] is None) == later_zero
     assert len(run["upgrades"]) == T - 1
     for upgrade in run["upgrades"]:
         assert "update_gain" in upgrade  # None only when M(up, up) == M(old, old)
@@ -454,7 +470,8 @@ def test_procrustes_maps_between_rotated_models_serve_as_the_models_themselves(b
     own = [bench["eval"].compatibility(bench["eval"].Served(queries, {
         (t, k): queries[k] for t in range(3) for k in range(t + 1)}, labels))[t, t]
         for t in range(3)]  # fmt: skip
-    for name in ("procrustes_query", "procrustes_query_direct", "procrustes_gallery"):
+    names = ("procrustes_query", "procrustes_query_direct", "procrustes_gallery", "slerp_query")
+    for name in names:
         served, extra = maps.serve_map(*maps.MAP_ENTRIES[name][1].split("/")[1:])(
             queries, images, labels, fits
         )
