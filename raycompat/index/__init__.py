@@ -1,7 +1,9 @@
 """faiss indexes beside the store: distances, search, a version's index, sharded builds (no Ray).
 
 What a user calls: :func:`search` (:mod:`.query`: search a gallery as a model, or a given
-version; the answer names the version, the index and the metric of its scores),
+version; the answer names the version, the index and the metric of its scores; it opens the
+version's index at each call: a program that searches many times opens a gallery handle once,
+``raycompat.open_gallery``),
 :func:`build_version_index` and :func:`open_search_index` (:mod:`.version_index`: a version's
 index, built and opened), :func:`build_index` (:mod:`.factory`: a
 :class:`SearchIndex` by kind), :func:`adapt_queries` (:mod:`.adapt`: a query-side map fitted

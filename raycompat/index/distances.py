@@ -73,8 +73,8 @@ def as_features_numpy(x: Any, name: str = "features") -> np.ndarray:
         raise ValueError(f"{name} is empty: shape {tuple(a.shape)}")
     if a.dtype != np.float64:
         a = a.astype(np.float32, copy=False)
-    bad = ~np.isfinite(a).all(axis=1)
-    if bad.any():
+    if not np.isfinite(a).all():  # the rows only once some are at fault
+        bad = ~np.isfinite(a).all(axis=1)
         raise ValueError(
             f"{name} has {int(bad.sum())} row(s) with NaN/inf values; first is row "
             f"{int(np.argmax(bad))}"
@@ -178,9 +178,11 @@ class Distance:
         a = as_features_numpy(x, name)
         if not self.normalize:
             return a
-        norms = np.sqrt(np.einsum("ij,ij->i", a, a))  # one pass, no temporary (N, d) array
-        if refuse_zero and (norms < ZERO_NORM).any():
-            raise zero_norm_error(np.flatnonzero(norms < ZERO_NORM).tolist(), name)
+        norms = np.sqrt(np.vecdot(a, a))  # one pass, no temporary (N, d); lighter than einsum
+        if refuse_zero:
+            if norms.min() < ZERO_NORM:
+                raise zero_norm_error(np.flatnonzero(norms < ZERO_NORM).tolist(), name)
+            return a / norms[:, None]  # every norm is at least eps: as below
         return a / np.maximum(norms, ZERO_NORM)[:, None]  # torch's normalize: x / max(|x|, eps)
 
     def scores(self, query: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
@@ -195,8 +197,10 @@ class Distance:
     def from_faiss(self, raw: np.ndarray) -> np.ndarray:
         """Turn faiss' output (squared L2 for METRIC_L2, inner product otherwise) into scores,
         clipped to :attr:`score_range` (faiss's padding, ``-inf``, becomes its low end: the
-        caller marks padded rows itself)."""
-        return np.clip(-raw if self.squared_l2 else raw, *self.score_range)
+        caller marks padded rows itself). ``maximum`` then ``minimum``, as ``np.clip`` does,
+        without its dispatch (5 us of a 300 us single-query search)."""
+        low, high = self.score_range
+        return np.minimum(np.maximum(-raw if self.squared_l2 else raw, low), high)
 
 
 DISTANCES: Registry[Distance] = Registry("distance")

@@ -172,11 +172,20 @@ def query_vectors(
     elif model is None:
         raise QueryError("query images need --model, the model that embeds them")
     else:
-        queries = _embed_with(catalog, model, list(images), on_note)
+        queries = embed_as(store, model, list(images), on_note)
     return to_version_space(store, gallery, version, model, queries)
 
 
-def _embed_with(catalog: Catalog, model: str, images: list[str], on_note) -> np.ndarray:
+def embed_as(
+    store: GalleryStore, model: str, images: list[str], on_note: Callable[[str], None] | None
+) -> np.ndarray:
+    """``(len(images), d)`` features of the image files with the store's ``model``
+    (:func:`embed_images`; its files copied out first from an S3 store).
+
+    Raises:
+        NoWeightsError: the model was registered without weights (adopted).
+    """
+    catalog = Catalog(store)
     catalog.weights_of(model, "embed query images")
     uri = catalog.model_uri(model)  # a store-relative uri resolves against the store's root
     if Path(uri).is_dir():
@@ -295,7 +304,7 @@ def checked_vectors(x: np.ndarray, width: int, where: str, why: str = "") -> np.
         raise QueryError(
             f"{where}: expected finite vectors of shape (Q, {width}){why}, got {problem}"
         )
-    return x.astype(np.float32)
+    return x.astype(np.float32, copy=False)  # nothing downstream writes into the queries
 
 
 def query_problem(x: np.ndarray, width: int) -> str | None:
@@ -306,9 +315,8 @@ def query_problem(x: np.ndarray, width: int) -> str | None:
         return f"no rows (shape {x.shape})"
     if x.ndim != 2 or x.shape[1] != width:
         return f"shape {x.shape}"
-    finite = np.isfinite(x).all(axis=1)
-    if not finite.all():
-        return f"NaN or inf in row {int(np.argmin(finite))}"
+    if not np.isfinite(x).all():  # the row only once one is at fault
+        return f"NaN or inf in row {int(np.argmin(np.isfinite(x).all(axis=1)))}"
     return None
 
 

@@ -55,7 +55,7 @@ def real_hits(
 
 def to_faiss(x: Any) -> np.ndarray:
     """A C-contiguous float32 array of ``x``: a NumPy array or a torch tensor."""
-    if hasattr(x, "detach"):  # a tensor: its caller has loaded torch
+    if type(x) is not np.ndarray and hasattr(x, "detach"):  # a tensor: its caller has torch
         x = x.detach().cpu().numpy()
     return np.ascontiguousarray(x, dtype=np.float32)
 

@@ -376,6 +376,18 @@ def published_pointer(store: GalleryStore, gallery: str, version: str) -> dict |
         return None
 
 
+def pointer_bytes(store: GalleryStore, gallery: str, version: str) -> bytes | None:
+    """The version's pointer as stored (None: no index is published): one small read, no
+    parse. A publish replaces the pointer, so other bytes mean another index (a first build,
+    a rebuild, a ``sharded_ivf`` build rewritten in place with new checksums); a reader that
+    loaded an index after reading these bytes follows a build by comparing them
+    (``raycompat/service/served.py``)."""
+    try:
+        return store.backend.read(_pointer_path(store, gallery, version))
+    except FileNotFoundError:
+        return None
+
+
 def pointer_uri(store: GalleryStore, gallery: str, version: str) -> str:
     """The URI of the version's pointer (named in messages)."""
     return store.backend.uri(_pointer_path(store, gallery, version))

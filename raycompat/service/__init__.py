@@ -4,8 +4,11 @@ the same app runs under uvicorn (``raycompat serve``) and behind a cluster's HTT
 
     config.py     ServiceConfig: limits, polling, the bearer token (read_token)
     loaded.py     one (gallery, model) pair loaded: a version's index, warm, and its query map
-    served.py     Served: every pair, followed and swapped atomically; NotServedError (404)
+    served.py     Served: every pair, followed and swapped atomically (a newly published
+                  index of a version served too); NotServedError (404)
     watcher.py    the thread that polls the serving records
+    gallery.py    open_gallery: one gallery as a model or alias, for Python programs (a
+                  route of a Served of its own and its watcher: the service's following)
     requests.py   POST /v1/search bodies, checked before faiss sees them
     app.py        create_app: the endpoints, the token guard, errors as HTTP statuses
     metrics.py    Prometheus metrics: requests, latency, swaps, the version each pair serves
@@ -26,6 +29,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "app": ("create_app",),
         "config": ("ServiceConfig", "read_token"),
         "served": ("NotServedError", "Served"),
+        "gallery": ("Gallery", "GalleryClosedError", "open_gallery"),
         "run": ("running", "serve_forever"),
         "shadow": ("Shadow", "ShadowSpec"),
     },

@@ -49,6 +49,7 @@ from raycompat.service.requests import (
     BadRequest,
     BodyTooLarge,
     SearchRequest,
+    check_alias_model,
     check_vectors,
     parse_search,
 )
@@ -78,7 +79,7 @@ def create_app(served: Served, config: ServiceConfig | None = None) -> Starlette
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await run_in_threadpool(served.refresh)
-        watcher = Watcher(served, config.poll_s)
+        watcher = Watcher(served.refresh, config.poll_s)
         watcher.start()
         try:
             yield
@@ -151,11 +152,7 @@ def answer(
     from raycompat.index.query import adapted, ranked_hits
 
     loaded: Loaded = served.for_request(asked.route(), config.check_each_request)
-    if asked.alias is not None and asked.model not in (None, loaded.model):
-        raise AliasMovedError(
-            f"model: alias {asked.alias} of gallery {asked.gallery} points at version "
-            f"{loaded.version} searched by model {loaded.model} now, not model {asked.model}"
-        )
+    check_alias_model(asked.alias, asked.model, loaded)
     if asked.ids is not None:
         try:
             queries = loaded.stored(served.store, asked.ids)

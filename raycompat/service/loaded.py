@@ -3,21 +3,34 @@
 A :class:`Loaded` is immutable. A request takes one at its start and answers wholly from it,
 so no answer mixes two versions; a swap replaces the table's reference
 (``served.py``), and the old index is freed when the last request holding it lets go (the
-``on_free`` callback says when: :func:`weakref.finalize`).
+``on_free`` callback says when: :func:`weakref.finalize`). It remembers the bytes of the
+version's index pointer read just before the load (:meth:`Loaded.index_moved`), so that an
+index published after it, a first build or a rebuild, is followed as a promote is.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from raycompat.index.query import (
+    QueryError,
+    adapted,
+    checked_vectors,
+    embed_as,
+    query_adapter,
+    read_query_vectors,
+)
 from raycompat.store import GalleryStore
 from raycompat.store.aliases import Serving
+
+if TYPE_CHECKING:
+    from raycompat.index.labels import StoredLabels
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +47,10 @@ class Loaded:
         order: ``argsort`` of the index's ids where the index holds the vectors (flat,
             exact): ``ids`` queries are read from memory (:meth:`stored`); else None, and
             they are read from the version's files.
+        pointer: the version's index pointer as read just before the load (None: none was
+            published): :meth:`index_moved` compares it with the one published now.
+        note: why the search is exact (no index published, or an unusable one), else None.
+        labels: the version's stored labels, read at the first lookup (gallery handles).
     """
 
     gallery: str
@@ -45,6 +62,9 @@ class Loaded:
     adapter: Any
     index: Any
     order: np.ndarray | None = None
+    pointer: bytes | None = None
+    note: str | None = None
+    labels: StoredLabels | None = None
 
     @property
     def source(self) -> str:
@@ -61,6 +81,7 @@ class Loaded:
         Raises:
             StoreError: an id no row holds, or not an int of an int64-id version.
         """
+        # looked up at each call: tests/service/test_served.py replaces stored_vectors
         from raycompat.index.query import no_rows, stored_vectors, typed_ids
 
         if self.order is None:
@@ -71,6 +92,45 @@ class Loaded:
         if missing:
             raise no_rows(where, missing)
         return found
+
+    def queries(
+        self,
+        store: GalleryStore,
+        *,
+        vectors: np.ndarray | str | None = None,
+        ids: Sequence[str] | None = None,
+        images: Sequence[str] | None = None,
+        on_note: Callable[[str], None] | None = None,
+    ) -> np.ndarray:
+        """``(Q, d)`` queries in the version's space from exactly one source, as
+        :func:`~raycompat.index.query.query_vectors` makes them, with what was loaded once:
+        the rows ``ids`` (:meth:`stored`), or the model's ``vectors`` (an array or a
+        ``.npy``/Parquet file, checked against its width) or ``images`` (embedded with it),
+        mapped by its query adapter.
+
+        Raises:
+            QueryError: not exactly one source, or malformed vectors (the row named).
+            StoreError: an id no row holds.
+        """
+        given = vectors is not None if isinstance(vectors, np.ndarray) else bool(vectors)
+        if sum((bool(images), given, bool(ids))) != 1:
+            raise QueryError("a search takes vectors, ids or images (one of them)")
+        if ids:
+            return self.stored(store, list(ids))
+        if isinstance(vectors, str):
+            queries = read_query_vectors(vectors, self.width)
+        elif given:
+            queries = checked_vectors(vectors, self.width, "vectors")
+        else:
+            queries = embed_as(store, self.model, list(images), on_note)
+        return queries if self.adapter is None else adapted(self.adapter, queries)
+
+    def index_moved(self, store: GalleryStore) -> bool:
+        """Whether the version's index pointer changed since this was loaded: an index was
+        built (this searched exactly) or rebuilt. One small read."""
+        from raycompat.index.version_index import pointer_bytes
+
+        return pointer_bytes(store, self.gallery, self.version) != self.pointer
 
     def describe(self) -> dict:
         return {"version": self.version, "index": self.source, "metric": self.metric}
@@ -85,11 +145,12 @@ def load(
     """Load and warm what ``serving`` names: the version's published index (else an exact
     in-memory one of a small version, logged) and the model's query map; one search runs
     before it is returned, so the first request pays no first-use cost."""
-    from raycompat.index.query import query_adapter
-    from raycompat.index.version_index import open_search_index
+    from raycompat.index.labels import StoredLabels
+    from raycompat.index.version_index import open_search_index, pointer_bytes
     from raycompat.store.model_catalog import Catalog
 
     gallery, model, version = serving.gallery, serving.model_version, serving.gallery_version
+    pointer = pointer_bytes(store, gallery, version)  # before the load: a later publish shows
     index, exact = open_search_index(store, gallery, version, use_gpu=False)
     if exact:
         logger.info("%s", exact)
@@ -97,7 +158,11 @@ def load(
     adapter = query_adapter(store, gallery, version, model)
     index.hits(np.ones((1, index.info.width), np.float32), 1)  # warm: faiss's first search
     order = np.argsort(index.ids, kind="stable") if index.holds_vectors() else None
-    loaded = Loaded(gallery, model, version, serving.relation, state, width, adapter, index, order)
+    labels = StoredLabels(store, gallery, version)
+    loaded = Loaded(
+        gallery, model, version, serving.relation, state, width, adapter, index, order,
+        pointer, exact, labels,
+    )  # fmt: skip
     what = f"{gallery}/{version} ({index.source}) of model {model}"
     weakref.finalize(index, _freed, what, on_free)
     return loaded

@@ -107,6 +107,16 @@ def _vectors(rows: list) -> np.ndarray:
         return np.asarray(rows, dtype=np.float32)
 
 
+def check_alias_model(alias: str | None, model: str | None, loaded) -> None:
+    """Raise :class:`AliasMovedError` when a search through ``alias`` asked for ``model``'s
+    vectors and the alias points at another model now (``loaded``: its snapshot)."""
+    if alias is not None and model not in (None, loaded.model):
+        raise AliasMovedError(
+            f"model: alias {alias} of gallery {loaded.gallery} points at version "
+            f"{loaded.version} searched by model {loaded.model} now, not model {model}"
+        )
+
+
 def check_vectors(vectors: np.ndarray, width: int, model: str) -> None:
     """Raise :class:`BadRequest` unless ``vectors`` are finite rows of ``model``'s width."""
     problem = query_problem(vectors, width)

@@ -12,6 +12,14 @@ at its start and finishes on it, and the old index is freed when the last such r
 A route that serves nothing any more is dropped at once and answers 404 from then on. Each
 swap is logged and counted (``metrics.py``).
 
+An index published for the version a route serves (``raycompat index build`` after an
+adopt, which publishes first; a rebuild) is followed the same way: the watcher's poll
+compares the version's index pointer with the one read before the load
+(:meth:`Loaded.index_moved`, one small read per route and poll) and, when it changed, loads
+and warms the new index beside the old one and swaps it in (logged ``swap G/M: v1, index
+exact -> build ...``). Only the poll looks: a search answered by the previous index of the
+same version (the exact search, say) is still an answer of the version the records serve.
+
 :meth:`Served.refresh` (the watcher's poll, ``watcher.py``) finds every route of the store and
 follows each; :meth:`Served.for_request` follows the route asked before each search when the
 config's ``check_each_request`` is on (the default), so no answer comes from a version the
@@ -67,8 +75,8 @@ class Served:
         self._warned = Throttle()
 
     def refresh(self) -> None:
-        """Find every route of the store and follow each; forget routes gone from the store.
-        A route whose records cannot be read keeps what it served (logged)."""
+        """Find every route of the store and :meth:`poll` each; forget routes gone from the
+        store."""
         found = [
             Route(gallery, name, kind)
             for gallery in self.store.galleries()
@@ -76,19 +84,24 @@ class Served:
             for name in routes.names(self.store, gallery)
         ]
         for route in found:
-            try:
-                self.follow(route, again=True)
-            except UnloadableError as error:
-                self._warn(route, f"{error}; {self._kept(route)}")
-            except StoreError as error:
-                if route not in self._loaded and route not in self._broken:
-                    self._broken[route] = (f"{route}: serving records unreadable: {error}", None)
-                self._warn(
-                    route, f"{route}: serving records unreadable, {self._kept(route)}: {error}"
-                )
+            self.poll(route)
         for route in set(dict(self._loaded)) | set(dict(self._gone)) | set(dict(self._broken)):
             if route not in found:
                 self._drop(route, f"{route} is no longer in the store", ())
+
+    def poll(self, route: Route) -> None:
+        """The watcher's look at one route: :meth:`follow` it, its index pointer included,
+        and trying again what could not be loaded. A route whose records cannot be read, or
+        whose new version or index cannot be loaded, keeps what it served (logged once a
+        minute, or on a change)."""
+        try:
+            self.follow(route, again=True)
+        except UnloadableError as error:
+            self._warn(route, f"{error}; {self._kept(route)}")
+        except StoreError as error:
+            if route not in self._loaded and route not in self._broken:
+                self._broken[route] = (f"{route}: serving records unreadable: {error}", None)
+            self._warn(route, f"{route}: serving records unreadable, {self._kept(route)}: {error}")
 
     def _kept(self, route: Route) -> str:
         now = self._loaded.get(route)
@@ -108,9 +121,12 @@ class Served:
                 the route serves nothing now (why).
             UnloadableError: the version its records name cannot be loaded here (why).
         """
-        if route not in self._loaded and route not in self._gone and route not in self._broken:
+        loaded = self._loaded.get(route)
+        if loaded is not None and not check:
+            return loaded  # the --poll-only path (and a gallery handle's): one lookup
+        if loaded is None and route not in self._gone and route not in self._broken:
             raise NotServedError(self._unknown(route))
-        loaded = self.follow(route) if check else self._loaded.get(route)
+        loaded = self.follow(route) if check else loaded
         if loaded is None and route in self._broken:
             raise UnloadableError(self._broken[route][0])
         if loaded is None:
@@ -123,11 +139,12 @@ class Served:
         state still serves nothing, unless ``again`` (the watcher's poll) reads its records
         anyway: a grant written since changes no alias log. A route whose version could not
         be loaded at the same state raises its :class:`UnloadableError` again without
-        loading, unless ``again``."""
+        loading, unless ``again``. Only with ``again`` is the version's index pointer read: a
+        new index of the version served is loaded and swapped in."""
         routes = self.kinds[route.kind]
         state = routes.state(self.store, route.gallery, route.name)
         now = self._loaded.get(route)
-        if now is not None and now.state == state:
+        if self._current(now, state, again):
             return now
         gone, broken = self._gone.get(route), self._broken.get(route)
         if not again and gone and gone[1] == state:
@@ -138,16 +155,17 @@ class Served:
         with self._locks.setdefault(route, threading.Lock()):
             now = self._loaded.get(route)
             state = routes.state(self.store, route.gallery, route.name)
-            if now is not None and now.state == state:
+            if self._current(now, state, again):
                 return now
             try:
                 serving = routes.serving(self.store, route.gallery, route.name)
             except StoreError as error:  # revoked, retired, or no grant (yet)
                 self._drop(route, str(error), state)
                 return None
-            if now is not None and (now.version, now.model) == (
-                serving.gallery_version,
-                serving.model_version,
+            if (
+                now is not None
+                and (now.version, now.model) == (serving.gallery_version, serving.model_version)
+                and not (again and now.index_moved(self.store))
             ):
                 now = dataclasses.replace(now, state=state)  # e.g. a promote rolled back
             else:
@@ -164,10 +182,20 @@ class Served:
             self._warned.forget(route)
             return now
 
+    def _current(self, now: Loaded | None, state: tuple, again: bool) -> bool:
+        """Whether ``now`` is what the route serves at ``state``, its index pointer read too
+        when ``again``."""
+        return (
+            now is not None and now.state == state and not (again and now.index_moved(self.store))
+        )
+
     def _swap(self, route: Route, new: Loaded) -> None:
         old = self._loaded.get(route)
-        was = old.version if old is not None else "nothing"
-        logger.info("swap %s: %s -> %s (%s)", route, was, new.version, new.source)
+        if old is not None and (old.version, old.model) == (new.version, new.model):
+            logger.info("swap %s: %s, index %s -> %s", route, new.version, old.source, new.source)
+        else:
+            was = old.version if old is not None else "nothing"
+            logger.info("swap %s: %s -> %s (%s)", route, was, new.version, new.source)
         self.metrics.swapped(route, old, new)
 
     def _drop(self, route: Route, why: str, state: tuple) -> None:

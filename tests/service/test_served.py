@@ -183,3 +183,42 @@ def test_a_promote_to_a_version_it_cannot_load_is_503_and_the_others_stay_ready(
         served.counts()["unloadable"] == 0
         and "unloadable" not in served.listing()["model"]["g"]["m2"]
     )
+
+
+def test_an_index_built_after_the_load_is_swapped_in_at_the_next_poll(served, store):
+    """Issue 52, item 5b: a version loaded before its index was built (adopt publishes first)
+    is searched exactly until the watcher's poll finds the pointer, then from the build."""
+    from raycompat.index.version_index import build_version_index
+
+    m1 = Route("g", "m1")
+    exact = served.for_request(m1)
+    assert exact.source == "exact" and exact.note
+    build = build_version_index(store, "g", "v1", use_gpu=False).rsplit("/", 1)[-1]
+    assert served.for_request(m1) is exact  # the check before each search reads no pointer
+    before = swaps(served, "m1")
+    served.refresh()
+    built = served.for_request(m1)
+    assert (built.version, built.source, built.note) == ("v1", f"build {build}", None)
+    assert swaps(served, "m1") == before + 1
+    assert served.listing()["model"]["g"]["m1"]["index"] == f"build {build}"
+    served.refresh()
+    assert served.for_request(m1) is built  # the same pointer: nothing loaded again
+
+
+def test_a_published_index_it_cannot_use_is_not_loaded_again_at_each_poll(store):
+    """The pointer names a corrupt build: the load falls back to an exact search, and the
+    next polls (the same pointer) keep that snapshot instead of reading the version again."""
+    import glob
+
+    from raycompat.index.version_index import build_version_index
+
+    build_version_index(store, "g", "v1", use_gpu=False)
+    (path,) = glob.glob(f"{store.root}/g/_index/v1/*/index.faiss")
+    with open(path, "r+b") as out:
+        out.write(b"garbage")
+    served = Served(store)
+    served.refresh()
+    first = served.for_request(Route("g", "m1"))
+    assert first.source == "exact" and "its index is unusable" in first.note
+    served.refresh()
+    assert served.for_request(Route("g", "m1")) is first
