@@ -1,5 +1,7 @@
 """Progress lines of long work: stage announcements, one line before each stage of a long job
-with an ETA once known, and row counts of a pipeline run (:class:`Progress`).
+with an ETA once known, row counts of a pipeline run (:class:`Progress`), and the steps of a
+loop (:class:`Ticker`: a run's epochs, a sweep's trials) as a progress bar on a terminal and a
+line every :data:`LINE_EVERY_S` seconds elsewhere.
 
     [2/3] m2: training dsimplex_hoc against m1 (4 epochs)
     [2/3] m2: scoring against m1
@@ -10,15 +12,26 @@ The upgrade job (``raycompat.cluster.upgrade.job``) and the pure-PyTorch demo
 before the work starts, so the console says what is running, not what has finished. Plain
 log lines whatever the terminal: one line per stage in a file, a CI log or a ``ray job logs``
 stream alike. Ray-free (docs/architecture.md).
+
+Whether the console is a terminal is :func:`on_terminal`: this process's stderr, or what a
+job's driver said in ``RAYCOMPAT_CONSOLE`` for the Ray workers it starts, whose own stderr
+is a log file that Ray forwards to the driver's console.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
+from collections.abc import Callable
 
 log = logging.getLogger("raycompat.progress")
 rows_log = logging.getLogger("raycompat.progress.rows")  # a pipeline's row counts
+
+LINE_EVERY_S = 10.0  # where the console is no terminal: at most one line of a loop per 10 s
+CONSOLE_ENV = "RAYCOMPAT_CONSOLE"  # "terminal": the job's console is one (its workers' view)
+TERMINAL = "terminal"
 
 
 def plural(count: int, noun: str) -> str:
@@ -115,3 +128,90 @@ class Progress:
             "seconds": time.perf_counter() - self.start,
             "rows_per_s": self.rows_per_s,
         }
+
+
+def on_terminal() -> bool:
+    """Whether this process's console lines reach a terminal: ``RAYCOMPAT_CONSOLE`` where set
+    (a job's driver sets it for its Ray workers), else whether stderr is a terminal."""
+    said = os.environ.get(CONSOLE_ENV)
+    if said is not None:
+        return said == TERMINAL
+    return sys.stderr.isatty()
+
+
+class Ticker:
+    """The steps of one loop of ``total`` steps (a run's epochs, a sweep's trials) on the
+    console: on a terminal, a progress bar (``bar``, a tqdm-like factory) and the last step's
+    line; elsewhere, the first step's line (the loop is running, at this pace), then a step's
+    line when ``every_s`` seconds have passed since the last line, and always the last step's
+    line. Thirty epochs of a few seconds in all are two lines, not thirty. With
+    ``every_step``, every step's line is logged (a sweep's trials: each line is a result), the
+    bar below them where there is one.
+
+    Args:
+        logger: where the lines go (INFO).
+        total: steps of the loop; desc: the bar's label; unit: what a step is.
+        bar: ``bar(total=..., desc=..., unit=...)`` returning an object with ``update(n)``,
+            ``set_description(text)`` and ``close()`` (``tqdm.tqdm``, or Ray's
+            ``tqdm_ray.tqdm``, whose bars the job's driver draws); None: lines whatever the
+            console.
+        terminal: whether the console is a terminal (default :func:`on_terminal`).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        total: int,
+        desc: str,
+        unit: str = "it",
+        every_s: float = LINE_EVERY_S,
+        every_step: bool = False,
+        bar: Callable | None = None,
+        terminal: bool | None = None,
+    ) -> None:
+        self.log, self.every_s, self.every_step = logger, every_s, every_step
+        terminal = on_terminal() if terminal is None else terminal
+        shown = bar is not None and terminal and total > 0
+        self.bar = bar(total=total, desc=desc, unit=unit) if shown else None
+        self._last: float | None = None  # when the last line was logged
+
+    def step(self, line: str, last: bool = False, status: str | None = None) -> bool:
+        """One step done, ``line`` its console line, ``last`` whether the loop ends with it;
+        ``status`` the bar's label from here on (default: unchanged). Returns whether
+        ``line`` was logged."""
+        now = time.perf_counter()
+        if self.bar is not None:
+            if status is not None:
+                self.bar.set_description(status)
+            self.bar.update(1)
+            logged = last or self.every_step  # the bar shows the others
+        else:
+            due = self._last is None or now - self._last >= self.every_s
+            logged = last or self.every_step or due
+        if logged:
+            self._last = now
+            self._log(line)
+        if last:
+            self.close()
+        return logged
+
+    def _log(self, line: str) -> None:
+        if self.bar is None:
+            self.log.info("%s", line)
+            return
+        from tqdm import tqdm  # imported by the bar's maker already
+
+        with tqdm.external_write_mode():  # this process's bars cleared around the line
+            self.log.info("%s", line)
+
+    def close(self) -> None:
+        """End the bar (also of a loop that stops early, or fails); a no-op without one."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> Ticker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

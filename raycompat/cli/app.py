@@ -90,9 +90,10 @@ name each corrupt one (file and error) and exit 1. Errors are one line (``cli/er
 the exit status of their type (``raycompat/errors.py``; README.md, "Exit status"): 2 for a
 usage error (no store at ``--store``; a ``-k`` below 1, an unreadable, empty or malformed query
 file: :class:`~raycompat.index.query.QueryError`), 1 for a store or data error (a gallery, model
-or version that does not exist among them); ``--debug`` shows the traceback. stderr holds only
-our lines: other libraries' INFO lines (faiss' loader) appear with ``--verbose``
-(:mod:`raycompat.console`).
+or version that does not exist among them); ``--debug`` shows the traceback. Ctrl-C is one
+line too, ``raycompat: interrupted; <what a rerun does>`` (the command's ``resumes``), exit 130.
+stderr holds only our lines: other libraries' INFO lines (faiss' loader) appear with
+``--verbose`` (:mod:`raycompat.console`).
 """
 
 from __future__ import annotations
@@ -106,7 +107,14 @@ import sys
 from raycompat.cli.arguments import CommandParser, VersionAction, global_flags, json_flag
 from raycompat.cli.command import PROG
 from raycompat.cli.commands import REGISTRY
-from raycompat.cli.errors import debug_requested, error_line
+from raycompat.cli.errors import (
+    INTERRUPTED_EXIT,
+    RESTARTS,
+    debug_requested,
+    error_line,
+    interrupted_line,
+    interruptible,
+)
 from raycompat.console import configure_console
 from raycompat.errors import RaycompatError, exit_status
 
@@ -148,13 +156,23 @@ def main(argv: list[str] | None = None) -> int:
 
     A reader that stops early (``raycompat history G --store S | head -1``) ends the command
     quietly, as it ends ``git log``: no traceback, exit :data:`BROKEN_PIPE_EXIT` (141, what the
-    shell reports for a process that SIGPIPE ends; only ``set -o pipefail`` sees it)."""
+    shell reports for a process that SIGPIPE ends; only ``set -o pipefail`` sees it).
+
+    Ctrl-C (SIGINT, also in a command started with SIGINT ignored, as a script's ``cmd &``
+    starts it) is one line, ``raycompat: interrupted; <what a rerun does>`` (the command's
+    ``resumes``), exit 130, as in the jobs (``cli/errors.py``); ``--debug`` shows where."""
+    interruptible()
     try:
         code = _main(argv)
         sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught here too
     except BrokenPipeError:
         _stdout_to_devnull()
         return BROKEN_PIPE_EXIT
+    except KeyboardInterrupt:  # before or after the handler ran: nothing of it to resume
+        if debug_requested(sys.argv[1:] if argv is None else argv):
+            raise
+        print(interrupted_line(PROG, RESTARTS), file=sys.stderr, flush=True)
+        return INTERRUPTED_EXIT
     return code
 
 
@@ -182,6 +200,11 @@ def _main(argv: list[str] | None) -> int:
         return 2
     try:
         out = COMMANDS[args.command](args)
+    except KeyboardInterrupt:  # Ctrl-C: Ray raises it in ray.get, faiss after its C++ call
+        if debug:
+            raise
+        print(interrupted_line(PROG, command.resumes), file=sys.stderr, flush=True)
+        return INTERRUPTED_EXIT
     except (RaycompatError, FileNotFoundError) as err:  # and a missing report.md: exit 1
         if debug:
             raise

@@ -13,6 +13,8 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from raycompat.cli.errors import RESTARTS
+
 PROG = "raycompat"  # the console script, the prefix of every error line
 Handler = Callable[[argparse.Namespace], "dict | str"]
 
@@ -36,6 +38,8 @@ class Command:
             itself or has no JSON form.
         check: ``args -> message | None``, run before the handler: a message is a usage error,
             one line, exit 2 (what argparse cannot say, e.g. "images, --vectors or --ids").
+        resumes: what rerunning it does after a Ctrl-C, the end of its one line
+            ``raycompat: interrupted; <resumes>`` (exit 130, ``cli/errors.py``).
     """
 
     name: str
@@ -47,6 +51,7 @@ class Command:
     description: str | None = None
     as_json: bool = True
     check: Callable[[argparse.Namespace], str | None] | None = None
+    resumes: str = RESTARTS
 
     def help_text(self) -> str:
         """Its ``--help`` text: the description (or help line), then the example."""
@@ -61,6 +66,7 @@ def command_group(
     *,
     description: str,
     render: Callable[[dict], str] | None = None,
+    resumes: str = RESTARTS,
 ) -> Command:
     """A command whose first argument names one of ``actions`` (``raycompat index build``,
     ``raycompat alias set``): each action a subparser with its own arguments, ``--json`` and
@@ -95,4 +101,5 @@ def command_group(
         example=actions[0].example,
         description=description,
         as_json=False,  # each action takes --json itself
+        resumes=resumes,
     )

@@ -10,9 +10,12 @@ traceback is shown with ``--debug`` or ``RAYCOMPAT_DEBUG=1``; any other exceptio
 keeps its traceback.
 
 Ctrl-C (a ``KeyboardInterrupt`` raised anywhere in the job: Ray raises it in the driver's
-``ray.get``, and :mod:`raycompat.cluster.train.interrupt` makes Ray Train's own handler end
-that way too) is one line, ``<prog>: interrupted; <what a rerun does>``, and exit status 130
-(128 + SIGINT, as a shell reports it); README.md, "Exit status", lists every status.
+``ray.get`` and Ray Data's iterators, and :mod:`raycompat.cluster.train.interrupt` and
+:mod:`raycompat.cluster.tune.interrupt` make Ray Train's and Ray Tune's own handlers end that
+way too) is one line, ``<prog>: interrupted; <what a rerun does>``, and exit status 130
+(128 + SIGINT, as a shell reports it), also while the job's Ray shuts down
+(:func:`ray_ends_here`). The ``raycompat`` command does the same (``cli/app.py``, each
+command's ``resumes``). README.md, "Exit status", lists every status.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from raycompat.errors import RaycompatError, UsageError, exit_status
@@ -43,6 +47,11 @@ def debug_requested(argv: Sequence[str] = ()) -> bool:
 def error_line(prog: str, error: BaseException | str) -> str:
     """``prog: error: message`` on one line, scrubbed of registered credentials."""
     return f"{prog}: error: {scrub(error)}"
+
+
+def interrupted_line(prog: str, resumes: str) -> str:
+    """``prog: interrupted; <resumes>``: the one line Ctrl-C prints, in a job and a command."""
+    return f"{prog}: interrupted; {resumes}"
 
 
 def _config_path(argv: list[str]) -> str | None:
@@ -91,6 +100,22 @@ def interruptible() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@contextmanager
+def ray_ends_here() -> Iterator[None]:
+    """A Ray the block starts is shut down when the block ends, however it ends: here, where a
+    Ctrl-C is still the job's one line. Left to Ray's own exit hook, a Ctrl-C while Ray shuts
+    down printed a traceback, and the workers' last lines came after the job's one line. A Ray
+    running before the block (a test session's, a notebook's) is left running."""
+    from raycompat.cli.job_exit import ray_running
+
+    ours = not ray_running()
+    try:
+        yield
+    finally:
+        if ours and "ray" in sys.modules:  # not started too: its slow first import is here
+            sys.modules["ray"].shutdown()
+
+
 def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resumes: str) -> None:
     interruptible()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -104,7 +129,8 @@ def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resum
         print(error_line(prog, missing_config_file(config)), file=sys.stderr)
         raise SystemExit(2)
     try:
-        main(argv)
+        with ray_ends_here():
+            main(argv)
     except RaycompatError as error:
         if debug:
             raise
@@ -119,5 +145,5 @@ def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resum
             raise
         from raycompat.cli.job_exit import JobExit
 
-        print(f"{prog}: interrupted; {resumes}", file=sys.stderr, flush=True)
+        print(interrupted_line(prog, resumes), file=sys.stderr, flush=True)
         raise JobExit(INTERRUPTED_EXIT, "interrupted") from None

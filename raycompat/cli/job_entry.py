@@ -69,7 +69,11 @@ def job_parser(
     if address:
         parser.add_argument("--address", default=None, help=RAY_ADDRESS_HELP)
     parser.add_argument(
-        "--verbose", action="store_true", help="show Ray's progress lines and our debug lines"
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray's own lines (its start-up line, Tune's tables, Ray Train's and Ray Data's "
+        "progress) and our debug lines",
     )
     parser.add_argument(
         "--print-config",

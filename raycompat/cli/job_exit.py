@@ -76,7 +76,7 @@ def exit_of(error: BaseException | None) -> tuple[int, str]:
     return 1, f"{type(error).__name__}: {_first_line(error)}"
 
 
-def _ray_running() -> bool:
+def ray_running() -> bool:
     """Whether this process is connected to Ray (never importing it)."""
     ray = sys.modules.get("ray")
     return ray is not None and bool(getattr(ray, "is_initialized", lambda: False)())
@@ -87,7 +87,7 @@ def print_exit_line(code: int, reason: str, *, stop_ray: bool = True) -> None:
 
     ``stop_ray``: first shut down this process's Ray connection, so that its exit lines come
     before this one (only for a Ray the job started: :func:`reported_exit`)."""
-    if stop_ray and _ray_running():
+    if stop_ray and ray_running():
         sys.modules["ray"].shutdown()
     sys.stderr.flush()
     sys.stdout.flush()
@@ -104,7 +104,7 @@ def reported_exit(environ: Mapping[str, str] | None = None) -> Iterator[None]:
     if not submitted(environ):
         yield
         return
-    ours = not _ray_running()  # a Ray running before the job is not the job's to stop
+    ours = not ray_running()  # a Ray running before the job is not the job's to stop
     try:
         yield
     except BaseException as error:

@@ -1,12 +1,14 @@
 """What a job prints: our one-liners, Ray's warnings and errors, and no known-harmless noise.
 
 The jobs start Ray with :func:`init_ray` instead of ``ray.init``. By default the console shows
-our stage announcements (:mod:`raycompat.progress`), one line per epoch per run
-(:mod:`raycompat.cluster.train.epoch_log`), the pipelines' progress lines and Ray's warnings;
-``--verbose`` (or ``RAYCOMPAT_VERBOSE=1``) restores everything. On the driver, every library's
-INFO lines are left out by the root logger's level (:mod:`raycompat.console`). Each library is
-quieted through its own configuration, on the driver and (``worker_process_setup_hook``:
-:func:`configure_worker`) in every worker of the job:
+our stage announcements (:mod:`raycompat.progress`), a run's epoch lines (the first, at most
+one per 10 s, and the last; a progress bar where the console is a terminal, which
+:func:`init_ray` tells the workers: :mod:`raycompat.cluster.train.epoch_log`), a sweep's line
+per trial (:mod:`raycompat.cluster.tune.console`), the pipelines' progress lines and Ray's
+warnings; ``--verbose`` (or ``RAYCOMPAT_VERBOSE=1``) restores everything. On the driver, every
+library's INFO lines are left out by the root logger's level (:mod:`raycompat.console`). Each
+library is quieted through its own configuration, on the driver and
+(``worker_process_setup_hook``: :func:`configure_worker`) in every worker of the job:
 
 - Ray Data (:func:`quiet_ray_data`): its ``DataContext`` prints no execution plan
   (``print_on_execution_start``) and no progress (``enable_progress_bars``: the 8-line block every
@@ -33,7 +35,8 @@ quieted through its own configuration, on the driver and (``worker_process_setup
 - Our DEBUG lines (``raycompat.*`` loggers), on the driver and in the Ray workers: the workers
   learn it from the ``RAYCOMPAT_VERBOSE`` environment variable (:func:`set_log_level`).
 - Ray lines known to be harmless that no configuration turns off (:data:`HARMLESS_RAY_LINES`:
-  the ``core_worker.cc`` ERROR for Ray Train's own restartable actors) are dropped from the
+  the ``core_worker.cc`` ERROR for Ray Train's own restartable actors, the GCS's "Failed to
+  kill actor ... RpcError" about an actor already gone) are dropped from the
   worker output Ray forwards to the driver's console: the one filter by pattern left. They stay
   in Ray's session log files (``/tmp/ray/session_latest/logs``).
 
@@ -62,6 +65,7 @@ import sys
 from collections.abc import Callable
 
 from raycompat.console import VERBOSE_ENV, verbose_requested
+from raycompat.progress import CONSOLE_ENV, TERMINAL, on_terminal
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,10 @@ QUIET_LEVELS = {
     "ray.train.v2._internal.execution.controller.placement_group_cleaner": logging.ERROR,
 }
 COLOR_ENV = "RAY_COLOR_PREFIX"  # "0": Ray prints its workers' line prefixes without colour
+# "0": Ray Train's workers keep Python's print. Ray Train 2.58 replaces it with one that logs
+# each message to the root logger and also prints it: every progress-bar message of Ray's
+# tqdm_ray reached the driver twice (a closed bar drawn again) and with an empty line.
+TRAIN_PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 PRINT_HANDLER = "ray_print_logs"  # the name Ray registers its console printer under
 
@@ -92,6 +100,12 @@ HARMLESS_RAY_LINES: tuple[tuple[re.Pattern, str], ...] = (
         ),
         "Ray Train's own restartable actors (PreemptionWatcher, ...) warn about themselves; "
         "https://github.com/ray-project/ray/issues/53727",
+    ),
+    (
+        re.compile(r"Failed to kill actor [0-9a-f]+, return status: .*RpcError"),
+        "the GCS (its gcs_server.err, which Ray forwards) kills the actors of a run or a job "
+        "that ends, and an actor whose worker has already gone cancels the call: the actor is "
+        "dead either way (its INFO twin, 'Node with actor is already dead', stays in the log)",
     ),
 )
 
@@ -209,20 +223,26 @@ def install_console_filter() -> bool:
     return False
 
 
-def worker_env(verbose: bool) -> dict | None:
+def worker_env(verbose: bool, terminal: bool = False) -> dict | None:
     """``ray.init``'s ``runtime_env``: :func:`configure_worker` as every worker's setup hook,
-    and ``RAYCOMPAT_VERBOSE=1`` when verbose (the workers may run on a cluster started before
-    this process). What the job was submitted with already (``ray job submit
-    --runtime-env-json``) is not set again: Ray refuses a second value of either. None when
-    nothing is left to set."""
+    ``RAYCOMPAT_VERBOSE=1`` when verbose and ``RAYCOMPAT_CONSOLE=terminal`` when the
+    driver's console is a terminal (the workers may run on a cluster started before this
+    process; their own stderr is a log file, :func:`raycompat.progress.on_terminal`), with
+    Ray Train's print patch off for the bars (:data:`TRAIN_PRINT_PATCH_ENV`). What the
+    job was submitted with already (``ray job submit --runtime-env-json``) is not set again:
+    Ray refuses a second value of either. None when nothing is left to set."""
     submitted = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
     runtime_env = submitted.get("runtime_env") or {}
     env_vars = runtime_env.get("env_vars") or {}
     ours: dict = {}
     if "worker_process_setup_hook" not in runtime_env:
         ours["worker_process_setup_hook"] = SETUP_HOOK
-    if verbose and VERBOSE_ENV not in env_vars:
-        ours["env_vars"] = {VERBOSE_ENV: "1"}
+    wanted = {VERBOSE_ENV: "1" if verbose else None, CONSOLE_ENV: TERMINAL if terminal else None}
+    if terminal:  # Ray Train's print patch sends each bar message twice, with an empty line
+        wanted[TRAIN_PRINT_PATCH_ENV] = "0"
+    ours_vars = {k: v for k, v in wanted.items() if v is not None and k not in env_vars}
+    if ours_vars:
+        ours["env_vars"] = ours_vars
     return ours or None
 
 
@@ -249,19 +269,23 @@ def plain_prefixes() -> None:
             handler.addFilter(StripColour())
 
 
-def init_ray(address: str | None, verbose: bool = False) -> None:
+def init_ray(address: str | None, verbose: bool = False, *, dashboard: bool | None = None) -> None:
     """What the jobs call instead of ``ray.init``: log levels set (``--verbose``, or
     ``RAYCOMPAT_VERBOSE=1``), Ray started or joined as :mod:`raycompat.cluster.which_ray`'s rule
     says for ``address`` (a private local Ray unless an address or ``RAY_ADDRESS`` names a
     cluster) with the workers' output on this console and one line naming it, each library
     quieted by its configuration (module docstring) and harmless lines filtered unless verbose.
     An already initialised Ray (a test session) is used as it is (levels and Ray Data's context
-    set on this driver only)."""
+    set on this driver only). ``dashboard``: whether a private local Ray runs Ray's dashboard
+    (None: Ray's default, on where its packages are installed); a cluster keeps its own."""
     import ray
 
     verbose = verbose or verbose_requested()
     if verbose:
         os.environ[VERBOSE_ENV] = "1"  # this process's trainers, and a local Ray's workers
+    terminal = on_terminal()
+    if terminal:  # the workers' progress bars (their stderr is a log file): Ray draws them here
+        os.environ[CONSOLE_ENV] = TERMINAL
     set_log_level(verbose)
     quiet_ray_data(verbose)
     plain_prefixes()
@@ -273,9 +297,10 @@ def init_ray(address: str | None, verbose: bool = False) -> None:
     ray.init(
         address=address,
         log_to_driver=True,
-        runtime_env=worker_env(verbose),
+        runtime_env=worker_env(verbose, terminal),
         # Ray's own "Started a local Ray instance ..." line: ours names the Ray instead
         logging_level=logging.INFO if verbose else logging.WARNING,
+        include_dashboard=dashboard,
     )
     if not verbose:
         install_console_filter()

@@ -10,13 +10,17 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from raycompat.cli.app import main
 from raycompat.cli.errors import run_main
@@ -194,7 +198,7 @@ def test_a_job_with_debug_shows_the_traceback(tmp_path):
     assert "Traceback" in result.stderr and "ConfigError" in result.stderr
 
 
-# ---- Ctrl-C (issue 40, item 7) ------------------------------------------------------------------
+# ---- Ctrl-C (issue 40, item 7; issue 52, item 1) -----------------------------------------------
 
 SLEEPER = """
 import sys, time
@@ -206,33 +210,56 @@ def main(argv):
 
 run_main(main, resumes="rerunning resumes from the last checkpoint")
 """
+# The ``raycompat`` command, its handler waiting as a long command waits.
+COMMAND_SLEEPER = """
+import sys, time
+from raycompat.cli import app
+
+def models(args):
+    print("ready", flush=True)
+    time.sleep(60)
+
+app.COMMANDS["models"] = models
+sys.exit(app.main(["models", "--store", "."]))
+"""
 
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def user_env() -> dict[str, str]:
+    """The environment a user runs a job in: no ``--debug``, and no Ray address but the one
+    a command names (the session's Ray sets one)."""
+    return {k: v for k, v in os.environ.items() if k not in ("RAYCOMPAT_DEBUG", "RAY_ADDRESS")}
+
+
 def interrupted(
     command: list[str], ready, timeout: float = 120, ignored: bool = False
 ) -> tuple[int, list[str]]:
-    """Start ``command``, wait until ``ready(line)`` holds for a line of its stderr or stdout,
-    send SIGINT: ``(exit status, the stderr lines printed after the signal)``. ``ignored``:
-    started with SIGINT ignored, as a shell without job control starts ``command &``."""
-    proc = subprocess.Popen(
+    """Start ``command``, wait until ``ready(line)`` holds for a line of its stderr (or of its
+    stdout, for a ``ready`` named ``stdout``; the other stream is dropped), send SIGINT:
+    ``(exit status, the stderr lines printed after the signal)``. ``ignored``: started with
+    SIGINT ignored, as a shell without job control starts ``command &``."""
+    on_stdout = ready.__name__ == "stdout"
+    proc = subprocess.Popen(  # stdout unread would fill its pipe (Tune's tables) and block
         command,
         cwd=REPO,
-        stdout=subprocess.PIPE,
+        stdout=subprocess.PIPE if on_stdout else subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=user_env(),
         preexec_fn=_ignore_sigint if ignored else None,
     )
     try:
-        stream = proc.stdout if ready.__name__ == "stdout" else proc.stderr
+        stream = proc.stdout if on_stdout else proc.stderr
+        seen = []
         for line in stream:
+            seen.append(line)
             if ready(line):
                 break
         else:
-            raise AssertionError(f"{command} ended before it was ready: {proc.wait()}")
+            raise AssertionError(f"{command} ended before it was ready: {proc.wait()}: {seen}")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=timeout)
     finally:
@@ -242,14 +269,45 @@ def interrupted(
     return proc.returncode, err.splitlines()
 
 
+@pytest.mark.parametrize(
+    ("program", "line"),
+    [
+        (SLEEPER, "-c: interrupted; rerunning resumes from the last checkpoint"),
+        (COMMAND_SLEEPER, "raycompat: interrupted; rerunning starts it again"),
+    ],
+    ids=["job", "command"],
+)
 @pytest.mark.parametrize("ignored", [False, True], ids=["foreground", "started_ignoring_sigint"])
-def test_ctrl_c_in_a_job_is_one_line_and_exit_130(ignored):
+def test_ctrl_c_in_a_job_or_command_is_one_line_and_exit_130(program, line, ignored):
     def stdout(line: str) -> bool:
         return line.strip() == "ready"
 
-    code, lines = interrupted([sys.executable, "-c", SLEEPER], stdout, ignored=ignored)
+    code, lines = interrupted([sys.executable, "-c", program], stdout, ignored=ignored)
     assert code == 130, lines
-    assert lines == ["-c: interrupted; rerunning resumes from the last checkpoint"], lines
+    assert lines == [line], lines
+
+
+def test_ctrl_c_in_a_command_is_one_line_naming_what_a_rerun_does(store, capsys, monkeypatch):
+    """``raycompat``: one line, exit 130, no traceback (``--debug`` shows it); a command
+    that writes says what a rerun does (``Command.resumes``)."""
+    from raycompat.cli import app
+
+    def ctrl_c(args):
+        raise KeyboardInterrupt
+
+    for name in ("versions", "index"):
+        monkeypatch.setitem(app.COMMANDS, name, ctrl_c)
+    code, out, err = cli(capsys, "versions", "faces", "--store", store.uri())
+    assert (code, out, err) == (130, "", ["raycompat: interrupted; rerunning starts it again"])
+    code, out, err = cli(capsys, "index", "build", "faces", "--version", "v1", "--store",
+                         store.uri())  # fmt: skip
+    assert (code, out) == (130, "")
+    assert err == [
+        "raycompat: interrupted; an index is published only once built and measured; rerunning "
+        "the same command builds it again, keeping the shards a sharded_ivf build finished"
+    ]
+    with pytest.raises(KeyboardInterrupt):
+        main(["versions", "faces", "--store", store.uri(), "--debug"])
 
 
 @pytest.mark.slow
@@ -269,21 +327,164 @@ def test_ctrl_c_during_the_demo_is_one_line_and_exit_130(tmp_path):
     ), lines
 
 
+# Every stage of every job, started as a user starts it and interrupted while it runs (issue
+# 52, item 1): each case writes its tiny inputs under ``tmp`` and gives the command, the regex
+# of the stderr line that shows the stage at work, and what must hold afterwards (nothing
+# published; the rerun resumes). Jobs join the session's Ray (``address``), as on a cluster;
+# the upgrade job's training starts a private one, SIGINT ignored as a script's ``job &`` starts
+# it (it went on past the signal and trained every model).
+
+
+@dataclass
+class Stage:
+    command: list[str]
+    ready: str
+    line: str  # how the one line starts
+    check: Callable[[list[str]], None] = lambda lines: None  # given the lines after the signal
+    ignored: bool = False
+
+
+def job_config(tmp: Path, **config) -> str:
+    (tmp / "job.yaml").write_text(yaml.safe_dump(config))
+    return str(tmp / "job.yaml")
+
+
+def train_stage(tmp: Path, address: str) -> Stage:
+    def trains_no_other_model(lines: list[str]) -> None:
+        assert not [line for line in lines if "[2/3]" in line], lines
+
+    command = [sys.executable, "jobs/upgrade.py", "--output-root", str(tmp), "training.epochs=200"]
+    line = "upgrade.py: interrupted; rerunning the same command resumes"
+    return Stage(command, "(?=.*m1)(?=.*epoch 1/)", line, trains_no_other_model, ignored=True)
+
+
+def extract_stage(tmp: Path, address: str) -> Stage:
+    from tests.cluster.pipelines.test_pipelines import exported_lenet
+
+    images = {"num_classes": 10, "images_per_class": 300, "image_size": 32, "seed": 3}
+    config = job_config(
+        tmp,
+        mode="extract",
+        store={"root": str(tmp / "store"), "gallery": "syn"},
+        model=exported_lenet(tmp / "model"),
+        images={"kind": "dataset", "name": "synthetic", "options": images},
+        target={"version": "v1", "model_version": "lenet", "width": 8, "normalized": True},
+        run={"rows_per_file": 200, "batch_size": 50, "actors": 1, "progress_every_s": 0},
+        ray_address=address,
+    )
+
+    def publishes_nothing(lines: list[str]) -> None:
+        assert GalleryStore(str(tmp / "store")).versions("syn") == []
+
+    command = [sys.executable, "jobs/transform.py", "--config", config]
+    line = "transform.py: interrupted; rerunning the same command resumes from the parts"
+    return Stage(command, r"extract syn/v1: \d+ / 3000 rows", line, publishes_nothing)
+
+
+def transform_stage(tmp: Path, address: str) -> Stage:
+    from tests.cluster.pipelines.test_pipelines import make_source, random_models
+
+    make_source(tmp / "store", "g", 60_000, 3, 1000)
+    h_dir, g_dir = random_models(tmp)
+    config = job_config(
+        tmp,
+        mode="transform",
+        store={"root": str(tmp / "store"), "gallery": "g"},
+        source_version="v1",
+        transformation=h_dir,
+        side_info_transformation=g_dir,
+        target={"version": "v2", "model_version": "m2", "width": 16, "side_info_width": 8},
+        run={"rows_per_file": 3000, "actors": 1, "progress_every_s": 0},
+        ray_address=address,
+    )
+    command = [sys.executable, "jobs/transform.py", "--config", config]
+
+    def the_rerun_resumes(lines: list[str]) -> None:
+        assert GalleryStore(str(tmp / "store")).versions("g")[-1].version == "v1"
+        rerun = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                               env=user_env(), timeout=300)  # fmt: skip
+        assert rerun.returncode == 0, rerun.stderr
+        skipped = re.search(r"rows_skipped=(\d+) ", rerun.stderr)
+        assert skipped and 0 < int(skipped.group(1)) < 60_000, rerun.stderr  # kept, not redone
+        assert GalleryStore(str(tmp / "store")).version("g", "v2").rows == 60_000
+
+    line = "transform.py: interrupted; rerunning the same command resumes from the parts"
+    return Stage(command, r"transform g/v1 -> v2: \d+ / 60000 rows", line, the_rerun_resumes)
+
+
+def backfill_stage(tmp: Path, address: str) -> Stage:
+    """The tiny history whose m2 is incompatible, backfilled by re-extraction on request."""
+    from tests.cluster.upgrade.test_job import tiny_config
+
+    config = str(tiny_config(tmp))
+
+    def publishes_nothing(lines: list[str]) -> None:
+        versions = GalleryStore(str(tmp / "store")).versions("digits")
+        assert [v.version for v in versions] == ["v1"], lines  # m1's, not m2's backfill
+
+    command = [sys.executable, "jobs/upgrade.py", "--config", config, "--address", address,
+               "policy.on_incompatible=backfill"]  # fmt: skip
+    line = "upgrade.py: interrupted; rerunning the same command resumes"
+    return Stage(command, r"m2: backfill \(", line, publishes_nothing)
+
+
+def index_stage(tmp: Path, address: str) -> Stage:
+    """``raycompat index build``: a sharded build, its tasks on Ray."""
+    from tests.cluster.pipelines.test_pipelines import make_source
+
+    store = make_source(tmp / "store", "g", 20_000, 2, 1000)
+    command = [sys.executable, "-m", "raycompat.cli.app", "index", "build", "g", "--version",
+               "v1", "--store", store.root, "--kind", "sharded_ivf", "--nlist", "64",
+               "--runner", "ray", "--address", address]  # fmt: skip
+    line = "raycompat: interrupted; an index is published only once built and measured"
+    return Stage(command, r"trained 64 lists", line)
+
+
+def tune_stage(tmp: Path, address: str) -> Stage:
+    """A one-trial sweep over a seconds-long synthetic CL2R training."""
+    from tests.cluster.tune.test_sweep import toy_cl2r
+
+    config = job_config(
+        tmp,
+        base=str(REPO / "configs" / "train_mnist_cl2r.yaml"),
+        space=[{"key": "method_options.lam", "values": [0.1]}],
+        objective="self_test",
+        storage_path=str(tmp),
+        name="sweep",
+    )
+    overrides = toy_cl2r(6, 40, "epochs=50", "scenario.tasks=[6]")
+
+    def saves_the_sweep_for_a_rerun(lines: list[str]) -> None:
+        assert (tmp / "sweep" / "tuner.pkl").is_file()  # what a rerun restores
+        assert not (tmp / "sweep" / "results").exists()  # no results of a sweep cut short
+
+    command = [sys.executable, "jobs/tune.py", "--config", config, "--address", address,
+               overrides]  # fmt: skip
+    line = "tune.py: interrupted; rerunning the same command restores the sweep"
+    return Stage(command, r"epoch \d+/50", line, saves_the_sweep_for_a_rerun)
+
+
+STAGES = {
+    "train": train_stage,
+    "extract": extract_stage,
+    "transform": transform_stage,
+    "backfill": backfill_stage,
+    "index": index_stage,
+    "tune": tune_stage,
+}
+
+
 @pytest.mark.slow
-def test_ctrl_c_during_the_upgrade_jobs_first_training_is_one_line_and_exit_130(tmp_path):
-    """Issue 52, item 1: started as a script's ``job &`` starts it (SIGINT ignored), the
-    upgrade job went on past a SIGINT in its first training, trained every model and exited
-    0. It stops there now, with one line, and a rerun resumes."""
-
-    def stderr(line: str) -> bool:
-        return "m1" in line and "epoch 1/" in line
-
-    command = [sys.executable, "jobs/upgrade.py", "--output-root", str(tmp_path),
-               "training.epochs=200"]  # fmt: skip
-    code, lines = interrupted(command, stderr, ignored=True)
+@pytest.mark.ray
+@pytest.mark.parametrize("stage", STAGES)
+def test_ctrl_c_in_every_stage_is_one_line_and_exit_130(stage, tmp_path, ray_local):
+    case = STAGES[stage](tmp_path, ray_local.get_runtime_context().gcs_address)
+    code, lines = interrupted(case.command, re.compile(case.ready).search, ignored=case.ignored)
     assert code == 130, lines
-    assert lines[-1].startswith("upgrade.py: interrupted; rerunning the same command resumes")
-    assert not [line for line in lines if "Traceback" in line or "[2/3]" in line], lines
+    assert lines and lines[-1].startswith(case.line), lines
+    assert [line for line in lines if ": interrupted; " in line] == lines[-1:], lines
+    assert not [line for line in lines if "Traceback" in line or "KeyboardInterrupt" in line]
+    case.check(lines)
 
 
 # ---- issue 41, item 6: more bad input, one line each ---------------------------------------------

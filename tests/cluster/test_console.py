@@ -30,6 +30,7 @@ from raycompat.cluster.console import (
     worker_env,
 )
 from raycompat.cluster.train.epoch_log import EpochClock, epoch_line, images_per_s
+from raycompat.progress import CONSOLE_ENV, TERMINAL
 
 ROOT = Path(__file__).resolve().parents[2]
 HARMLESS = (
@@ -89,6 +90,16 @@ def test_only_registered_lines_are_harmless(line):
     assert is_harmless(HARMLESS.format(name="PreemptionWatcher"))
 
 
+def test_the_gcs_failing_to_kill_an_actor_already_gone_is_harmless():
+    gone = (
+        "[2026-12-01 21:50:17,210 E 10597 10597] gcs_actor_scheduler.cc:620: Failed to kill "
+        "actor 4896ce58e447217356e98e2601000000, return status: RpcError: RPC error: Cancelling "
+        "all calls rpc_code: 14"
+    )
+    assert is_harmless(gone)
+    assert not is_harmless(gone.replace("RpcError: RPC error", "IOError: disk full"))
+
+
 @pytest.fixture
 def dispatcher(monkeypatch):
     """Ray's real dispatcher of forwarded lines, with its handler list swapped for the test."""
@@ -134,12 +145,35 @@ def test_verbose_and_the_setup_hook_reach_the_workers_through_the_runtime_env(mo
     hook = {"worker_process_setup_hook": SETUP_HOOK}
     assert worker_env(False) == hook
     assert worker_env(True) == {**hook, "env_vars": {VERBOSE_ENV: "1"}}
+    # a driver on a terminal: its workers send their progress bars for it to draw
+    bars = {CONSOLE_ENV: TERMINAL, ray_console.TRAIN_PRINT_PATCH_ENV: "0"}
+    assert worker_env(False, terminal=True) == {**hook, "env_vars": bars}
     submitted = {"runtime_env": {"env_vars": {VERBOSE_ENV: "1"}, "working_dir": "x"}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(submitted))
     assert worker_env(True) == hook  # `ray job submit` set it: a second value would conflict
     submitted["runtime_env"]["worker_process_setup_hook"] = "theirs.setup"
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(submitted))
     assert worker_env(True) is None  # theirs stands: Ray refuses two hooks
+
+
+@pytest.mark.parametrize("dashboard", [None, False])
+def test_init_ray_gives_a_local_ray_the_dashboard_choice(monkeypatch, dashboard):
+    """``dashboard=False`` starts a private local Ray without Ray's dashboard (the transform
+    job: docs/scale.md, issue 53); None leaves Ray's default."""
+    import ray
+
+    from raycompat.cluster import which_ray
+
+    started = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **options: started.append(options))
+    monkeypatch.setattr(which_ray, "announce", lambda address: None)
+    monkeypatch.setattr(ray_console, "on_terminal", lambda: False, raising=False)
+    for name in ("set_log_level", "quiet_ray_data", "plain_prefixes", "install_console_filter"):
+        monkeypatch.setattr(ray_console, name, lambda *args: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray_console.init_ray(None, dashboard=dashboard)
+    assert len(started) == 1 and started[0]["include_dashboard"] is dashboard
 
 
 def test_log_level_follows_verbose(monkeypatch):

@@ -167,6 +167,8 @@ COMMANDS = (
         render_adopt,
         example="raycompat adopt faces s3://bucket/tables/faces --store s3://bucket/store "
         "--version v1 --model m1",
+        resumes="nothing is published before its checks pass; rerunning the same command "
+        "completes the adoption",
     ),
     Command(
         "export",
@@ -175,5 +177,7 @@ COMMANDS = (
         _export_arguments,
         export,
         example=f"raycompat export mnist /tmp/mnist_v1 --store {STORE} --version v1 --format delta",
+        resumes="a table this export created is removed; rerunning the same command exports "
+        "again (with --mode overwrite over a Delta table that was there before)",
     ),
 )

@@ -224,5 +224,7 @@ COMMANDS = (
         "build a version's faiss index, or verify one (checksums, recall@10)",
         ACTIONS,
         description="build or verify a version's faiss index (docs/store.md, Index per version)",
+        resumes="an index is published only once built and measured; rerunning the same "
+        "command builds it again, keeping the shards a sharded_ivf build finished",
     ),
 )

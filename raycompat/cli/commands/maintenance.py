@@ -121,6 +121,7 @@ COMMANDS = (
         gc,
         render_gc,
         example=f"raycompat gc --store {STORE} --keep-versions 2 --dry-run",
+        resumes="rerunning the same command collects what is left",
     ),
     Command(
         "mark-store",

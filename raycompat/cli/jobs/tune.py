@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = job_parser(__doc__, "SweepConfig", default=DEFAULT, examples=EXAMPLES).parse_args(argv)
     # Scrubs the environment's credentials (a sweep config holds none: its ParamSpec.key
     # is a config key, not an access key, so the config is not registered).
-    configure_console(args.verbose)
+    verbose = configure_console(args.verbose)
     sweep = job_config(SweepConfig, args, default=DEFAULT, outputs=OUTPUTS, inputs=inputs)
     check_base(sweep)
     announce_outputs(sweep, OUTPUTS, inputs=inputs(sweep), dry_run=args.dry_run)
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> dict:
     from raycompat.cluster.tune.results import publish_outputs
     from raycompat.cluster.tune.sweep import run_sweep
 
-    init_ray(args.address, args.verbose)  # quiet console unless --verbose
-    results = run_sweep(sweep)
+    init_ray(args.address, verbose)  # quiet console unless --verbose
+    results = run_sweep(sweep, verbose)  # a line per trial; Tune's tables only with --verbose
     summary = publish_outputs(results, sweep)
     return log_summary(logging.getLogger("raycompat.cluster.tune"), summary, "sweep summary")
 

@@ -1,10 +1,15 @@
-"""What a training run says per epoch: one console line, and one line of ``metrics.jsonl``.
+"""What a training run says per epoch: a console line, and one line of ``metrics.jsonl``.
 
-- Rank 0 logs :func:`epoch_line` at INFO after each epoch's report:
+- Rank 0 logs :func:`epoch_line` at INFO after an epoch's report:
   ``synthetic-cl2r/step_2 epoch 3/10: ce=1.234 hoc=0.05 loss=1.284 | 812 img/s | ETA 95s``
   (the epoch counted from 1, the epoch's mean loss terms, the images per second of its
   training passes over all workers, and the time left at the mean pace of the epochs this
-  attempt has run). Everything else an epoch measured goes to the run directory.
+  attempt has run). Not after every epoch: through a :class:`~raycompat.progress.Ticker`,
+  the first epoch's line, the line of an epoch that ends 10 s or more after the last line,
+  and always the last epoch's (FCT's 30 transformation epochs of a few seconds in all: two
+  lines); where the job's console is a terminal, a progress bar instead, drawn by the driver
+  from Ray's ``tqdm_ray`` messages, and the last line. Everything an epoch measured goes to
+  the run directory.
 - :class:`MetricsLog`, a Ray Train callback on the controller, appends rank 0's full report of
   every epoch as one JSON line (plus ``"step"``: the Ray Train run it belongs to) to
   ``<run.storage_path>/<run.name>/metrics.jsonl``, through the run's filesystem (local or S3).
@@ -19,8 +24,10 @@ import time
 from collections.abc import Mapping
 
 import ray.train
+from ray.experimental import tqdm_ray
 
 from raycompat.io import run_storage as storage
+from raycompat.progress import Ticker
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -59,10 +66,26 @@ class EpochClock:
         return per_epoch * max(self.epochs - epoch - 1, 0)
 
 
-def log_epoch(logger: logging.Logger, name, epoch, epochs, terms, rate, clock) -> None:
-    """Rank 0's line after ``epoch`` (see :func:`epoch_line`; ``rate`` in images per second),
-    its ETA from ``clock``."""
-    logger.info(epoch_line(name, epoch, epochs, terms, rate, clock.eta_s(epoch)))
+def epoch_ticker(logger: logging.Logger, name: str, epochs: int, rank: int) -> Ticker:
+    """The console of a run's ``epochs`` epochs left: rank 0's bar where the job's console is
+    a terminal (Ray's ``tqdm_ray``: a worker's bar is drawn by the driver); lines elsewhere."""
+    return Ticker(logger, epochs, name, unit="epoch", bar=tqdm_ray.tqdm if rank == 0 else None)
+
+
+def epoch_status(name: str, terms: Mapping[str, float]) -> str:
+    """The bar's label: ``<name> loss=<value>``, the epoch's total loss (``h_loss`` of
+    FastFill's h) and ``val`` where a plateau rule watches it; every term where none is a
+    total (FCT's ``h_mse``). The last epoch's line has them all."""
+    keys = [k for k in terms if k == "loss" or k.endswith("_loss") or k == "val"] or list(terms)
+    shown = " ".join(f"{k}={terms[k]:.4g}" for k in keys)
+    return f"{name} {shown}".rstrip()
+
+
+def log_epoch(ticker: Ticker, name, epoch, epochs, terms, metrics, clock, last: bool) -> None:
+    """Rank 0's :func:`epoch_line` after ``epoch`` through ``ticker`` (``last``: the run ends
+    with it), its rate the epoch's ``images_per_s`` and its ETA from ``clock``."""
+    line = epoch_line(name, epoch, epochs, terms, metrics["images_per_s"], clock.eta_s(epoch))
+    ticker.step(line, last=last, status=epoch_status(name, terms))
 
 
 def images_per_s(images: int, seconds: float) -> float:

@@ -8,8 +8,9 @@ Read top to bottom: :func:`setup_worker` wraps the model and its optimizer in th
 then per epoch sets the learning rate (one schedule, :func:`raycompat.train.schedule.lr_at`:
 per step at fractional epochs when the task knows its step count, else per epoch), steps every
 batch under a :class:`~raycompat.engine.StepGuard`, has the task score the epoch, reports a
-checkpoint and logs the epoch's console line. A :class:`WorkerTask` supplies only what
-differs: its batches, its loss, its metrics, its export.
+checkpoint and logs the epoch's console line (rank 0: a progress bar on a terminal, elsewhere
+the first, at most one per 10 s and the last epoch's line, :mod:`.epoch_log`). A
+:class:`WorkerTask` supplies only what differs: its batches, its loss, its metrics, its export.
 
 Checkpoint layout (every run): ``train_state/`` (the strategy's state plus ``epoch`` and
 ``global_step``; checkpoints older than ``global_step`` resume at global step 0) and the task's
@@ -33,7 +34,7 @@ import ray.train
 import torch
 
 from raycompat.cluster.train import session
-from raycompat.cluster.train.epoch_log import EpochClock, log_epoch
+from raycompat.cluster.train.epoch_log import EpochClock, epoch_ticker, log_epoch
 from raycompat.engine import StepGuard, mean_values, sync_every
 from raycompat.io.run_storage import exists, touch
 from raycompat.parallel import Prepared, create_strategy
@@ -229,33 +230,41 @@ def train_worker(task: WorkerTask, prepared: Prepared, cfg, rank: int, marker) -
         clip, state.get("global_step", 0), where=task.where, sync_every=sync_every(prepared.device)
     )
     clock = EpochClock(first, task.epochs)
-    for epoch in range(first, max(task.epochs, 1)):  # 0 epochs: evaluated once, untrained
-        trained = EpochTraining(epoch, time.perf_counter())
-        if task.epochs:
-            train_epoch(task, prepared, cfg, guard, trained, rank, marker)
-        trained.finish()  # the epoch's one read of its loss sums
-        trained.trained_s = time.perf_counter() - trained.began
-        metrics = task.epoch_metrics(trained, guard)
-        stop = stopping(task, epoch, metrics)  # the same on every rank: their metrics agree
-        report(task, prepared, metrics, trained, rank, guard.global_step)
-        if rank == 0 and task.epochs:  # the console's one line per epoch (metrics.jsonl: all)
-            terms = {k: metrics[k] for k in trained.sums if k != "grad_norm"}
-            if task.plateau is not None:  # the score the rule watches
-                terms["val"] = metrics["selection_score"]
-            log_epoch(log, task.name, epoch, task.epochs, terms, metrics["images_per_s"], clock)
-        if stop:
-            if rank == 0:
-                log.info(
-                    "%s: converged after epoch %d of a %d-epoch cap: the validation score has "
-                    "not improved for %d epochs (best %.4f at epoch %d, the one kept)",
-                    task.name,
-                    epoch + 1,
-                    task.epochs,
-                    task.plateau.patience,
-                    task.plateau.best,
-                    task.plateau.best_epoch + 1,
-                )
-            return
+    # rank 0's console: a bar on a terminal, else the first line, one per 10 s and the last
+    with epoch_ticker(log, task.name, task.epochs - first, rank) as ticker:
+        for epoch in range(first, max(task.epochs, 1)):  # 0 epochs: evaluated once, untrained
+            trained = EpochTraining(epoch, time.perf_counter())
+            if task.epochs:
+                train_epoch(task, prepared, cfg, guard, trained, rank, marker)
+            trained.finish()  # the epoch's one read of its loss sums
+            trained.trained_s = time.perf_counter() - trained.began
+            metrics = task.epoch_metrics(trained, guard)
+            stop = stopping(task, epoch, metrics)  # the same on every rank: their metrics agree
+            report(task, prepared, metrics, trained, rank, guard.global_step)
+            if rank == 0 and task.epochs:  # the console's line (metrics.jsonl: every epoch)
+                terms = {k: metrics[k] for k in trained.sums if k != "grad_norm"}
+                if task.plateau is not None:  # the score the rule watches
+                    terms["val"] = metrics["selection_score"]
+                last = stop or epoch + 1 >= task.epochs
+                log_epoch(ticker, task.name, epoch, task.epochs, terms, metrics, clock, last)
+            if stop:
+                if rank == 0:
+                    log_converged(task, epoch)
+                return
+
+
+def log_converged(task: WorkerTask, epoch: int) -> None:
+    """Rank 0's line of a run its plateau rule stopped after ``epoch``."""
+    log.info(
+        "%s: converged after epoch %d of a %d-epoch cap: the validation score has not "
+        "improved for %d epochs (best %.4f at epoch %d, the one kept)",
+        task.name,
+        epoch + 1,
+        task.epochs,
+        task.plateau.patience,
+        task.plateau.best,
+        task.plateau.best_epoch + 1,
+    )
 
 
 def stopping(task: WorkerTask, epoch: int, metrics: dict) -> bool:

@@ -14,6 +14,8 @@ Each trainer also carries a :class:`~raycompat.cluster.tune.reaper.PlacementGrou
 trial that
 ASHA stops mid-training gives its workers' CPUs back to the next trials.
 
+The console gets one line per trial that ends, not Tune's tables (:mod:`.console`).
+
 Running the same sweep again restores it from its storage path (errored trials are retried).
 The storage path is a local (or shared) folder or an ``s3://`` prefix: Tune's state, every
 trial's training runs and the results all live there.
@@ -34,6 +36,8 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from ray.tune.schedulers import ASHAScheduler
 
 from raycompat.cluster.train.driver import matrix_summary, run_training
+from raycompat.cluster.tune import interrupt
+from raycompat.cluster.tune.console import TrialLines, run_verbosity, tune_console
 from raycompat.cluster.tune.fct import (
     backfill_of,
     check_transformation,
@@ -229,7 +233,9 @@ def search_algorithm(sweep: SweepConfig):
     return None
 
 
-def make_tuner(sweep: SweepConfig) -> tune.Tuner:
+def make_tuner(sweep: SweepConfig, verbose: bool = False) -> tune.Tuner:
+    """The sweep's ``Tuner`` (restored from its storage when it has run before): Tune's console
+    off unless ``verbose``, one line per trial that ends instead (:mod:`.console`)."""
     trainable = tune.with_resources(make_trainable(sweep), {"CPU": DRIVER_CPUS})
     fs, base = sweep_storage(sweep)
     folder = f"{base}/{sweep.name}"
@@ -260,15 +266,21 @@ def make_tuner(sweep: SweepConfig) -> tune.Tuner:
             storage_path=base,
             storage_filesystem=fs,
             failure_config=tune.FailureConfig(max_failures=sweep.max_failures),
+            verbose=run_verbosity(verbose),
+            callbacks=[TrialLines(sweep.name, [s.key for s in sweep.space])],
         ),
     )
 
 
-def run_sweep(sweep: SweepConfig):
-    """Fit (or restore) the sweep and return its ``ResultGrid``."""
+def run_sweep(sweep: SweepConfig, verbose: bool = False):
+    """Fit (or restore) the sweep and return its ``ResultGrid``; Ctrl-C stops it (its state
+    saved, so the same command restores it) and raises ``KeyboardInterrupt``
+    (:mod:`raycompat.cluster.tune.interrupt`). Tune's own console only when ``verbose``
+    (:func:`~raycompat.cluster.tune.console.tune_console`)."""
     base = load_config(TrainConfig, sweep.base, sweep.overrides)  # fails before any trial
     param_space(sweep.space)
     check_transformation(sweep, base)
     check_asha(sweep, base)
     check_storage(sweep)
-    return make_tuner(sweep).fit()
+    with tune_console(verbose):
+        return interrupt.fit(make_tuner(sweep, verbose))  # Ctrl-C: KeyboardInterrupt

@@ -9,12 +9,14 @@ table version replaces the rows (the old files stay for time travel until a vacu
 folder or s3:// URI; on S3 the store's s3fs options are mapped to delta-rs's
 (``delta_storage_options``). Needs the ``delta`` extra.
 
-A write that fails into a target it created (none was there) removes that target, when no table
-version was committed to it: a full disk leaves no empty or half-written folder, and is one line
-(:class:`~raycompat.store.no_space.NoSpaceError`). delta-rs's tokio workers print a Rust panic
-to the process's stderr when a write fails under them (``Already shut down``); what the write
-prints is held back (:func:`held_stderr`) and shown only when it succeeds, or at DEBUG
-(``--verbose``) when it fails, so the failure stays one line.
+A write that fails into a target it created (none was there) removes that target, when no
+table version was committed to it: a full disk leaves no empty or half-written folder, and is
+one line (:class:`~raycompat.store.no_space.NoSpaceError`). Ctrl-C removes such a target even
+after the commit (the export did not finish), so that rerunning the same export writes it.
+delta-rs's tokio workers print a Rust panic to the process's stderr when a write fails under
+them (``Already shut down``); what the write prints is held back (:func:`held_stderr`) and
+shown only when it succeeds, or at DEBUG (``--verbose``) when it fails, so the failure stays
+one line.
 """
 
 from __future__ import annotations
@@ -70,10 +72,13 @@ def write(
         table = deltalake.DeltaTable(uri, storage_options=options)
         table.alter.set_table_properties(properties(), raise_if_not_exists=False)
         return len(table.file_uris())
-    except Exception as error:
+    except BaseException as error:  # Ctrl-C too: a rerun must find no half-written target
         if printed:
             logger.debug("delta-rs printed: %s", bytes(printed).decode(errors="replace"))
-        removed = created and _remove_uncommitted(uri, storage_options)
+        # Ctrl-C: the export did not finish, even where its rows were committed (its
+        # properties not set yet): a target it created goes whole, so that a rerun writes it
+        interrupted = isinstance(error, KeyboardInterrupt)
+        removed = created and _remove_uncommitted(uri, storage_options, interrupted)
         if no_space_left(error):
             also = "; the folder this export created was removed" if removed else ""
             raise NoSpaceError(
@@ -113,17 +118,20 @@ def _check_target(target: str, uri: str, storage_options: dict | None, mode: str
     return False
 
 
-def _remove_uncommitted(uri: str, storage_options: dict | None) -> bool:
+def _remove_uncommitted(
+    uri: str, storage_options: dict | None, committed_too: bool = False
+) -> bool:
     """Delete the target a failed write created, unless a table version was committed to it
-    (a ``_delta_log/*.json``: then it is a table, kept); whether it was removed. Only called
-    for a target that was not there before the write: every file under it is this write's."""
+    (a ``_delta_log/*.json``: then it is a table, kept, unless ``committed_too``: an
+    interrupted export); whether it was removed. Only called for a target that was not there
+    before the write: every file under it is this write's."""
     backend = open_backend(uri, storage_options)
     fs, root = backend.filesystem, backend.root
     try:
         if fs.get_file_info(root).type == pafs.FileType.NotFound:
             return False
         log = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True))
-        if any(entry.base_name.endswith(".json") for entry in log):
+        if not committed_too and any(entry.base_name.endswith(".json") for entry in log):
             return False
         fs.delete_dir(root)
     except OSError as error:  # the write's own error is the one to report

@@ -212,6 +212,85 @@ def test_transformation_learns_freezes_bn_and_resumes(ray_local, tmp_path):
 # ---- no Ray needed: exports and checks before any worker starts ------------------------------
 
 
+class CountingBar:
+    """Stands in for Ray's ``tqdm_ray.tqdm``: counts the epochs it is shown."""
+
+    def __init__(self, total: int, desc: str, unit: str) -> None:
+        self.total, self.n, self.closed = total, 0, False
+        CountingBar.last = self
+
+    def update(self, n: int) -> None:
+        self.n += n
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def train_in_process(cfg: TransformationTrainConfig, run_path: Path) -> None:
+    """The transformation's loop as its one-worker task runs it (``task_run.train_task``),
+    in this process: no Ray."""
+    import pyarrow.fs as pafs
+
+    from raycompat.cluster.train.fct_loop import transformation_loop_per_worker
+    from raycompat.cluster.train.task_run import Keep, train_task
+    from raycompat.fct.checks import check_transformation_config
+
+    local = pafs.LocalFileSystem()
+    config = {
+        "cfg": cfg,
+        "marker": (local, str(run_path / "_injected_failure")),
+        "triples": check_transformation_config(cfg),
+    }
+    run_path.mkdir(parents=True)
+    loop = transformation_loop_per_worker
+    train_task(loop, config, local, str(run_path), "transformation", Keep(1), False)
+
+
+def test_the_transformations_epochs_are_a_few_lines_off_a_terminal_and_a_bar_on_one(
+    toy_triples, tmp_path, caplog, monkeypatch
+):
+    """30 epochs of h (the upgrade job's count) log the first and the last epoch's lines and
+    at most one more per 10 s, not one per epoch, where the console is not a terminal; on
+    one, a bar counts the epochs and the last line stays. Every epoch is in metrics.jsonl
+    either way."""
+    import logging
+    import time
+
+    from ray.experimental import tqdm_ray
+
+    from raycompat.progress import CONSOLE_ENV, LINE_EVERY_S, TERMINAL
+
+    def epoch_lines(run: str, *overrides: str) -> tuple[list[str], float]:
+        cfg = transformation_config(
+            toy_triples, tmp_path, "scaling.num_workers=1", "g=null", f"run.name={run}", *overrides
+        )
+        caplog.clear()
+        began = time.perf_counter()
+        with caplog.at_level(logging.INFO, logger="raycompat"):
+            train_in_process(cfg, tmp_path / run)
+        lines = [r.getMessage() for r in caplog.records if "/transformation epoch " in r.message]
+        reports = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        assert len(reports) == cfg.epochs, reports
+        return lines, time.perf_counter() - began
+
+    monkeypatch.delenv(CONSOLE_ENV, raising=False)  # a log file, CI, `ray job logs`
+    lines, seconds = epoch_lines("lines", "epochs=30")
+    assert lines[0].startswith("lines/transformation epoch 1/30: h_mse="), lines
+    assert lines[-1].startswith("lines/transformation epoch 30/30: h_mse="), lines
+    assert len(lines) <= 2 + seconds // LINE_EVERY_S, (seconds, lines)
+
+    monkeypatch.setenv(CONSOLE_ENV, TERMINAL)  # what the driver says on a terminal
+    monkeypatch.setattr(tqdm_ray, "tqdm", CountingBar)
+    lines, _ = epoch_lines("bar", "epochs=4")
+    assert [line.split(":")[0] for line in lines] == ["bar/transformation epoch 4/4"]
+    bar = CountingBar.last
+    assert (bar.total, bar.n, bar.closed) == (4, 4, True)
+    assert bar.desc.startswith("bar/transformation h_mse="), bar.desc
+
+
 def test_transformation_export_round_trip(tmp_path):
     torch.manual_seed(0)
     h = FCTTransformation(4, 3, 5, width=16, normalize_output=True).eval()

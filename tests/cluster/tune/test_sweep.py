@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -352,9 +353,12 @@ def naive_top1(query: np.ndarray, gallery: np.ndarray, labels: np.ndarray) -> fl
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, tmp_path):
+def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(
+    ray_local, tmp_path, capfd, caplog
+):
     """Two widths: each trial learns h after training and its cross-test is M(new, h(old)),
-    recomputed here from the trial's stored features and h with a naive top-1."""
+    recomputed here from the trial's stored features and h with a naive top-1. The console
+    holds one line per trial and none of Tune's tables (those are results/trials.csv)."""
     from raycompat.cluster.train.fct_fit import transform_features
     from raycompat.config.upgrade import UpgradeConfig
     from raycompat.train.data import make_splits, open_dataset
@@ -385,6 +389,13 @@ def test_fct_width_sweep_scores_each_trial_on_its_own_transformation(ray_local, 
         ]
     )
     assert summary["status"] == {"TERMINATED": 2}
+    out, err = capfd.readouterr()
+    for tune_table in ("╭", "Trial status:", "Configuration for experiment", "Trial name"):
+        assert tune_table not in out + err, f"{tune_table!r} on the console:\n{out}{err}"
+    ours = "\n".join(r.getMessage() for r in caplog.records if r.name == "raycompat.cluster.tune")
+    trials = re.findall(r"\[(\d)/2\] trial \w+ \(transformation\.width=(\d+)\): objective=", ours)
+    assert sorted(p for p, _ in trials) == ["1", "2"], ours  # one line per trial, numbered
+    assert sorted(int(w) for _, w in trials) == [8, 32], ours
     table = pd.read_csv(tmp_path / "fct" / "results" / "trials.csv")
     assert sorted(table["param:transformation.width"]) == [8, 32]
     for _, row in table.iterrows():
@@ -493,3 +504,45 @@ def test_unwritable_local_sweep_storage_fails_naming_the_folder(tmp_path):
     sweep = SweepConfig(storage_path=str(blocker / "sweeps"), name="x")
     with pytest.raises(PermissionError, match=f"{blocker / 'sweeps' / 'x'}.*writable"):
         check_storage(sweep)
+
+
+def test_a_trial_that_ends_is_one_line_and_tunes_console_is_off_unless_verbose(monkeypatch):
+    """No Ray: the line of a finished, a stopped and a failed trial, and Tune's output engine
+    switched for the fit only."""
+    import os
+    from types import SimpleNamespace
+
+    from raycompat.cluster.tune.console import NEW_OUTPUT_ENV, trial_line, tune_console
+
+    def trial(status: str, result: dict, error_file: str | None = None):
+        return SimpleNamespace(
+            trial_id="3b09e_00001",
+            status=status,
+            TERMINATED="TERMINATED",
+            ERROR="ERROR",
+            last_result=result,
+            error_file=error_file,
+            config={"method_options.lam": 0.1, "epochs": 2},
+        )
+
+    final = {"final": True, "objective": 0.72222, "AC": 1.0, "AA": 0.84259, "self_test": 0.9}
+    params = ["method_options.lam"]
+    assert trial_line(trial("TERMINATED", final), 2, 4, params, 95.2) == (
+        "[2/4] trial 3b09e_00001 (method_options.lam=0.1): objective=0.7222 AC=1 AA=0.8426"
+        " | ETA 95s"
+    )
+    stopped = trial("TERMINATED", {"objective": 0.5, "training_iteration": 3})
+    assert trial_line(stopped, 3, 4, [], None) == (
+        "[3/4] trial 3b09e_00001: stopped by the scheduler after 3 reports"
+    )
+    failed = trial("ERROR", {}, "/s/toy/3b09e_00001/error.txt")
+    assert trial_line(failed, 4, 4, params, None).endswith(
+        ": failed (error in /s/toy/3b09e_00001/error.txt)"
+    )
+
+    monkeypatch.delenv(NEW_OUTPUT_ENV, raising=False)
+    with tune_console(verbose=False):
+        assert os.environ[NEW_OUTPUT_ENV] == "0"  # Tune's first engine: silent at verbose=0
+    assert NEW_OUTPUT_ENV not in os.environ
+    with tune_console(verbose=True):
+        assert NEW_OUTPUT_ENV not in os.environ  # --verbose: Tune's console as Ray prints it

@@ -318,3 +318,24 @@ def test_a_failed_write_into_an_existing_table_keeps_it(tmp_path, capfd, monkeyp
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == before
     assert deltalake.DeltaTable(target).to_pyarrow_table().num_rows == 12
     assert "panicked" not in capfd.readouterr().err
+
+
+def test_ctrl_c_after_the_commit_leaves_no_table_and_the_rerun_exports(tmp_path, monkeypatch):
+    """Ctrl-C as delta-rs returns from its commit (the properties not set yet): the export did
+    not finish, so the table it created goes, and rerunning the same export writes it (issue
+    52: a rerun was refused, the target already holding a Delta table)."""
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 12)
+    target = str(tmp_path / "t")
+    commit = deltalake.write_deltalake
+
+    def committed_then_ctrl_c(uri, reader, **kwargs):
+        commit(uri, reader, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(deltalake, "write_deltalake", committed_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        export_version(store, "faces", "v1", "delta", target)
+    assert not (tmp_path / "t").exists()
+    monkeypatch.setattr(deltalake, "write_deltalake", commit)
+    assert export_version(store, "faces", "v1", "delta", target).rows == 12
