@@ -36,7 +36,13 @@ from raycompat.store.validate import validate_values
 class TreeCPU:
     """User + sys CPU seconds of this process and its descendants while the block runs, per
     process kind (``driver``, ``actors`` = the map actors, ``ray`` = every other process).
-    The sampler's own CPU (reading /proc of every process) is taken off the driver's."""
+    The sampler's own CPU (reading /proc of every process) is taken off the driver's.
+    ``driver``: a word of the command line (program and first argument) of a child to count as
+    the ``driver`` instead of this process (a job run as a subprocess; this one then only waits,
+    and counts as ``ray`` with the sampler's CPU)."""
+
+    def __init__(self, driver: str | None = None):
+        self._driver = driver
 
     def __enter__(self):
         self._start, self._last, self._kind, self._own = {}, {}, {}, 0.0
@@ -52,13 +58,16 @@ class TreeCPU:
             try:
                 with p.oneshot():
                     t = p.cpu_times()
-                    name = " ".join(p.cmdline()[:1])
+                    command = p.cmdline()[:2]
             except psutil.Error:
                 continue
             into[p.pid] = max(into.get(p.pid, 0.0), t.user + t.system)
-            self._kind[p.pid] = (
-                "driver" if p.pid == me.pid else "actors" if "MapWorker" in name else "ray"
-            )
+            if self._driver is None:
+                driver = p.pid == me.pid
+            else:
+                driver = self._driver in " ".join(command)
+            name = " ".join(command[:1])
+            self._kind[p.pid] = "driver" if driver else "actors" if "MapWorker" in name else "ray"
 
     def _loop(self) -> None:
         start = time.thread_time()
@@ -73,7 +82,7 @@ class TreeCPU:
         self.by_kind = dict.fromkeys(("driver", "actors", "ray"), 0.0)
         for pid, cpu in self._last.items():
             self.by_kind[self._kind[pid]] += cpu - self._start.get(pid, 0.0)
-        self.by_kind["driver"] -= self._own
+        self.by_kind["driver" if self._driver is None else "ray"] -= self._own
         self.total = sum(self.by_kind.values())
 
 

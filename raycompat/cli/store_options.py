@@ -14,9 +14,12 @@ import argparse
 import json
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from raycompat.errors import DataError, UsageError
-from raycompat.store import GalleryStore
+
+if TYPE_CHECKING:  # the store (pyarrow, fsspec) loads when a command opens one, not for --help
+    from raycompat.store import GalleryStore
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,8 @@ def open_store(
     empty listing, unless ``must_exist`` is False (a writer creates the store with its first
     record). With ``gallery``, that gallery must exist (NotInStoreError listing the galleries,
     exit 1)."""
+    from raycompat.store import GalleryStore
+
     store = GalleryStore(args.store, storage_options(args, args.store))
     present = reach_store(store, CLI_HINT)
     if must_exist and not present:

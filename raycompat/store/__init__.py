@@ -10,8 +10,13 @@
 - :mod:`~raycompat.store.formats`: table formats. An existing Parquet, Delta or Iceberg table
   adopted in place (its files pinned by the record), a version exported as a Delta or Iceberg
   table.
+
+The store's names load at their first use (``from raycompat.store import GalleryStore`` imports
+``store/gallery.py`` and pyarrow then): importing a submodule (``raycompat.store.retention``,
+the CLI's ``--help``) does not import them all. Its errors are :mod:`raycompat.errors`'.
 """
 
+from raycompat._lazy import lazy_exports
 from raycompat.errors import (
     ChangedFileError,
     CorruptFileError,
@@ -25,13 +30,19 @@ from raycompat.errors import (
     UnsafePathError,
     VerificationError,
 )
-from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import LeaseHeldError, LeaseLostError, LeaseOwner
-from raycompat.store.manifest import VersionInfo
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.schema import embedding_schema, embedding_table, version_metadata
-from raycompat.store.staging import Staging
-from raycompat.store.validate import validate_schema, validate_table, validate_values
+
+__getattr__, __dir__, _LAZY_NAMES = lazy_exports(
+    __name__,
+    {
+        "gallery": ("GalleryStore",),
+        "lease": ("LeaseHeldError", "LeaseLostError", "LeaseOwner"),
+        "manifest": ("VersionInfo",),
+        "model_catalog": ("Catalog", "ModelRecord", "QueryGrant"),
+        "schema": ("embedding_schema", "embedding_table", "version_metadata"),
+        "staging": ("Staging",),
+        "validate": ("validate_schema", "validate_table", "validate_values"),
+    },
+)
 
 __all__ = [
     "Catalog",

@@ -105,7 +105,12 @@ def fit_procrustes(
     stats: PairStatistics, *, center: bool = False, normalize_output: bool = False
 ) -> Fit:
     """The orthogonal (semi-orthogonal) ``W`` closest to mapping ``x`` onto ``y``; see the
-    module docstring. Needs at least ``max(d_old, d_new)`` pairs; no Gram."""
+    module docstring. Needs at least ``max(d_old, d_new)`` pairs; no Gram, and the column sums
+    only for ``center=True``."""
+    if center and not stats.has_sums:
+        raise PairsError(
+            "centred procrustes fit: these pair statistics were kept without column sums"
+        )
     check_enough_pairs(stats.count, stats.d_old, stats.d_new, "procrustes")
     cross, bias = stats.cross, np.zeros(stats.d_new)
     if center:
@@ -126,6 +131,8 @@ def fit_affine(
     ``max(d_old, d_new)`` pairs."""
     if stats.gram is None:
         raise PairsError("affine fit: these pair statistics were kept without the Gram X^T X")
+    if not stats.has_sums:
+        raise PairsError("affine fit: these pair statistics were kept without column sums")
     if lam < 0:
         raise ValueError(f"affine fit: lam must be >= 0, got {lam}")
     check_enough_pairs(stats.count, stats.d_old, stats.d_new, "affine")
@@ -227,7 +234,8 @@ def fit_adapter(
     fit_rows, held_rows = held_out_split(
         len(x), held_out, MIN_HELD_OUT, max(x.shape[1], y.shape[1]), seed
     )
-    stats = PairStatistics.empty(x.shape[1], y.shape[1], gram=init == "affine")
+    affine = init == "affine"  # procrustes: uncentred, no Gram, no sums
+    stats = PairStatistics.empty(x.shape[1], y.shape[1], gram=affine, sums=affine)
     linear = LINEAR_INITS[init](stats.add(x[fit_rows], y[fit_rows]))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -302,5 +310,6 @@ def fit_kind(kind: str, x, y, *, lam: float = 0.0, seed: int = 0, where: str = "
         return fit_slerp(x, y, seed=seed, where=where)
     two_d = np.ndim(x) == np.ndim(y) == 2
     gram = _keeps_gram(kind, np.shape(x)[1], np.shape(y)[1]) if two_d else True
-    stats = PairStatistics.of(x, y, gram=gram, where=where)  # checks them
+    sums = kind == "affine"  # the uncentred Procrustes fit reads no column sums
+    stats = PairStatistics.of(x, y, gram=gram, sums=sums, where=where)  # checks them
     return fit_statistics(kind, stats, lam=lam)

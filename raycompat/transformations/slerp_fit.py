@@ -33,7 +33,7 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 def _fitted(x: np.ndarray, y: np.ndarray, alpha: float) -> SlerpTransformation:
     h = SlerpTransformation(x.shape[1], y.shape[1])
     h.set_weights(
-        fit_procrustes(PairStatistics.of(x, y, gram=False)).transformation.weight,
+        fit_procrustes(PairStatistics.of(x, y, gram=False, sums=False)).transformation.weight,
         np.zeros(y.shape[1]),
     )
     h.set_alpha(alpha)

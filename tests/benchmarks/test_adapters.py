@@ -31,3 +31,9 @@ def test_a_tiny_run_reports_every_number(adapters, tmp_path, capsys):
     assert fit["baseline"] == min(plain, key=plain.get)  # the faster plain product
     for name, ratio in fit["rate_ratio_to_baseline"].items():
         assert ratio == pytest.approx(min(plain.values()) / fit["median_s"][name])
+    cpu = fit["median_cpu_s"]
+    for name, ratio in fit["cpu_ratio_to_baseline"].items():
+        assert ratio == pytest.approx(cpu[name] / cpu[fit["baseline"]])
+    assert fit["procrustes_meets_target"] == (
+        fit["rate_ratio_to_baseline"]["procrustes_fit"] >= 1 / 1.1
+    )

@@ -90,6 +90,28 @@ def test_help_and_import_load_no_torch_ray_or_pandas():
     assert out["loaded"] == {}, f"heavy modules imported (module: importer): {out['loaded']}"
 
 
+def test_the_console_script_help_loads_no_torch_ray_faiss_or_the_store():
+    """``raycompat --help`` as installed (pyproject.toml's console script) imports neither
+    torch, Ray nor faiss, nor the store (pyarrow): the command modules load the store when a
+    command opens one (``cli/store_options.py``), so --help costs Python and argparse, well
+    under the 1.5x of ``python -c "import numpy, pyarrow"`` it is held to
+    (benchmarks/cli_startup.py)."""
+    script = Path(sys.executable).with_name("raycompat")
+    entry = [str(script)] if script.exists() else ["-m", "raycompat.cli.app"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *entry, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0 and result.stdout.startswith("usage: raycompat"), result.stderr
+    imported = _imported(result.stderr)
+    assert {"raycompat", "argparse"} <= imported  # the importtime lines were read
+    heavy = {"torch", "ray", "faiss", "pyarrow"} & imported
+    assert not heavy, f"raycompat --help imported {sorted(heavy)}"
+
+
 def test_versions_and_vector_or_id_search_load_no_torch_or_ray(store):
     store, queries = store
     build_version_index(store, "g", "v1", use_gpu=False)  # a flat index, built beforehand
@@ -189,7 +211,8 @@ def test_an_upgrade_config_typo_is_one_line_before_torch_or_ray():
     assert result.returncode == 2 and errors == [
         "upgrade.py: error: upgrades[0].method: unknown compatibility method 'bctx'; valid "
         "names: adapter, affine, bct, cores, dsimplex_fd, dsimplex_hoc, er, fct, ift, "
-        "independent, l2, lwf, lwf_ft, nifcl_avg, nifcl_rw, procrustes; did you mean 'bct'?"
+        "independent, l2, lwf, lwf_ft, nifcl_avg, nifcl_rw, procrustes, "
+        "slerp; did you mean 'bct'?"
     ], result.stderr[-3000:]
     imported = _imported(result.stderr)
     assert {"raycompat", "yaml"} <= imported  # the importtime lines were read

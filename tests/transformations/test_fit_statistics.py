@@ -84,6 +84,37 @@ def test_without_the_gram_only_the_affine_fit_is_refused():
         stats.merge(PairStatistics.empty(4, 3, gram=False))
 
 
+def test_without_the_column_sums_the_uncentred_procrustes_fit_is_the_same():
+    """``sums=False`` (what ``fit_kind("procrustes", ...)`` keeps: one read of the rows fewer)
+    gives the same map, residual and target energy as the full statistics; what needs the sums
+    (a centred fit, the affine fit, the residual of a bias, a merge with sums) is refused."""
+    from raycompat.transformations import fit_kind
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 6)).astype(np.float32)
+    y = (x @ np.linalg.qr(rng.standard_normal((6, 6)))[0]).astype(np.float32) + 0.1
+    full = PairStatistics.of(x, y, gram=False)
+    lean = PairStatistics.of(x, y, gram=False, sums=False)
+    assert lean.sum_x is None and lean.sum_y is None and not lean.has_sums and full.has_sums
+    for name in ("sum_sq_x", "sum_sq_y", "cross"):
+        np.testing.assert_array_equal(getattr(lean, name), getattr(full, name), err_msg=name)
+    expected, fitted = fit_procrustes(full), fit_kind("procrustes", x, y)
+    weight = fitted.transformation.weight.numpy()
+    np.testing.assert_array_equal(weight, expected.transformation.weight.numpy())
+    assert fitted.residual == expected.residual and fitted.target_energy == expected.target_energy
+    rows = np.mean(((x.astype(np.float64) @ weight - y) ** 2).sum(1))
+    assert fitted.residual == pytest.approx(rows, rel=1e-4)  # float32 products, then cancelling
+    with pytest.raises(PairsError, match="centred procrustes fit: .* without column sums"):
+        fit_procrustes(lean, center=True)
+    with pytest.raises(PairsError, match="affine fit: .* without column sums"):
+        fit_affine(PairStatistics.of(x, y, sums=False))
+    with pytest.raises(PairsError, match="with and without column sums"):
+        lean.merge(full)
+    assert lean.mean_squared_residual(weight, np.ones(6)) is None  # a bias needs the sums
+    merged = lean.merge(PairStatistics.of(x, y, gram=False, sums=False))
+    assert merged.count == 600 and not merged.has_sums
+
+
 @pytest.mark.parametrize("gram", [True, False])
 def test_the_residual_from_the_statistics_is_the_residual_of_the_rows(gram):
     rng = np.random.default_rng(4)

@@ -11,10 +11,9 @@ only to embed images.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
-
-import numpy as np
 
 from raycompat.cli.arguments import STORE, add_gallery, positive_int
 from raycompat.cli.command import PROG, Command
@@ -71,7 +70,7 @@ def _search(args) -> dict:
                 # as stored, as the service answers them: integers for int64 ids, else text
                 "ids": hits.ids.tolist(),
                 # finite for every hit of finite vectors; None keeps --json valid JSON regardless
-                "scores": [float(s) if np.isfinite(s) else None for s in hits.scores.tolist()],
+                "scores": [s if math.isfinite(s) else None for s in hits.scores.tolist()],
                 "labels": hits.labels,
             }
             for name, hits in zip(names, result.hits, strict=True)
