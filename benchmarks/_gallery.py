@@ -91,3 +91,23 @@ def paired(
 def load() -> list[float]:
     """The 1, 5 and 15 minute load averages (above the CPU count means contended)."""
     return [round(v, 2) for v in os.getloadavg()]
+
+
+def one_at_a_time(search_one: Callable, queries: np.ndarray) -> Callable[[], None]:
+    """A call that searches ``queries`` one at a time (a batch of 1 each), for :func:`paired`."""
+
+    def run() -> None:
+        for q in queries:
+            search_one(q[None])
+
+    return run
+
+
+def per_query(result: dict, n: int) -> dict:
+    """:func:`paired`'s seconds per call of ``n`` queries -> milliseconds per query."""
+    return {
+        "ours_ms": 1e3 * result["ours_s"] / n,
+        "baseline_ms": 1e3 * result["baseline_s"] / n,
+        "ratio": result["ratio_median"],
+        "ratios": [round(r, 3) for r in result["ratios"]],
+    }

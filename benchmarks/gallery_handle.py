@@ -39,7 +39,16 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _gallery import GALLERY, centres_of, load, mixture, paired, publish_mixture  # noqa: E402
+from _gallery import (  # noqa: E402
+    GALLERY,
+    centres_of,
+    load,
+    mixture,
+    one_at_a_time,
+    paired,
+    per_query,
+    publish_mixture,
+)
 from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
 from raycompat import open_gallery  # noqa: E402
@@ -91,24 +100,6 @@ def prepare(root: str, rows: int, width: int) -> tuple[dict, dict]:
         built = time.perf_counter() - start
     pointer = published_pointer(store, GALLERY, "v1")
     return {"publish_s": published, "index_build_s": built}, pointer
-
-
-def one_at_a_time(search_one, queries: np.ndarray):
-    def run():
-        for q in queries:
-            search_one(q[None])
-
-    return run
-
-
-def per_query(result: dict, n: int) -> dict:
-    """``paired`` seconds per call of ``n`` queries -> milliseconds per query."""
-    return {
-        "ours_ms": 1e3 * result["ours_s"] / n,
-        "baseline_ms": 1e3 * result["baseline_s"] / n,
-        "ratio": result["ratio_median"],
-        "ratios": [round(r, 3) for r in result["ratios"]],
-    }
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}

@@ -34,7 +34,16 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _gallery import GALLERY, centres_of, load, mixture, paired, publish_mixture  # noqa: E402
+from _gallery import (  # noqa: E402
+    GALLERY,
+    centres_of,
+    load,
+    mixture,
+    one_at_a_time,
+    paired,
+    per_query,
+    publish_mixture,
+)
 from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
 from raycompat.index.stdout import stdout_to_stderr  # noqa: E402
@@ -77,24 +86,6 @@ def build(root: str, rows: int, width: int) -> dict:
         build_version_index(store, GALLERY, "v1", kind="sharded_ivf", use_gpu=False)
         built = time.perf_counter() - start
     return {"publish_s": published, "index_build_s": built}
-
-
-def one_at_a_time(search, queries: np.ndarray):
-    def run():
-        for q in queries:
-            search(q[None])
-
-    return run
-
-
-def per_query(result: dict, n: int) -> dict:
-    """``paired`` seconds per call of ``n`` queries -> milliseconds per query."""
-    return {
-        "ours_ms": 1e3 * result["ours_s"] / n,
-        "baseline_ms": 1e3 * result["baseline_s"] / n,
-        "ratio": result["ratio_median"],
-        "ratios": [round(r, 3) for r in result["ratios"]],
-    }
 
 
 def compare(ours, script: FaissScript, queries: np.ndarray, args) -> dict:
