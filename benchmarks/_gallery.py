@@ -11,9 +11,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import faiss
 import numpy as np
+import pyarrow.parquet as pq
 
+from raycompat.index.stdout import stdout_to_stderr
 from raycompat.store import GalleryStore, StoreError, VersionInfo, embedding_table
 
 GALLERY = "bench"
@@ -111,3 +115,35 @@ def per_query(result: dict, n: int) -> dict:
         "ratio": result["ratio_median"],
         "ratios": [round(r, 3) for r in result["ratios"]],
     }
+
+
+class FaissScript:
+    """The search benchmarks' baseline, what a user would write: the build's files read by
+    faiss (its lists on disk beside it unless ``on_disk`` is False), ids in a NumPy array, the
+    top ``k``. ``nprobe`` / ``prefetch``: set on the index as read (None: as the file has it)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        k: int,
+        *,
+        on_disk: bool = True,
+        nprobe: int | None = None,
+        prefetch: int | None = None,
+    ):
+        flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY if on_disk else 0
+        with stdout_to_stderr():  # faiss prints where it found the lists
+            self.index = faiss.read_index(str(folder / "index.faiss"), flags)
+        if nprobe is not None:
+            self.index.nprobe = nprobe
+        if prefetch is not None:
+            lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(self.index).invlists)
+            lists.prefetch_nthread = prefetch
+        self.ids = pq.read_table(folder / "ids.parquet").column("id").to_numpy()
+        self.k = k
+
+    def search(self, queries: np.ndarray) -> np.ndarray:
+        q = np.array(queries, dtype=np.float32)
+        faiss.normalize_L2(q)
+        _, rows = self.index.search(q, self.k)
+        return self.ids[rows]

@@ -35,12 +35,12 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gallery import (  # noqa: E402
     GALLERY,
+    FaissScript,
     centres_of,
     load,
     mixture,
@@ -53,7 +53,6 @@ from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
 from raycompat import open_gallery  # noqa: E402
 from raycompat.index import search  # noqa: E402
-from raycompat.index.stdout import stdout_to_stderr  # noqa: E402
 from raycompat.index.version_index import build_version_index, published_pointer  # noqa: E402
 from raycompat.store import GalleryStore  # noqa: E402
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant  # noqa: E402
@@ -61,25 +60,6 @@ from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant  # no
 K = 10
 MODEL = "bench"  # publish_mixture's model
 TARGETS = {"single_query": 1.2, "batch": 1.05}
-
-
-class FaissScript:
-    """What a user would write: the build's files read by faiss, ids in a NumPy array."""
-
-    def __init__(self, folder: Path, on_disk: bool, prefetch: int | None):
-        flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY if on_disk else 0
-        with stdout_to_stderr():  # faiss prints where it found the lists
-            self.index = faiss.read_index(str(folder / "index.faiss"), flags)
-        if prefetch is not None:
-            lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(self.index).invlists)
-            lists.prefetch_nthread = prefetch
-        self.ids = pq.read_table(folder / "ids.parquet").column("id").to_numpy()
-
-    def search(self, queries: np.ndarray) -> np.ndarray:
-        q = np.array(queries, dtype=np.float32)
-        faiss.normalize_L2(q)
-        _, rows = self.index.search(q, K)
-        return self.ids[rows]
 
 
 def prepare(root: str, rows: int, width: int) -> tuple[dict, dict]:
@@ -169,13 +149,10 @@ def main(argv: list[str] | None = None) -> dict:
             "nprobe": int(getattr(index, "nprobe", 0)) or None,
             "k": K,
         }
-        result["faiss_best"] = compare(
-            gallery, FaissScript(folder, on_disk, 0 if on_disk else None), queries, args
-        )
+        best = FaissScript(folder, K, on_disk=on_disk, prefetch=0 if on_disk else None)
+        result["faiss_best"] = compare(gallery, best, queries, args)
         if on_disk:
-            result["faiss_as_read"] = compare(
-                gallery, FaissScript(folder, True, None), queries, args
-            )
+            result["faiss_as_read"] = compare(gallery, FaissScript(folder, K), queries, args)
         if args.one_shot:
             result["one_shot"] = one_shot(store, gallery, queries, args.pairs)
     result["targets"] = TARGETS

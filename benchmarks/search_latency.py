@@ -30,12 +30,12 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gallery import (  # noqa: E402
     GALLERY,
+    FaissScript,
     centres_of,
     load,
     mixture,
@@ -46,31 +46,10 @@ from _gallery import (  # noqa: E402
 )
 from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
-from raycompat.index.stdout import stdout_to_stderr  # noqa: E402
 from raycompat.index.version_index import build_version_index, load_version_index  # noqa: E402
 from raycompat.store import GalleryStore  # noqa: E402
 
 K = 10
-
-
-class FaissScript:
-    """What a user would write: the build's files read by faiss, ids in a NumPy array."""
-
-    def __init__(self, folder: Path, nprobe: int, prefetch: int | None):
-        flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
-        with stdout_to_stderr():  # faiss prints where it found the lists
-            self.index = faiss.read_index(str(folder / "index.faiss"), flags)
-        self.index.nprobe = nprobe
-        if prefetch is not None:
-            lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(self.index).invlists)
-            lists.prefetch_nthread = prefetch
-        self.ids = pq.read_table(folder / "ids.parquet").column("id").to_numpy()
-
-    def search(self, queries: np.ndarray) -> np.ndarray:
-        q = np.array(queries, dtype=np.float32)
-        faiss.normalize_L2(q)
-        _, rows = self.index.search(q, K)
-        return self.ids[rows]
 
 
 def build(root: str, rows: int, width: int) -> dict:
@@ -117,8 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
     nprobe = int(ours.index.index.nprobe)
     result.update(nlist=int(ours.index.index.nlist), nprobe=nprobe, k=K)
     queries = mixture(np.random.default_rng(2), centres_of(args.width), args.batch)
-    result["faiss_prefetch_0"] = compare(ours, FaissScript(folder, nprobe, 0), queries, args)
-    result["faiss_as_read"] = compare(ours, FaissScript(folder, nprobe, None), queries, args)
+    prefetch_0 = FaissScript(folder, K, nprobe=nprobe, prefetch=0)
+    result["faiss_prefetch_0"] = compare(ours, prefetch_0, queries, args)
+    result["faiss_as_read"] = compare(ours, FaissScript(folder, K, nprobe=nprobe), queries, args)
     result["faiss_threads"] = faiss.omp_get_max_threads()
     result["load_end"] = load()
     emit(result, args.out)
