@@ -389,11 +389,20 @@ def column_names(store: GalleryStore, gallery: str, version: str) -> list[str]:
         return parquet.schema_arrow.names
 
 
-def labels_of(store: GalleryStore, gallery: str, version: str, ids: list[np.ndarray]) -> list:
+def labels_of(
+    store: GalleryStore,
+    gallery: str,
+    version: str,
+    ids: list[np.ndarray],
+    labelled: bool | None = None,
+) -> list:
     """Stored ``label`` of each id, per query (``ids``: one array per query; None where
-    unlabelled)."""
+    unlabelled). ``labelled``: whether the version has a ``label`` column, when the caller
+    knows it already (None: read from its first file's footer)."""
     wanted = sorted({i for row in ids for i in row.tolist()})
-    if not wanted or "label" not in column_names(store, gallery, version):
+    if labelled is None:
+        labelled = bool(wanted) and "label" in column_names(store, gallery, version)
+    if not wanted or not labelled:
         return [[None] * len(row) for row in ids]
     where, table = stored_rows(store, gallery, version, wanted, ["label"])
     labels = table.column("label").to_pylist()

@@ -17,7 +17,8 @@ the records stopped serving); off by default, as it costs more than a search of 
 index. :meth:`Gallery.refresh` follows at once.
 
 A search answers what :func:`raycompat.index.search` answers for the same queries (the same
-ranking, ``ranked_hits``; labels from :class:`~raycompat.index.labels.StoredLabels`, read once)
+ranking, ``ranked_hits``; labels from :class:`~raycompat.index.labels.StoredLabels`: the hits'
+rows only, the label column's presence read once)
 and prints nothing. Errors are one line naming the gallery and the model or alias.
 """
 
