@@ -6,9 +6,9 @@
 (a) Query side, ``--dim`` wide: a fitted ``procrustes`` transformation applied to one query
 (batch of 1), per call, the median of ``--repeats`` calls timed one by one, four ways:
 ``torch.addmm`` alone, the torch module call ``h(q)``, NumPy ``q @ W + b`` (what a user would
-write), and ``search_path``: what search runs (``raycompat.index.query.adapted`` on the map
-``query_adapter`` builds, ``index/query_map.py``: faiss's ``LinearTransform`` for this kind,
-shape check included); against the 10 us target. Then the relative
+write), and ``search_path``: what search runs (``raycompat.serving.version_space.adapted``
+on the map ``query_adapter`` builds, ``index/query_map.py``: faiss's ``LinearTransform`` for
+this kind, shape check included); against the 10 us target. Then the relative
 cost the search path's map adds to a search: a plain faiss ``IndexFlatIP`` over ``--gallery``
 unit rows (what a user writes), a batch of ``--batch`` queries and a single query, searched
 with and without the map first, interleaved over ``--search-rounds`` rounds; the ratio of
@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import emit, machine_info  # noqa: E402
 
-from raycompat.index.query import adapted  # noqa: E402
 from raycompat.index.query_map import search_map  # noqa: E402
+from raycompat.serving.version_space import adapted  # noqa: E402
 from raycompat.transformations import PairStatistics, fit_kind, fit_procrustes  # noqa: E402
 
 K = 10

@@ -10,7 +10,7 @@ rows -> 4,096 lists, nprobe 64), in this process. Then, in this one process:
 
 - ours: ``open_gallery(store, gallery, model=...)`` once, then ``Gallery.search(vectors=q,
   k=10)``: the query checks and normalisation, faiss, padding dropped, rows mapped to ids,
-  labels looked up, a ``SearchResult`` (the one-shot ``raycompat.index.search`` opens and
+  labels looked up, a ``SearchResult`` (the one-shot ``raycompat.serving.search`` opens and
   verifies the index on every call instead: ``--one-shot`` times it too);
 - faiss: the script a user would write over the same build folder: ``faiss.read_index``
   (``IO_FLAG_ONDISK_SAME_DIR`` for on-disk lists), the ids of ``ids.parquet`` read with plain
@@ -52,8 +52,8 @@ from _gallery import (  # noqa: E402
 from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
 from raycompat import open_gallery  # noqa: E402
-from raycompat.index import search  # noqa: E402
 from raycompat.index.version_index import build_version_index, published_pointer  # noqa: E402
+from raycompat.serving import search  # noqa: E402
 from raycompat.store import GalleryStore  # noqa: E402
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant  # noqa: E402
 
@@ -111,7 +111,7 @@ def compare(gallery, script: FaissScript, queries: np.ndarray, args) -> dict:
 
 
 def one_shot(store: GalleryStore, gallery, queries: np.ndarray, pairs: int) -> dict:
-    """``raycompat.index.search`` (opens and verifies the index each call) against the handle,
+    """``raycompat.serving.search`` (opens and verifies the index each call) against the handle,
     one query per call."""
     q = queries[:1]
     timed = paired(

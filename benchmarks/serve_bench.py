@@ -196,16 +196,17 @@ def change_records(
     root: str, every_s: float, stop: threading.Event, changes: list, via: str = "model"
 ) -> None:
     """Cycle the serving records through ``CYCLES[via]``, one change every ``every_s``."""
-    from raycompat.store import GalleryStore, named_aliases
-    from raycompat.store.aliases import promote, revoke, rollback
+    from raycompat.serving import aliases
+    from raycompat.serving.served_log import promote, revoke, rollback
+    from raycompat.store import GalleryStore
 
     store, step, cycle = GalleryStore(root), 0, CYCLES[via]
     do = {
         "promote": lambda: promote(store, GALLERY, MODEL, "v2"),
         "rollback": lambda: rollback(store, GALLERY, MODEL),
         "revoke": lambda: revoke(store, GALLERY, MODEL),
-        "set": lambda: named_aliases.set_alias(store, GALLERY, ALIAS, "v2", MODEL),
-        "alias rollback": lambda: named_aliases.rollback(store, GALLERY, ALIAS),
+        "set": lambda: aliases.set_alias(store, GALLERY, ALIAS, "v2", MODEL),
+        "alias rollback": lambda: aliases.rollback(store, GALLERY, ALIAS),
     }
     while not stop.wait(every_s):
         action, version = cycle[step % len(cycle)]
@@ -328,9 +329,10 @@ def main(argv: list[str] | None = None) -> dict:
     root, _keep = store_root(None)
     publish(root, args.rows, args.width)
     if args.via == "alias":
-        from raycompat.store import GalleryStore, named_aliases
+        from raycompat.serving import aliases
+        from raycompat.store import GalleryStore
 
-        named_aliases.set_alias(GalleryStore(root), GALLERY, ALIAS, "v1", MODEL)
+        aliases.set_alias(GalleryStore(root), GALLERY, ALIAS, "v1", MODEL)
     port = free_port()
     faiss.omp_set_num_threads(args.faiss_threads)
     service = start_service(root, port, args.poll_only, args.faiss_threads)

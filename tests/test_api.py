@@ -134,11 +134,12 @@ def test_no_exported_name_is_also_a_submodule(package):
 
 
 def test_the_collision_check_fails_on_a_name_that_is_a_submodule(monkeypatch):
-    """Not vacuous: ``raycompat.index`` exporting ``query`` (its module ``query.py``) fails."""
-    index = importlib.import_module("raycompat.index")
-    monkeypatch.setattr(index, "__all__", [*index.__all__, "query"])
-    with pytest.raises(AssertionError, match=r"exports \['query'\]"):
-        test_no_exported_name_is_also_a_submodule("raycompat.index")
+    """Not vacuous: ``raycompat.serving`` exporting ``query_path`` (its module
+    ``query_path.py``) fails."""
+    serving = importlib.import_module("raycompat.serving")
+    monkeypatch.setattr(serving, "__all__", [*serving.__all__, "query_path"])
+    with pytest.raises(AssertionError, match=r"exports \['query_path'\]"):
+        test_no_exported_name_is_also_a_submodule("raycompat.serving")
 
 
 # Run in a fresh interpreter, so that the first resolution of each name sees only the imports
@@ -202,8 +203,9 @@ def assert_one_object_per_name(resolved: dict[str, dict]) -> None:
 
 def test_every_exported_name_is_one_object_whatever_was_imported_first():
     resolved = resolve_before_and_after("raycompat", PACKAGES, ROOT)
-    assert {"raycompat.index.search", "raycompat.index.SearchIndex"} <= set(resolved["before"])
-    assert resolved["before"]["raycompat.index.search"].startswith("raycompat.index.query.search")
+    assert {"raycompat.serving.search", "raycompat.index.SearchIndex"} <= set(resolved["before"])
+    found = resolved["before"]["raycompat.serving.search"]
+    assert found.startswith("raycompat.serving.query_path.search")
     assert_one_object_per_name(resolved)
 
 

@@ -205,3 +205,73 @@ def test_errors_sit_below_every_layer_and_io_imports_nothing_above_it():
     ]
     assert not offenders, offenders
     assert len(io) > 5
+
+
+
+# Within the core, serving's control plane (raycompat/serving/: what each model serves, the
+# aliases, the query path) sits between the data plane and the service (issue 53): the index is
+# faiss only and never reaches up into serving or training, the store is told what is served by
+# its caller instead of importing the layers above it, and the service's config keys do not
+# import the service they configure.
+UPWARD = {
+    "raycompat/index": ("raycompat.train", "raycompat.serving"),
+    "raycompat/store": ("raycompat.serving", "raycompat.service", "raycompat.cli"),
+    "raycompat/config/serve.py": ("raycompat.service",),
+}
+
+
+def _imported(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """Every module the module at ``path`` imports (``source``: its text, default the file's),
+    at module level or inside a function: ``from a import b`` counts as ``a`` and ``a.b`` (``b``
+    may be a submodule), a relative import resolved against the module's package."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.append((node.lineno, module))
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def upward_imports(path: Path, forbidden: tuple[str, ...], source: str | None = None) -> list:
+    """``path:line: module`` for each import of ``path`` into one of the ``forbidden`` layers."""
+    return [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for line, name in _imported(path, source)
+        if any(name == layer or name.startswith(f"{layer}.") for layer in forbidden)
+    ]
+
+
+@pytest.mark.parametrize("where", sorted(UPWARD))
+def test_no_import_points_up_from_the_data_plane_even_inside_a_function(where):
+    target = ROOT / where
+    files = [target] if target.is_file() else sorted(target.rglob("*.py"))
+    assert files and all(path.is_file() for path in files), where  # the walk found the layer
+    offenders = [line for path in files for line in upward_imports(path, UPWARD[where])]
+    assert not offenders, offenders
+
+
+def test_the_upward_check_sees_function_level_and_relative_imports():
+    """Not vacuous: an import of the serving layer inside a function, ``from raycompat import
+    serving`` and a relative import of training out of ``raycompat/index`` are each caught."""
+    probe = PACKAGE / "index" / "_probe.py"  # never written: its path only places the text
+    source = (
+        "def f():\n    from raycompat.serving.resolve import served_version\n"
+        "from raycompat import serving\n"
+        "from ..train import export\n"
+        "from raycompat.transformations import fit_kind\n"  # allowed: below the index
+    )
+    found = upward_imports(probe, UPWARD["raycompat/index"], source)
+    assert sorted(line.split(": ", 1)[1] for line in found) == [
+        "raycompat.serving",
+        "raycompat.serving.resolve",
+        "raycompat.serving.resolve.served_version",
+        "raycompat.train",
+        "raycompat.train.export",
+    ]

@@ -141,7 +141,7 @@ def test_the_walk_finds_the_error_classes_of_every_layer(error_classes):
     assert {
         "raycompat.errors.ConfigError",
         "raycompat.errors.StoreError",
-        "raycompat.index.query.QueryError",
+        "raycompat.serving.query_inputs.QueryError",
         "raycompat.cluster.pipelines.runner.PipelineError",
     } <= set(error_classes)
 
@@ -161,7 +161,7 @@ def test_every_error_class_is_a_usage_or_a_data_error(error_classes):
     [
         ("raycompat.errors.ConfigError", ValueError),
         ("raycompat.registry.UnknownNameError", KeyError),
-        ("raycompat.index.query.QueryError", ValueError),
+        ("raycompat.serving.query_inputs.QueryError", ValueError),
         ("raycompat.errors.StoreError", ValueError),
         ("raycompat.data.base.CorruptDataError", ValueError),
         ("raycompat.index.distances.ZeroNormError", ValueError),

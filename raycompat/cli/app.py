@@ -77,21 +77,22 @@ listing: faiss's own printing goes to stderr, and ``--json`` is always valid JSO
 
 ``search`` embeds the images with model M (or takes ``--vectors`` / ``--ids``), finds the
 gallery version M serves (its newest alias, else its catalog grant: extracted, compatible or
-transformed; a model revoked there or retired is refused, ``store/aliases.py``), and searches
+transformed; a model revoked there or retired is refused, ``serving/served_log.py``), and searches
 that version's published faiss index (``raycompat index build`` makes one; without a valid one
 a version of up to 100 000 rows is searched exactly in memory, a note on stderr says so, and a
 larger one is refused, naming ``index build``: read commands never write to the store). A
 compatible model of another width is compared on the shared first coordinates (BCT:
-zero-padding), as in training. No Ray: the query path is the core's (``index/query.py``,
+zero-padding), as in training. No Ray: the query path is the core's (``serving/query_path.py``,
 ``search_gallery``); ``cli/commands/search.py`` parses, prints notes on stderr and renders.
 
 A corrupt record does not hide the others: ``versions`` and ``models`` list the readable ones,
 name each corrupt one (file and error) and exit 1. Errors are one line (``cli/errors.py``), with
 the exit status of their type (``raycompat/errors.py``; README.md, "Exit status"): 2 for a
 usage error (no store at ``--store``; a ``-k`` below 1, an unreadable, empty or malformed query
-file: :class:`~raycompat.index.query.QueryError`), 1 for a store or data error (a gallery, model
-or version that does not exist among them); ``--debug`` shows the traceback. Ctrl-C is one
-line too, ``raycompat: interrupted; <what a rerun does>`` (the command's ``resumes``), exit 130.
+file: :class:`~raycompat.serving.query_inputs.QueryError`), 1 for a store or data error (a
+gallery, model or version that does not exist among them); ``--debug`` shows the traceback.
+Ctrl-C is one line too, ``raycompat: interrupted; <what a rerun does>`` (the command's
+``resumes``), exit 130.
 stderr holds only our lines: other libraries' INFO lines (faiss' loader) appear with
 ``--verbose`` (:mod:`raycompat.console`).
 """
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status: 0, 1 for a data error (a corrupt record among those listed, a grant that
     is missing, an unknown gallery, model or version; any
     :class:`~raycompat.errors.DataError`) or a missing file, 2 for a usage error (no store at
-    ``--store``, a :class:`~raycompat.index.query.QueryError`; any
+    ``--store``, a :class:`~raycompat.serving.query_inputs.QueryError`; any
     :class:`~raycompat.errors.UsageError`).
 
     A reader that stops early (``raycompat history G --store S | head -1``) ends the command

@@ -40,11 +40,12 @@ class SearchService:
 def search_application(cfg: ServeJobConfig, service: ServiceConfig | None = None):
     """The bound application ``serve.run`` takes: :class:`SearchService` deployed as
     ``cfg.deployment`` says, over ``cfg.store`` (a local root made absolute here: replicas
-    run elsewhere), enforcing ``service`` (default: ``cfg.service`` built, its token read
+    run elsewhere), enforcing ``service`` (default: built from ``cfg.service``, its token read
     here, once)."""
     root = cfg.store.checked_root()
     deployment = serve.deployment(SearchService, **cfg.deployment.options())
-    return deployment.bind(root, cfg.store.storage_options, service or cfg.service.build())
+    service = service or ServiceConfig.from_spec(cfg.service)
+    return deployment.bind(root, cfg.store.storage_options, service)
 
 
 def app(args: dict):

@@ -35,8 +35,10 @@ class ServeStore:
 
 @dataclass
 class ServiceSpec:
-    """:class:`~raycompat.service.config.ServiceConfig` as config keys (and as the options of
-    ``raycompat serve``: both build it here, :meth:`build`)."""
+    """The search service's settings as config keys (and as the options of ``raycompat
+    serve``). Plain data: the service builds its own config from it
+    (``ServiceConfig.from_spec`` in ``raycompat/service/config.py``, which reads the token), so
+    this layer never imports the service."""
 
     max_k: int = bounded(1000, ge=1)
     max_batch: int = bounded(1000, ge=1)
@@ -47,29 +49,6 @@ class ServiceSpec:
     probe_auth: bool = False  # the probes (/healthz, /readyz) ask the token too
     access_log: bool = True
     shadow: list[str] = field(default_factory=list)  # "G/M=V" each
-
-    def build(self, options: bool = False):
-        """The ``ServiceConfig`` (the token read from ``token_file`` or the environment); an
-        error names the config key (``service.token_file``), or with ``options`` the
-        command-line option (``--token-file``)."""
-        from raycompat.service import ServiceConfig, read_token
-        from raycompat.service.shadow import ShadowSpec
-
-        token_key, shadow_key = (
-            ("--token-file", "--shadow") if options else ("service.token_file", "service.shadow")
-        )
-
-        return ServiceConfig(
-            max_k=self.max_k,
-            max_batch=self.max_batch,
-            max_body_bytes=self.max_body_bytes,
-            poll_s=self.poll_s,
-            check_each_request=self.check_each_request,
-            token=read_token(self.token_file, key=token_key),
-            probe_auth=self.probe_auth,
-            access_log=self.access_log,
-            shadow=tuple(ShadowSpec.parse(text, shadow_key) for text in self.shadow),
-        )
 
 
 @dataclass

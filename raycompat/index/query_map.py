@@ -1,6 +1,6 @@
 """A query-side map run by the engine that runs the search.
 
-A model whose grant is ``adapted`` (``store/query_adapters.py``) has each query mapped into the
+A model whose grant is ``adapted`` (``serving/query_adapters.py``) has each query mapped into the
 version's space before faiss searches it. :func:`search_map` turns the stored transformation
 into what the search calls (``map_arrays(queries) -> (Q, d_version)``), one registry entry per
 kind:

@@ -149,7 +149,8 @@ def answer(
 ) -> dict:
     """The answer to one search, from one snapshot of its pair; ``shadow`` is handed the
     queries and the hits afterwards (it compares in the background)."""
-    from raycompat.index.query import adapted, ranked_hits
+    from raycompat.serving.ranking import ranked_hits
+    from raycompat.serving.version_space import adapted
 
     loaded: Loaded = served.for_request(asked.route(), config.check_each_request)
     check_alias_model(asked.alias, asked.model, loaded)

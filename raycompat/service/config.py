@@ -3,6 +3,11 @@
 An unknown setting is a ``TypeError`` (a dataclass takes only its fields) and a value out of
 range a :class:`~raycompat.errors.ConfigError`, both before the service binds its port. The
 token is kept out of ``repr`` (and so out of every log line that prints the config).
+
+The settings as config keys and as ``raycompat serve``'s options are
+:class:`~raycompat.config.serve.ServiceSpec` (plain data, below the service);
+:meth:`ServiceConfig.from_spec` builds the service's config from it, here, so the config layer
+never imports the service.
 """
 
 from __future__ import annotations
@@ -10,9 +15,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raycompat.errors import ConfigError
 from raycompat.service.shadow import ShadowSpec
+
+if TYPE_CHECKING:
+    from raycompat.config.serve import ServiceSpec
 
 TOKEN_ENV = "RAYCOMPAT_SERVE_TOKEN"
 
@@ -59,6 +68,27 @@ class ServiceConfig:
             raise ConfigError(f"service poll_s must be > 0 seconds, got {self.poll_s!r}")
         if self.token is not None and not self.token:
             raise ConfigError("service token is empty: give one, or none")
+
+    @classmethod
+    def from_spec(cls, spec: ServiceSpec, options: bool = False) -> ServiceConfig:
+        """The config ``spec`` describes, the token read from its ``token_file`` or the
+        environment (:func:`read_token`); an error names the config key
+        (``service.token_file``), or with ``options`` the command-line option
+        (``--token-file``), as ``raycompat serve`` builds it from its options."""
+        token_key, shadow_key = (
+            ("--token-file", "--shadow") if options else ("service.token_file", "service.shadow")
+        )
+        return cls(
+            max_k=spec.max_k,
+            max_batch=spec.max_batch,
+            max_body_bytes=spec.max_body_bytes,
+            poll_s=spec.poll_s,
+            check_each_request=spec.check_each_request,
+            token=read_token(spec.token_file, key=token_key),
+            probe_auth=spec.probe_auth,
+            access_log=spec.access_log,
+            shadow=tuple(ShadowSpec.parse(text, shadow_key) for text in spec.shadow),
+        )
 
 
 def read_token(

@@ -16,8 +16,8 @@ one finishes on it. ``check_each_search`` also checks the route's records before
 the records stopped serving); off by default, as it costs more than a search of a small
 index. :meth:`Gallery.refresh` follows at once.
 
-A search answers what :func:`raycompat.index.search` answers for the same queries (the same
-ranking, ``ranked_hits``; labels from :class:`~raycompat.index.labels.StoredLabels`: the hits'
+A search answers what :func:`raycompat.serving.search` answers for the same queries (the same
+ranking, ``ranked_hits``; labels from :class:`~raycompat.serving.labels.StoredLabels`: the hits'
 rows only, the label column's presence read once)
 and prints nothing. Errors are one line naming the gallery and the model or alias.
 """
@@ -31,21 +31,16 @@ from typing import Any
 import numpy as np
 
 from raycompat.errors import RaycompatError, UsageError
-from raycompat.index.query import (
-    QueryError,
-    QueryHits,
-    SearchResult,
-    aliased_version,
-    check_k,
-    ranked_hits,
-    served_version,
-)
 from raycompat.service.config import ServiceConfig
 from raycompat.service.loaded import Loaded
 from raycompat.service.requests import check_alias_model
 from raycompat.service.routes import Route
 from raycompat.service.served import Served
 from raycompat.service.watcher import Watcher
+from raycompat.serving.query_inputs import QueryError, check_k
+from raycompat.serving.query_path import QueryHits, SearchResult
+from raycompat.serving.ranking import ranked_hits
+from raycompat.serving.resolve import aliased_version, served_version
 from raycompat.store import GalleryStore
 
 POLL_S = ServiceConfig.poll_s  # the service's watcher's period, one home for both
@@ -127,7 +122,7 @@ class Gallery:
         on_note: Callable[[str], None] | None = None,
     ) -> SearchResult:
         """The top-``k`` hits of each query, from the snapshot loaded now; the arguments and
-        the answer are :func:`raycompat.index.search`'s (``vectors``: the model's ``(Q, d)``
+        the answer are :func:`raycompat.serving.search`'s (``vectors``: the model's ``(Q, d)``
         queries, an array or a ``.npy``/Parquet file; ``ids``: rows stored in the version;
         ``images``: embedded with the model; exactly one of them).
 

@@ -18,19 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from raycompat.index.query import (
-    QueryError,
-    adapted,
-    checked_vectors,
-    embed_as,
-    query_adapter,
-    read_query_vectors,
-)
+from raycompat.serving.query_images import embed_as
+from raycompat.serving.query_inputs import QueryError, checked_vectors, read_query_vectors
+from raycompat.serving.served_log import Serving
+from raycompat.serving.version_space import adapted, query_adapter
 from raycompat.store import GalleryStore
-from raycompat.store.aliases import Serving
 
 if TYPE_CHECKING:
-    from raycompat.index.labels import StoredLabels
+    from raycompat.serving.labels import StoredLabels
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +77,7 @@ class Loaded:
             StoreError: an id no row holds, or not an int of an int64-id version.
         """
         # looked up at each call: tests/service/test_served.py replaces stored_vectors
-        from raycompat.index.query import no_rows, stored_vectors, typed_ids
+        from raycompat.serving.stored_rows import no_rows, stored_vectors, typed_ids
 
         if self.order is None:
             return stored_vectors(store, self.gallery, self.version, ids)
@@ -103,7 +98,7 @@ class Loaded:
         on_note: Callable[[str], None] | None = None,
     ) -> np.ndarray:
         """``(Q, d)`` queries in the version's space from exactly one source, as
-        :func:`~raycompat.index.query.query_vectors` makes them, with what was loaded once:
+        :func:`~raycompat.serving.query_inputs.query_vectors` makes them, with what was loaded once:
         the rows ``ids`` (:meth:`stored`), or the model's ``vectors`` (an array or a
         ``.npy``/Parquet file, checked against its width) or ``images`` (embedded with it),
         mapped by its query adapter.
@@ -145,8 +140,8 @@ def load(
     """Load and warm what ``serving`` names: the version's published index (else an exact
     in-memory one of a small version, logged) and the model's query map; one search runs
     before it is returned, so the first request pays no first-use cost."""
-    from raycompat.index.labels import StoredLabels
     from raycompat.index.version_index import open_search_index, pointer_bytes
+    from raycompat.serving.labels import StoredLabels
     from raycompat.store.model_catalog import Catalog
 
     gallery, model, version = serving.gallery, serving.model_version, serving.gallery_version

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from raycompat.errors import UsageError
-from raycompat.index.query import query_problem
 from raycompat.service.routes import Route
+from raycompat.serving.query_inputs import query_problem
 
 FIELDS = ("gallery", "model", "alias", "vectors", "ids", "k")
 DEFAULT_K = 10

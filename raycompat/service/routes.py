@@ -5,14 +5,14 @@ A kind of route says three things (``ROUTES``, a registry):
 
 - ``names(store, gallery)``: the routes of the gallery (models that query it; its aliases);
 - ``serving(store, gallery, name)``: what the route serves now, a
-  :class:`~raycompat.store.aliases.Serving`, or a ``StoreError`` saying why it serves nothing;
+  :class:`~raycompat.serving.served_log.Serving`, or a ``StoreError`` saying why it serves nothing;
 - ``state(store, gallery, name)``: a cheap fingerprint of the records ``serving`` reads
   (listings and stats, at most one small record read): the logs are append-only, so an equal
   fingerprint means the same answer, and the service checks it before each search.
 
-A model's state is its alias-log length on the gallery and whether it has a retired
+A model's state is its served-version log's length on the gallery and whether it has a retired
 tombstone. An alias's is its own log's length plus the state of the model its newest record
-names (a revoke or retire of that model stops the alias too, ``named_aliases.resolve``); that
+names (a revoke or retire of that model stops the alias too, ``serving/aliases.py: resolve``); that
 model is read once per log length and remembered.
 """
 
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raycompat.store import GalleryStore, named_aliases
-from raycompat.store.aliases import Serving, changes, current
+from raycompat.serving import aliases
+from raycompat.serving.served_log import Serving, changes, current
+from raycompat.serving.serving_map import query_models
+from raycompat.store import GalleryStore
 from raycompat.store.retired import retired
-from raycompat.store.serving import query_models
 
 
 @dataclass(frozen=True)
@@ -62,20 +63,20 @@ class AliasRoutes:
     _model_at: dict = field(default_factory=dict)  # (gallery, alias) -> (log length, model)
 
     def names(self, store: GalleryStore, gallery: str) -> list[str]:
-        return named_aliases.names(store, gallery)
+        return aliases.names(store, gallery)
 
     def serving(self, store: GalleryStore, gallery: str, name: str) -> Serving:
-        from raycompat.index.query import aliased_version
+        from raycompat.serving.resolve import aliased_version
 
         return aliased_version(store, gallery, name)
 
     def state(self, store: GalleryStore, gallery: str, name: str) -> tuple:
-        count = named_aliases.changes(store, gallery, name)
+        count = aliases.changes(store, gallery, name)
         if not count:
             return (0,)
         seen, model = self._model_at.get((gallery, name), (None, None))
         if seen != count:
-            model = named_aliases.log(store, gallery, name)[-1].model_version
+            model = aliases.log(store, gallery, name)[-1].model_version
             self._model_at[(gallery, name)] = (count, model)
         return count, *model_state(store, gallery, model)
 

@@ -5,7 +5,7 @@ serving records.
 :meth:`Served.follow` brings one route up to date: it takes the route's state, a fingerprint
 of its records from listings and stats (``routes.py``; the logs are append-only, so the same
 state means the same answer). On a change it reads what the route serves now (a model's
-``aliases.current``: promote, rollback, revoke, retire; an alias's newest record, refused once
+``served_log.current``: promote, rollback, revoke, retire; an alias's newest record, refused once
 its model is revoked or retired), loads and warms the new version's index beside the old one,
 then replaces the route's reference in one assignment: a request holds the reference it took
 at its start and finishes on it, and the old index is freed when the last such request ends.

@@ -83,7 +83,7 @@ class Shadow:
             logger.warning("a shadow comparison failed: %s", work.exception())
 
     def _compare(self, names: tuple, queries, query_ids, served_ids: list, k: int) -> None:
-        from raycompat.index.query import ranked_hits
+        from raycompat.serving.ranking import ranked_hits
 
         gallery, _, candidate = names
         index, labels = self._candidate(gallery, candidate)
@@ -102,8 +102,8 @@ class Shadow:
     def _candidate(self, gallery: str, version: str) -> tuple:
         """The candidate's index and ``{str(id): label}`` (empty without labels), loaded once."""
         if (gallery, version) not in self._loaded:
-            from raycompat.index.query import column_names
             from raycompat.index.version_index import open_search_index
+            from raycompat.serving.labels import column_names
 
             index, _ = open_search_index(self.store, gallery, version, use_gpu=False)
             labels = {}

@@ -1,6 +1,7 @@
 """Garbage collection of a store: what killed jobs, rebuilt indexes and old versions leave.
 
-    plan = make_plan(store, older_than_s=24 * 3600, keep_versions=3)
+    served = functools.partial(serving_map, store)   # raycompat.serving.serving_map
+    plan = make_plan(store, older_than_s=24 * 3600, keep_versions=3, served=served)
     for item in plan.items: print(item.kind, item.uri, item.reason)
     for keep in plan.kept: print(keep.line())     # what it keeps, and why
     collect(store, plan.items)       # deletes; ``raycompat gc`` without ``--dry-run``
@@ -22,9 +23,12 @@ What is collected, per gallery, each only when everything under it is older than
 - ``index``: index builds ``_index/<version>/<build>/`` that the version's pointer does not name,
   and every index of a version that no longer exists.
 - ``version``: with ``keep_versions=K``, published versions older than the newest K, unless a
-  live model serves them or may roll back to them (``serving.serving_map``: aliases and grants,
-  less models revoked on the gallery or retired) or the newest version's lineage names them
-  (followed transitively). A version only a revoked or retired model served may go. Its
+  live model serves them or may roll back to them or the newest version's lineage names them
+  (followed transitively). What is served is the caller's to say (``served``: the serving
+  layer's ``raycompat.serving.serving_map.serving_map``, read per gallery while planning:
+  served-version logs and grants, less models revoked on the gallery or retired, and the named
+  aliases), so the store never imports the control plane above it; without it
+  ``keep_versions`` is refused. A version only a revoked or retired model served may go. Its
   record is deleted first, so it is unpublished in one step, then its files and index.
 
 Never collected: a published version's record or part files (except as a whole ``version``
@@ -42,7 +46,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
@@ -60,7 +64,6 @@ from raycompat.store.marker import (
 )
 from raycompat.store.part_record import INTENT_DIR, PARTS_DIR
 from raycompat.store.paths import SAFE_NAME, join
-from raycompat.store.serving import serving_map
 
 logger = logging.getLogger(__name__)
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
@@ -233,11 +236,21 @@ def _loose(rel: str) -> bool:
     return rel.startswith("_tmp/") or ("/" not in rel and not rel.startswith(("_", ".")))
 
 
+# gallery -> {version: {how: [models]}}: what live models serve there or may roll back to
+Served = Callable[[str], Mapping[str, Mapping[str, Sequence[str]]]]
+
+
 class _Planner:
-    def __init__(self, store: GalleryStore, older_than_s: float, keep_versions: int | None):
+    def __init__(
+        self,
+        store: GalleryStore,
+        older_than_s: float,
+        keep_versions: int | None,
+        served: Served | None,
+    ):
         self.store, self.fs = store, store.filesystem
         self.now, self.older_than_s = time.time(), older_than_s
-        self.keep_versions = keep_versions
+        self.keep_versions, self.served = keep_versions, served
         self.plan = GcPlan()
 
     def keep(self, kind: str, gallery: str, what: str, reason: str) -> None:
@@ -361,7 +374,7 @@ class _Planner:
             needed.add(name)
             rhs = by_name[name].lineage.partition("=")[2]
             todo.extend(t for t in _TOKEN.findall(rhs) if t in by_name)
-        served = serving_map(self.store, gallery)  # live models: aliases + grants - tombstones
+        served = self.served(gallery)  # live models: aliases + grants - tombstones
         newest = {v.version for v in versions[-self.keep_versions :]}
         doomed = []
         for name in by_name:
@@ -398,14 +411,24 @@ class _Planner:
 
 
 def check_arguments(
-    store: GalleryStore, older_than_s: float | None, keep_versions: int | None
+    store: GalleryStore,
+    older_than_s: float | None,
+    keep_versions: int | None,
+    served: Served | None = None,
 ) -> float:
     """``older_than_s``, or the store's retention when None; :class:`GcArgumentError` unless
     it is at least the store's retention (``retention.py``: a file younger than that may be
-    what a stalled writer is about to publish) and ``keep_versions`` >= 1."""
+    what a stalled writer is about to publish), ``keep_versions`` >= 1, and ``served`` is
+    given with ``keep_versions`` (without it gc could not tell a served version from a
+    superseded one)."""
     if keep_versions is not None and keep_versions < 1:
         raise GcArgumentError(
             f"--keep-versions: keep_versions >= 1 is required, got {keep_versions}"
+        )
+    if keep_versions is not None and served is None:
+        raise GcArgumentError(
+            "keep_versions needs served, what each gallery's live models serve "
+            "(raycompat.serving.serving_map.serving_map): gc deletes no version without it"
         )
     retention = store.retention_s
     if older_than_s is None:
@@ -421,18 +444,24 @@ def check_arguments(
 
 
 def make_plan(
-    store: GalleryStore, older_than_s: float | None = None, keep_versions: int | None = None
+    store: GalleryStore,
+    older_than_s: float | None = None,
+    keep_versions: int | None = None,
+    served: Served | None = None,
 ) -> GcPlan:
     """What :func:`collect` would delete, and each candidate it keeps with its reason (see the
     module docstring); deletes nothing. ``older_than_s`` defaults to the store's retention.
+    ``served(gallery)``: ``{version: {how: [models]}}``, what live models serve on the gallery
+    or may roll back to (``raycompat.serving.serving_map.serving_map``, bound to the store);
+    read only for a gallery with more than ``keep_versions`` versions, and required with it.
 
     Raises:
         GcArgumentError: see :func:`check_arguments`.
         UnmarkedStoreError: the root has no store marker.
     """
     require_marker(store.backend, "gc")
-    older_than_s = check_arguments(store, older_than_s, keep_versions)
-    planner = _Planner(store, older_than_s, keep_versions)
+    older_than_s = check_arguments(store, older_than_s, keep_versions, served)
+    planner = _Planner(store, older_than_s, keep_versions, served)
     galleries = registered_galleries(store.backend)
     for entry in _children(store.filesystem, store.path()):
         name = entry.base_name
@@ -445,10 +474,13 @@ def make_plan(
 
 
 def plan_gc(
-    store: GalleryStore, older_than_s: float | None = None, keep_versions: int | None = None
+    store: GalleryStore,
+    older_than_s: float | None = None,
+    keep_versions: int | None = None,
+    served: Served | None = None,
 ) -> list[GcItem]:
     """The items of :func:`make_plan` (what :func:`collect` would delete)."""
-    return make_plan(store, older_than_s, keep_versions).items
+    return make_plan(store, older_than_s, keep_versions, served).items
 
 
 def collect(store: GalleryStore, items: list[GcItem]) -> int:

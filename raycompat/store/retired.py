@@ -5,10 +5,10 @@
 Written once with the store's create-if-absent primitive and never rewritten or removed:
 retiring a model twice returns the first record. The model's own record (``_models/``) and its
 grants stay as they were (records are immutable); what reads them honours the tombstone instead:
-``aliases.current`` (``raycompat search``) refuses a retired model naming when it was retired,
-``aliases.promote`` and ``Catalog.grant`` refuse new aliases and grants for it, and gc's serving
-map (``aliases.serving_map``) no longer counts the versions it served. The folder is
-``_``-prefixed, so no gallery listing reads it.
+the serving layer's ``served_log.current`` (``raycompat search``) refuses a retired model naming
+when it was retired, ``served_log.promote`` and ``Catalog.grant`` refuse new aliases and grants
+for it, and the serving map gc is handed (``serving_map.serving_map``) no longer counts the
+versions it served. The folder is ``_``-prefixed, so no gallery listing reads it.
 """
 
 from __future__ import annotations

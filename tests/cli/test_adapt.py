@@ -1,5 +1,5 @@
 """``raycompat adapt``: a query-side map fitted on paired rows, stored beside the version and
-granted (``index/adapt.py``, ``store/query_adapters.py``), then applied by ``search`` to the new
+granted (``serving/adapt.py``, ``serving/query_adapters.py``), then applied by ``search`` to the new
 model's queries; the gallery is never rewritten (issue 41, item 2's query side)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from raycompat.serving.query_adapters import load_adapter
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.query_adapters import load_adapter
 from raycompat.store.vectors import vectors
-from tests.cli.test_serving import run
+from tests.cli.test_promotion import run
 
 OLD, NEW, ROWS = 8, 6, 200  # the new model embeds to 6-d; the gallery holds 8-d rows
 

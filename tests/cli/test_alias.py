@@ -11,15 +11,15 @@ import pytest
 
 from raycompat.cli.commands import REGISTRY
 from raycompat.cli.commands.alias import ACTIONS
-from tests.cli import test_serving
-from tests.cli.test_serving import run
+from tests.cli import test_promotion
+from tests.cli.test_promotion import run
 from tests.test_docs import write_backfilled_demo_store
 
-# test_serving's fixtures: gallery g of test_aliases.served_store, and two 4-d query vectors
+# test_promotion's fixtures: gallery g of test_served_log.served_store, and two 4-d query vectors
 served_template, root, queries = (
-    test_serving.served_template,
-    test_serving.root,
-    test_serving.queries,
+    test_promotion.served_template,
+    test_promotion.root,
+    test_promotion.queries,
 )
 
 

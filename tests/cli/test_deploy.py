@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raycompat.store import GalleryStore
-from tests.store.test_aliases import served_store
+from tests.serving.test_served_log import served_store
 
 SCRIPT = Path(sys.executable).with_name("raycompat-deploy")
 

@@ -24,10 +24,10 @@ from raycompat.cli.app import main, parser
 from raycompat.service import Served, create_app, running
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from tests.store import test_aliases
-from tests.store.test_aliases import served_copy
+from tests.serving import test_served_log
+from tests.serving.test_served_log import served_copy
 
-served_template = test_aliases.served_template  # the session's template store, a fixture
+served_template = test_served_log.served_template  # the session's template store, a fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "cli-t0ken-never-printed"
@@ -35,7 +35,7 @@ TOKEN = "cli-t0ken-never-printed"
 
 @pytest.fixture
 def store(served_template, tmp_path) -> GalleryStore:
-    """Gallery g of tests/store/test_aliases.py: m1, m2 and m3 query v1."""
+    """Gallery g of tests/serving/test_served_log.py: m1, m2 and m3 query v1."""
     return GalleryStore(served_copy(served_template, tmp_path))
 
 

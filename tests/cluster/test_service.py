@@ -15,14 +15,14 @@ import httpx
 import pytest
 import yaml
 
+from raycompat.serving.served_log import promote
 from raycompat.store import GalleryStore
-from raycompat.store.aliases import promote
 from tests.cluster.upgrade import test_job
 from tests.cluster.upgrade.test_job import ANSI, ROOT, VENV_BIN, _free_ports
-from tests.store import test_aliases
-from tests.store.test_aliases import served_copy
+from tests.serving import test_served_log
+from tests.serving.test_served_log import served_copy
 
-served_template = test_aliases.served_template  # the session's template store, a fixture
+served_template = test_served_log.served_template  # the session's template store, a fixture
 ray_head = test_job.ray_head  # a real `ray start --head` of this module, a fixture
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

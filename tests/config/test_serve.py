@@ -34,12 +34,6 @@ def test_fixed_replicas_and_a_memory_reservation():
     assert load_config(ServeJobConfig).deployment.options()["num_replicas"] == 1
 
 
-def test_the_service_keys_build_the_services_config():
-    cfg = load_config(ServeJobConfig, None, ["service.max_k=7", "service.shadow=[g/m1=v4]"])
-    built = cfg.service.build()
-    assert (built.max_k, built.shadow[0].version, built.token) == (7, "v4", None)
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -54,13 +48,3 @@ def test_a_bad_value_is_one_line_naming_the_file_and_key(overrides, message):
     with pytest.raises(ConfigError, match="deploy_demo.yaml: ") as raised:
         load_config(ServeJobConfig, SHIPPED, overrides)
     assert message in str(raised.value) and "\n" not in str(raised.value)
-
-
-def test_a_token_file_or_shadow_error_names_the_config_key(tmp_path):
-    spec = load_config(ServeJobConfig, None, [f"service.token_file={tmp_path / 'none'}"]).service
-    with pytest.raises(ConfigError, match=r"^service.token_file .*none: unreadable"):
-        spec.build()
-    with pytest.raises(ConfigError, match=r"^--token-file .*none: unreadable"):
-        spec.build(options=True)  # raycompat serve's option
-    with pytest.raises(ConfigError, match=r"^service.shadow 'bad': expected GALLERY/MODEL"):
-        load_config(ServeJobConfig, None, ["service.shadow=[bad]"]).service.build()

@@ -15,9 +15,9 @@ import httpx
 import numpy as np
 import pytest
 
-from raycompat.index.query import search
 from raycompat.service import Served, ServiceConfig, create_app, running
-from raycompat.store.aliases import promote
+from raycompat.serving.query_path import search
+from raycompat.serving.served_log import promote
 from tests.service.conftest import corrupt
 
 TOKEN = "s3cr3t-t0ken-for-tests"
@@ -98,9 +98,9 @@ def test_the_other_endpoints_list_what_is_served_and_count_requests(url):
 
 
 def test_a_named_alias_answers_naming_its_pair_and_refuses_another_models_vectors(store):
-    from raycompat.store import named_aliases
+    from raycompat.serving import aliases
 
-    named_aliases.set_alias(store, "g", "prod", "v3", "m2")
+    aliases.set_alias(store, "g", "prod", "v3", "m2")
     with running(create_app(Served(store))) as url:
         assert httpx.get(f"{url}/healthz").json()["aliases"] == 1
         listed = httpx.get(f"{url}/v1/galleries").json()["aliases"]["g"]["prod"]
@@ -111,7 +111,7 @@ def test_a_named_alias_answers_naming_its_pair_and_refuses_another_models_vector
         assert answer["hits"][0][0]["id"] == "v3-5"
         vectors = {"gallery": "g", "alias": "prod", "model": "m2", "vectors": [[1, 2, 3, 4]]}
         assert post(url, vectors).json()["version"] == "v3"
-        named_aliases.set_alias(store, "g", "prod", "v1", "m1")  # the alias moves to m1
+        aliases.set_alias(store, "g", "prod", "v1", "m1")  # the alias moves to m1
         moved = post(url, vectors)  # m2's vectors are not searched as m1's
         assert moved.status_code == 409, moved.text
         assert moved.json()["error"] == (

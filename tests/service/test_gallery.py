@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from raycompat import Gallery, open_gallery
-from raycompat.index import search
-from raycompat.index.query import QueryError
 from raycompat.index.version_index import build_version_index
 from raycompat.service import GalleryClosedError, NotServedError
 from raycompat.service.requests import AliasMovedError
-from raycompat.store import GalleryStore, VersionInfo, embedding_table, named_aliases
-from raycompat.store.aliases import promote, revoke, rollback
+from raycompat.serving import aliases, search
+from raycompat.serving.query_inputs import QueryError
+from raycompat.serving.served_log import promote, revoke, rollback
+from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 
 pytestmark = pytest.mark.usefixtures("one_faiss_thread")
@@ -117,19 +117,19 @@ def test_the_watcher_follows_a_promote_by_itself(store):
 
 
 def test_a_named_alias_is_followed_and_its_model_checked(store):
-    named_aliases.set_alias(store, "g", "prod", "v1", "m1")
+    aliases.set_alias(store, "g", "prod", "v1", "m1")
     with open_gallery(store, "g", alias="prod", poll_s=None) as gallery:
         assert gallery.describe() == {
             "gallery": "g", "model": "m1", "alias": "prod", "version": "v1", "index": "exact",
             "metric": "negative squared L2",
         }  # fmt: skip
-        named_aliases.set_alias(store, "g", "prod", "v3", "m2")
+        aliases.set_alias(store, "g", "prod", "v3", "m2")
         gallery.refresh()
         result = gallery.search(vectors=Q, k=2)
         assert (result.version, result.model) == ("v3", "m2")
     with open_gallery(store, "g", alias="prod", model="m2", poll_s=None) as gallery:
         assert gallery.search(vectors=Q, k=1).version == "v3"
-        named_aliases.rollback(store, "g", "prod")  # back to (v1, m1): m2's vectors refused
+        aliases.rollback(store, "g", "prod")  # back to (v1, m1): m2's vectors refused
         gallery.refresh()
         with pytest.raises(AliasMovedError, match="searched by model m1 now, not model m2"):
             gallery.search(vectors=Q, k=1)

@@ -9,11 +9,11 @@ import gc
 import numpy as np
 import pytest
 
-from raycompat.index.query import ranked_hits
 from raycompat.service.routes import Route
 from raycompat.service.served import NotServedError, Served, UnloadableError
-from raycompat.store import named_aliases
-from raycompat.store.aliases import promote, revoke, rollback
+from raycompat.serving import aliases
+from raycompat.serving.ranking import ranked_hits
+from raycompat.serving.served_log import promote, revoke, rollback
 from raycompat.store.retired import retire
 from tests.service.conftest import corrupt
 
@@ -114,13 +114,13 @@ def alias_swaps(served: Served) -> float:
 
 def test_a_named_alias_is_served_and_follows_set_rollback_and_its_models_revoke(store):
     prod = Route("g", "prod", "alias")
-    named_aliases.set_alias(store, "g", "prod", "v1", "m1")
+    aliases.set_alias(store, "g", "prod", "v1", "m1")
     served = Served(store)
     served.refresh()
     first = served.for_request(prod)
     assert (first.version, first.model, alias_swaps(served)) == ("v1", "m1", 1)
     assert served.listing()["alias"]["g"]["prod"]["model"] == "m1"
-    named_aliases.set_alias(store, "g", "prod", "v3", "m2")  # a new pair: version and model
+    aliases.set_alias(store, "g", "prod", "v3", "m2")  # a new pair: version and model
     moved = served.for_request(prod)
     assert (moved.version, moved.model, alias_swaps(served)) == ("v3", "m2", 2)
     assert moved.index.ids[0].startswith("v3-")
@@ -128,17 +128,17 @@ def test_a_named_alias_is_served_and_follows_set_rollback_and_its_models_revoke(
     with pytest.raises(NotServedError, match="model m2 was revoked on gallery g"):
         served.for_request(prod)
     assert served.for_request(Route("g", "m1")).version == "v1"  # other routes unaffected
-    named_aliases.rollback(store, "g", "prod")  # back to (v1, m1), whose model is live
+    aliases.rollback(store, "g", "prod")  # back to (v1, m1), whose model is live
     assert (served.for_request(prod).version, alias_swaps(served)) == ("v1", 4)
 
 
 def test_an_unknown_alias_is_a_404_listing_the_gallerys_aliases(store):
-    named_aliases.set_alias(store, "g", "prod", "v1", "m1")
+    aliases.set_alias(store, "g", "prod", "v1", "m1")
     served = Served(store)
     served.refresh()
     with pytest.raises(NotServedError, match="has no alias 'prd': its aliases are prod; did you"):
         served.for_request(Route("g", "prd", "alias"))
-    named_aliases.set_alias(store, "g", "staging", "v4", "m1")  # made after the start
+    aliases.set_alias(store, "g", "staging", "v4", "m1")  # made after the start
     served.refresh()
     assert served.for_request(Route("g", "staging", "alias")).version == "v4"
 
@@ -147,16 +147,16 @@ def test_ids_queries_are_read_from_a_flat_index_without_scanning_the_files(
     served, store, monkeypatch
 ):
     from raycompat.errors import StoreError
-    from raycompat.index import query
+    from raycompat.serving import stored_rows
 
-    scanned = query.stored_vectors(store, "g", "v1", ["v1-3", "v1-0"])
+    scanned = stored_rows.stored_vectors(store, "g", "v1", ["v1-3", "v1-0"])
     loaded = served.for_request(Route("g", "m2"))
     assert loaded.order is not None  # the exact in-memory index holds the vectors
 
     def no_scan(*args, **kwargs):
         raise AssertionError("the version's files were scanned")
 
-    monkeypatch.setattr(query, "stored_vectors", no_scan)
+    monkeypatch.setattr(stored_rows, "stored_vectors", no_scan)
     np.testing.assert_array_equal(loaded.stored(store, ["v1-3", "v1-0"]), scanned)
     with pytest.raises(StoreError, match=r"g/v1 holds no row with id\(s\) \['nope'\]"):
         loaded.stored(store, ["v1-3", "nope"])

@@ -6,11 +6,13 @@ import json
 import os
 import time
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
 
 from raycompat.index.version_index import build_version_index
+from raycompat.serving.serving_map import serving_map
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.gc import GcArgumentError, collect, make_plan, plan_gc
 from raycompat.store.lease import LEASE_DIR, LeaseOwner, LeaseRecord
@@ -170,10 +172,11 @@ def test_keep_versions_keeps_newest_served_and_lineage_versions(store):
     for version in ("v1", "v2", "v3", "v4", "v5"):
         expire(store.path("g", "_data", version, f"job-{version}"))  # every writer has stopped
     assert [i for i in plan_gc(store) if i.kind == "version"] == []
-    found = kinds(plan_gc(store, keep_versions=1))
+    served = partial(serving_map, store)  # what raycompat gc hands gc
+    found = kinds(plan_gc(store, keep_versions=1, served=served))
     # v5 newest; v4 and v3 on its lineage; v2 served by m2: only v1 goes, with its files
     assert found == {("version", "_versions/v1.json"), ("staging", "_data/v1/job-v1")}
-    collect(store, plan_gc(store, keep_versions=1))
+    collect(store, plan_gc(store, keep_versions=1, served=served))
     assert [v.version for v in store.versions("g")] == ["v2", "v3", "v4", "v5"]
     assert store.read("g", "v2").num_rows == 20
     assert not os.path.exists(store.path("g", "_data", "v1", "job-v1"))
@@ -188,7 +191,8 @@ def test_a_removed_versions_files_go_only_once_older_than_the_retention(store):
     area = store.path("g", "_data", "v1", "job-v1")
     [(part, _)] = store.version_files("g", store.version("g", "v1"))
     os.utime(part)  # one of v1's files is younger than the retention
-    plan = make_plan(store, keep_versions=1)
+    served = partial(serving_map, store)  # what raycompat gc hands gc
+    plan = make_plan(store, keep_versions=1, served=served)
     # the area keeps a file, so its lease and part records stay with it: nothing of it goes yet
     assert kinds(plan.items) == {("version", "_versions/v1.json")}
     assert "keep g/_data/v1/job-v1: 1 file(s) younger than --older-than 1 d" in " ".join(
@@ -198,8 +202,8 @@ def test_a_removed_versions_files_go_only_once_older_than_the_retention(store):
     assert [v.version for v in store.versions("g")] == ["v2"]  # the record went at once ...
     assert os.path.isfile(part)  # ... its young file stays
     age(part)  # a day later, it is old too
-    assert kinds(plan_gc(store, keep_versions=1)) == {("staging", "_data/v1/job-v1")}
-    collect(store, plan_gc(store, keep_versions=1))
+    assert kinds(plan_gc(store, keep_versions=1, served=served)) == {("staging", "_data/v1/job-v1")}
+    collect(store, plan_gc(store, keep_versions=1, served=served))
     assert not os.path.exists(area)
     assert store.read("g", "v2").num_rows == 20
 
@@ -208,6 +212,8 @@ def test_bad_arguments_are_refused(store):
     store.mark()  # gc first proves the folder is a store
     with pytest.raises(GcArgumentError, match="keep_versions >= 1"):
         plan_gc(store, keep_versions=0)
+    with pytest.raises(GcArgumentError, match="keep_versions needs served"):
+        plan_gc(store, keep_versions=1)  # the store cannot tell on its own what is served
     with pytest.raises(GcArgumentError, match="--older-than 24 h is shorter than the store's "):
         plan_gc(store, older_than_s=DAY - 1)  # not even a second shorter than the retention
     assert plan_gc(store, older_than_s=DAY) == plan_gc(store) == []

@@ -6,12 +6,14 @@ import json
 import os
 import time
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
 from raycompat.cli.app import main
+from raycompat.serving.serving_map import serving_map
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.gc import GcArgumentError, collect, make_plan, plan_gc
 from raycompat.store.lease import LeaseOwner
@@ -166,7 +168,8 @@ def test_a_staging_area_a_version_record_names_is_kept(store):
     store.backend.create_exclusive(store.path("g", "_versions", "v2.json"), later.to_json())
     age(store.path("g"), leases=True)
     expire(store.path("g", "_data", "v1", "job-v1"))
-    plan = make_plan(store, older_than_s=DAY, keep_versions=1)
+    served = partial(serving_map, store)  # what raycompat gc hands gc
+    plan = make_plan(store, older_than_s=DAY, keep_versions=1, served=served)
     assert [(i.kind, i.reason) for i in plan.items] == [("version", "superseded (keep 1)")]
     assert ("g/_data/v1/job-v1", "named by version v2") in {  # v1's record goes
         (k.what, k.reason) for k in plan.kept

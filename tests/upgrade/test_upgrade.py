@@ -351,9 +351,9 @@ def test_an_adapt_action_stores_the_map_and_grants_the_current_version_through_i
 
     from raycompat.cluster.upgrade.job import Upgrader
     from raycompat.cluster.upgrade.steps import publish_model
+    from raycompat.serving.query_adapters import load_adapter
     from raycompat.store import VersionInfo, embedding_table
     from raycompat.store.model_catalog import QueryGrant
-    from raycompat.store.query_adapters import load_adapter
     from raycompat.transformations import PairStatistics, fit_procrustes
     from raycompat.upgrade.policy import Decision
 

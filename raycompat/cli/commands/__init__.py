@@ -6,7 +6,7 @@
     status.py       status                           leases, running upgrades, progress
     search.py       search                           top-k ids for images, vectors or ids
     index.py        index build | verify             a version's faiss index
-    serve.py        promote, rollback, revoke,       which version each model serves
+    promotion.py    promote, rollback, revoke,       which version each model serves
                     retire
     service.py      serve                            the search service (HTTP, uvicorn)
     alias.py        alias set | rollback | list      named aliases: (version, model) pairs
@@ -29,17 +29,17 @@ from raycompat.cli.commands import (
     history,
     index,
     maintenance,
+    promotion,
     report,
     search,
-    serve,
     service,
     status,
     store,
 )
 
 GROUPS = (
-    store, history, status, search, index, serve, service, alias, adapt, formats, maintenance,
-    report,
+    store, history, status, search, index, promotion, service, alias, adapt, formats,
+    maintenance, report,
 )  # fmt: skip
 
 

@@ -3,8 +3,8 @@ query side.
 
 Fits a map from model M's embedding space into version V's (``--kind procrustes``, ``affine``
 or ``adapter``; docs/transformations.md) on the pairs of FILE (M's embeddings of items V stores,
-by ``id``), stores it and grants M the version through it (``index/adapt.py``,
-``store/query_adapters.py``). From then on ``raycompat search G --model M`` maps M's queries
+by ``id``), stores it and grants M the version through it (``serving/adapt.py``,
+``serving/query_adapters.py``). From then on ``raycompat search G --model M`` maps M's queries
 into V's space: nothing in the gallery is rewritten. The pairs are joined to V's rows in this
 process (``--runner local``, the default: no Ray) or by Ray tasks over V's chunks (``--runner
 ray``, on ``--address`` or a local Ray that ends with the command), each keeping only its
@@ -23,7 +23,7 @@ from raycompat.cli.store_options import add_store_arguments, open_store
 
 
 def adapt(args) -> dict | str:
-    from raycompat.index.adapt import adapt_queries
+    from raycompat.serving.adapt import adapt_queries
 
     store = open_store(args, gallery=args.gallery)
     with ExitStack() as ray_session:

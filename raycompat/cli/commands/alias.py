@@ -1,8 +1,8 @@
 """``raycompat alias set | rollback | list``: named aliases (``prod``) of a gallery.
 
 A named alias points at a pair (gallery version, query model) and is swapped among the
-compatible pairs, the compatibility check as the gate (``store/named_aliases.py``,
-``store/compatible_pairs.py``); ``raycompat search G --alias prod`` searches what it points at.
+compatible pairs, the compatibility check as the gate (``serving/aliases.py``,
+``serving/compatible_pairs.py``); ``raycompat search G --alias prod`` searches what it points at.
 An incompatible pair is a usage error naming the alias, the pair and why (exit 2); an unknown
 gallery, version or alias lists those that exist, and a conflict with a concurrent writer or
 nothing to roll back to is a data error (exit 1). Imports stay light: the store loads inside
@@ -24,7 +24,7 @@ def _pair(pair: dict | None) -> str:
 
 
 def set_alias(args) -> dict | str:
-    from raycompat.store.named_aliases import set_alias as set_named
+    from raycompat.serving.aliases import set_alias as set_named
 
     store = open_store(args, gallery=args.gallery)
     record = set_named(store, args.gallery, args.name, args.version, args.model)
@@ -47,7 +47,7 @@ def set_alias(args) -> dict | str:
 
 
 def rollback(args) -> dict | str:
-    from raycompat.store.named_aliases import rollback as rollback_named
+    from raycompat.serving.aliases import rollback as rollback_named
 
     store = open_store(args, gallery=args.gallery)
     record = rollback_named(store, args.gallery, args.name)
@@ -59,7 +59,7 @@ def rollback(args) -> dict | str:
 
 
 def list_aliases(args) -> dict:
-    from raycompat.store.named_aliases import log, names, reachable
+    from raycompat.serving.aliases import log, names, reachable
 
     store = open_store(args, gallery=args.gallery)
     rows = []

@@ -3,8 +3,9 @@
 Its versions (the operation that made each, its parameters and who wrote it: Ray submission id,
 host, OS user; an adopted one with its source), every decision with its reason and who recorded
 it (``*`` marks the standing one; refused and failed ones too), its query grants
-(``store/history.py``), what each model serves and every alias change (``store/serving.py``).
-Reads the store, never writes it; an unknown gallery is a usage error listing those that exist.
+(``serving/history.py``), what each model serves and every alias change
+(``serving/serving_map.py``). Reads the store, never writes it; an unknown gallery is a usage
+error listing those that exist.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from raycompat.cli.tables import cell, corrupt_lines, mark_no_weights, table
 
 
 def history(args) -> dict:
-    from raycompat.store.history import gallery_history
-    from raycompat.store.serving import with_serving
+    from raycompat.serving.history import gallery_history
+    from raycompat.serving.serving_map import with_serving
 
     store = open_store(args)
     out = with_serving(store, args.gallery, gallery_history(store, args.gallery))
@@ -107,7 +108,7 @@ def _parameters(version: dict) -> str:
 
 
 def _serving_sections(out: dict) -> list[str]:
-    """The "serving" and "alias changes" tables (``store/serving.py``)."""
+    """The "serving" and "alias changes" tables (``serving/serving_map.py``)."""
     if "serving" not in out:
         return []
     serving = table(out["serving"], SERVING, uncut=["source"]) if out["serving"] else "none"

@@ -1,8 +1,10 @@
 """``raycompat gc | mark-store``: reclaim what no record names, in a marked store only.
 
 ``gc`` lists (``--dry-run``) or deletes what :mod:`raycompat.store.gc` finds, and says what it
-keeps and why; it refuses an unmarked folder (exit 2). ``mark-store`` marks a store written
-before store markers (``store/marker.py``) so gc may manage it. See docs/store.md.
+keeps and why; what each gallery's live models serve comes from the serving layer
+(``serving/serving_map.py``), handed to gc here. It refuses an unmarked folder (exit 2).
+``mark-store`` marks a store written before store markers (``store/marker.py``) so gc may
+manage it. See docs/store.md.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ from raycompat.store.retention import DEFAULT_RETENTION_S
 
 
 def gc(args) -> dict:
+    from functools import partial
+
+    from raycompat.serving.serving_map import serving_map
     from raycompat.store.gc import collect, make_plan
 
     store = open_store(args)
-    plan = make_plan(store, older_than_s=args.older_than, keep_versions=args.keep_versions)
+    served = partial(serving_map, store)  # read per gallery while planning
+    plan = make_plan(store, args.older_than, args.keep_versions, served=served)
     items = plan.items
     freed = 0 if args.dry_run else collect(store, items)
     return {

@@ -1,6 +1,6 @@
 """``raycompat search GALLERY``: top-k gallery ids for query images, vectors or stored ids.
 
-The query path is the core's (``index/query.py``: :func:`search`, which the service uses
+The query path is the core's (``serving/query_path.py``: :func:`search`, which the service uses
 too); this command parses, prints notes on stderr and renders (the second line names what the
 scores are and which index answered). It finds the gallery version model M serves (or the
 version and model a named alias, ``--alias prod``, points at: :func:`aliased_version`), embeds
@@ -24,8 +24,8 @@ from raycompat.cli.tables import table
 def search(args) -> dict:
     """Top-k hits per query (only items found). faiss prints from C++ to the process's stdout
     while it loads an index: sent to stderr here."""
-    from raycompat.index.query import check_k
     from raycompat.index.stdout import stdout_to_stderr  # faiss prints: only this command loads it
+    from raycompat.serving.query_inputs import check_k
 
     check_k(args.k)
     with stdout_to_stderr():
@@ -33,7 +33,7 @@ def search(args) -> dict:
 
 
 def _search(args) -> dict:
-    from raycompat.index.query import search as search_as
+    from raycompat.serving.query_path import search as search_as
 
     store = open_store(args)
 
@@ -81,7 +81,7 @@ def _search(args) -> dict:
 def _searched_pair(store, args, note) -> tuple[str | None, str, str | None]:
     """``(model, version, relation)``: the pair ``--alias`` points at, else ``--model`` and
     :func:`_searched_version`."""
-    from raycompat.index.query import aliased_version
+    from raycompat.serving.resolve import aliased_version
 
     if args.alias is None:
         return (args.model, *_searched_version(store, args, note))
@@ -94,11 +94,11 @@ def _searched_version(store, args, note) -> tuple[str, str | None]:
     how it relates to it; or ``--version`` as asked, with the relation when the model serves
     it (else None, and a note when a model was given)."""
     from raycompat.errors import StoreError
-    from raycompat.index.query import served_version
+    from raycompat.serving.resolve import served_version
     from raycompat.store.lookup import model_record, version_record
     from raycompat.store.model_catalog import Catalog
 
-    # unknown names list those that exist; the model's alias, else its grant (store/aliases.py)
+    # unknown names list those that exist; the model's alias, else its grant (serving/served_log.py)
     if args.version is None:
         served = served_version(store, args.gallery, args.model)
         return served.gallery_version, served.relation

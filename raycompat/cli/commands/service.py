@@ -6,7 +6,7 @@ port in use is one line, exit 1; a port outside 1-65535 a usage error, exit 2. T
 token comes from ``--token-file`` or ``RAYCOMPAT_SERVE_TOKEN`` and is never printed; the probes
 are open unless ``--probe-auth``. Each request is logged in one line unless
 ``--no-access-log``. It runs until Ctrl-C or SIGTERM, lets the requests in flight finish, and
-then answers one line, exit 0. (``serve.py`` beside it holds promote, rollback, revoke and
+then answers one line, exit 0. (``promotion.py`` beside it holds promote, rollback, revoke and
 retire: the records this service follows.)
 """
 
@@ -24,10 +24,10 @@ PORTS = range(1, 65536)
 
 def serve(args) -> str:
     from raycompat.config.serve import ServiceSpec
-    from raycompat.service import Served, create_app
+    from raycompat.service import Served, ServiceConfig, create_app
     from raycompat.service.run import bind, serve_forever
 
-    config = ServiceSpec(
+    spec = ServiceSpec(
         max_k=args.max_k,
         max_batch=args.max_batch,
         max_body_bytes=args.max_body_bytes,
@@ -37,7 +37,8 @@ def serve(args) -> str:
         probe_auth=args.probe_auth,
         access_log=args.access_log,
         shadow=list(args.shadow),
-    ).build(options=True)
+    )
+    config = ServiceConfig.from_spec(spec, options=True)
     store = open_store(args)
     sock = bind(args.host, args.port)  # before any index loads: a port in use fails at once
     serve_forever(create_app(Served(store), config), sock)

@@ -31,6 +31,7 @@ from raycompat.config.serve import ServeJobConfig
 from raycompat.console import configure_console
 from raycompat.errors import ConfigError
 from raycompat.io.credentials import register_secrets
+from raycompat.service.config import ServiceConfig
 
 logger = logging.getLogger("raycompat.jobs.deploy")
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = job_config(ServeJobConfig, args, default=DEFAULT, inputs=inputs)
     register_secrets(cfg)
     root = cfg.store.checked_root()
-    service = cfg.service.build()  # a bad token file or shadow: one line, before Ray starts
+    service = ServiceConfig.from_spec(cfg.service)  # a bad token or shadow: one line, before Ray
 
     from raycompat.cli.store_options import JOB_HINT, reach_store
     from raycompat.cluster.console import init_ray, set_log_level

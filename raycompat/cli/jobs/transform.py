@@ -9,7 +9,7 @@
 ``target.version``; ``mode: extract`` embeds ``images`` with ``model``; ``mode: identity``
 checks the source version and writes nothing (backward-compatible upgrade). A written version
 is granted to ``target.model_version``, registered if new (an extraction's model with its files,
-a transform's without weights: it queries with vectors; ``store/query_access.py``), so
+a transform's without weights: it queries with vectors; ``serving/query_access.py``), so
 ``raycompat search G --model M`` searches it. Run it again with
 the same config after a failure or a kill: finished part files are kept and skipped; after the
 version was published it reports "already published" and exits 0. Inputs (h, the model, the
@@ -154,9 +154,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def grant_target(cfg: TransformJobConfig, store, info) -> None:
-    """The target model queries the published version (``store/query_access.py``): an
+    """The target model queries the published version (``serving/query_access.py``): an
     extraction's model with its files copied into the store, a transform's without weights."""
-    from raycompat.store.query_access import grant_written
+    from raycompat.serving.query_access import grant_written
     from raycompat.train.export import MODEL_FILE, SPEC_FILE
 
     relation = "transformed" if cfg.mode == "transform" else "extracted"

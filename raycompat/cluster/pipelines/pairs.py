@@ -122,9 +122,9 @@ def stored_matches(
     store: GalleryStore, gallery: str, version: str, ids: list, columns: list, *, workers: int = 2
 ) -> tuple[dict, pa.Table]:
     """``(id -> row, table)`` of the version's rows holding ``ids``, as
-    ``raycompat.index.query.stored_rows`` gives them, from ``workers`` Ray tasks at a time, one
-    per chunk of the version, each returning only its matches: the driver holds the ids and
-    the matched rows (O(pairs)), never a chunk of the version."""
+    ``raycompat.serving.stored_rows.stored_rows`` gives them, from ``workers`` Ray tasks at a
+    time, one per chunk of the version, each returning only its matches: the driver holds the
+    ids and the matched rows (O(pairs)), never a chunk of the version."""
     info = store.version(gallery, version)
     chunks, _, _ = plan_version_chunks(store, gallery, info, RunOptions().rows_per_file)
     runner = RayTasks(workers, 1, RunOptions().progress_every_s)

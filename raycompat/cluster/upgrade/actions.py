@@ -137,7 +137,7 @@ class Publisher:
     ) -> None:
         """Model files, record and grant (each create-if-absent: a rerun is a no-op); with
         ``query_map``, the map is stored beside the version and the grant names it
-        (``store/query_adapters.py``)."""
+        (``serving/query_adapters.py``)."""
         record = ModelRecord(
             spec.model_version,
             "",

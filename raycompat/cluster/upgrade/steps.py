@@ -168,7 +168,7 @@ def publish_model(
     """Files, then the model record, then its grant: each create-if-absent (reruns no-op).
     ``query_map`` (a fitted ``Fit``): stored beside the version, and named by the grant
     (``adapted``, with ``grant.evidence`` added)."""
-    from raycompat.store.query_adapters import publish_adapter
+    from raycompat.serving.query_adapters import publish_adapter
 
     files = [
         MODEL_FILE,

@@ -139,7 +139,7 @@ def test_the_join_on_ray_tasks_finds_the_rows_the_scan_in_process_finds(ray_loca
     file here, three), each keeping only its matches, gives the scan's rows; the ids no row
     holds are missing alike."""
     from raycompat.cluster.pipelines.pairs import stored_matches
-    from raycompat.index.query import embeddings_of
+    from raycompat.serving.stored_rows import embeddings_of
 
     store, ids = gallery["store"], [299, 3, 150, 49, 50]
     local, missing = embeddings_of(store, "g", "v1", ids)

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,7 @@ import pytest
 from raycompat.cluster.pipelines.inputs import iter_chunk_batches, plan_version_chunks
 from raycompat.errors import ChangedFileError, PublishConflictError
 from raycompat.index.version_index import build_version_index, load_version_index
+from raycompat.serving.serving_map import serving_map
 from raycompat.store import (
     CorruptFileError,
     DuplicateIdError,
@@ -384,9 +386,10 @@ def test_gc_never_deletes_adopted_files(tmp_path, ray_data):
     then = time.time() - 60  # v1's record is older than the retention
     os.utime(store.path("faces", "_versions", "v1.json"), (then, then))
 
-    assert plan_gc(store, keep_versions=1) == []  # v1 is the model's grant
+    served = partial(serving_map, store)  # what raycompat gc hands gc
+    assert plan_gc(store, keep_versions=1, served=served) == []  # v1 is the model's grant
     os.remove(store.path("faces", "_queries", "ext.json"))  # the model no longer queries v1
-    items = plan_gc(store, keep_versions=1)
+    items = plan_gc(store, keep_versions=1, served=served)
     assert [(i.kind, i.path) for i in items] == [
         ("version", store.path("faces", "_versions", "v1.json"))
     ]

@@ -1,4 +1,6 @@
-"""Aliases: which gallery version each query model serves, switched atomically, with rollback.
+"""The served-version log: which gallery version each query model serves, switched atomically,
+with rollback (``raycompat promote | rollback | revoke``; a model's "alias" in the CLI's words,
+as opposed to the named aliases such as ``prod`` of ``aliases.py``).
 
 A model's grant (``model_catalog.py``) is immutable. An operator switches what the model serves
 with an append-only log per gallery and model, like a table format's branch history::
@@ -17,11 +19,11 @@ and recorded in the record; the CLI writes without one (the number is its fence)
 - ``rollback(g, m)``: undo the newest promote or revoke still standing: m serves again what it
   served before it (``back`` links each record to the state it replaced; 0 is the grant).
 - ``current(g, m)``: what m serves: the newest record's version, else its grant (a store
-  without aliases serves exactly as before); a revoked or retired model (``retired.py``) is a
-  one-line :class:`~raycompat.errors.StoreError`.
+  without a log serves exactly as before); a revoked or retired model
+  (``store/retired.py``) is a one-line :class:`~raycompat.errors.StoreError`.
 
-:func:`raycompat.store.serving.serving_map` gives gc the versions live models serve or may roll
-back to.
+:func:`raycompat.serving.serving_map.serving_map` gives gc (through its caller) the versions
+live models serve or may roll back to.
 """
 
 from __future__ import annotations

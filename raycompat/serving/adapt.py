@@ -8,7 +8,7 @@ with the version's stored embedding of the same id (one streamed scan of the ver
 only the matches: memory grows with the pairs, not with the gallery; on Ray, one task per
 chunk of the version, ``raycompat adapt --runner ray``), the map from the model's
 space into the version's is fitted (``raycompat.transformations.fit``) and stored with a grant
-(``store/query_adapters.py``); from then on ``search`` maps the model's queries through it.
+(``serving/query_adapters.py``); from then on ``search`` maps the model's queries through it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from raycompat.errors import UsageError
-from raycompat.index.query import embeddings_of
+from raycompat.serving.stored_rows import embeddings_of
 from raycompat.store import GalleryStore
 from raycompat.store.lookup import model_record, version_record
 from raycompat.store.model_catalog import Catalog, QueryGrant
@@ -34,7 +34,7 @@ def read_pairs(path: str, width: int) -> tuple[list, np.ndarray]:
     """``(ids, (N, width) float32)`` from a Parquet file of ``id`` and ``embedding``."""
     import pyarrow.parquet as pq
 
-    from raycompat.index.query import query_problem
+    from raycompat.serving.query_inputs import query_problem
     from raycompat.store.vectors import vectors
 
     try:
@@ -68,9 +68,9 @@ def adapt_queries(
     Raises:
         PairsFileError: the file is bad, or an id is not in the version.
         NotInStoreError, AdapterWidthError, StoreError: as
-            :func:`~raycompat.store.query_adapters.publish_adapter`.
+            :func:`~raycompat.serving.query_adapters.publish_adapter`.
     """
-    from raycompat.store.query_adapters import publish_adapter
+    from raycompat.serving.query_adapters import publish_adapter
     from raycompat.transformations import fit_kind
 
     if kind not in FITTED_KINDS:

@@ -1,6 +1,7 @@
-"""The query path in the core (``raycompat/index/query.py``): zero-padding of a narrower query
-model, query files checked against the model's width, hits as gallery ids with their stored
-labels, and the served version of a model (issue 39, "the query path in the core").
+"""The query path in the core (``raycompat/serving/``: ``query_path.py``, ``query_inputs.py``,
+``ranking.py``, ``resolve.py``): zero-padding of a narrower query model, query files checked
+against the model's width, hits as gallery ids with their stored labels, and the served version
+of a model (issue 39, "the query path in the core").
 
 The gallery is three one-hot rows, so every expected hit and score is read off by hand."""
 
@@ -9,15 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raycompat.index.query import (
-    QueryError,
-    read_query_vectors,
-    search,
-    search_gallery,
-    served_version,
-    stored_vectors,
-    to_width,
-)
+from raycompat.serving.query_inputs import QueryError, read_query_vectors
+from raycompat.serving.query_path import search, search_gallery
+from raycompat.serving.ranking import to_width
+from raycompat.serving.resolve import served_version
+from raycompat.serving.stored_rows import stored_vectors
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 

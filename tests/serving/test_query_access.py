@@ -1,4 +1,4 @@
-"""``store/query_access.py``: the model a transform job wrote a version for queries it (issue 40,
+"""``serving/query_access.py``: the model a transform job wrote a version for queries it (issue 40,
 item 8: a gallery written by the transform job was not searchable, "model 'm1' is not
 registered")."""
 
@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from raycompat.errors import SchemaError
-from raycompat.index.query import query_vectors, search_gallery
+from raycompat.serving.query_access import grant_written
+from raycompat.serving.query_inputs import query_vectors
+from raycompat.serving.query_path import search_gallery
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
 from raycompat.store.model_catalog import Catalog, ModelRecord, NoWeightsError, QueryGrant
-from raycompat.store.query_access import grant_written
 from raycompat.store.retired import retire
 
 

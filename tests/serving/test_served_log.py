@@ -7,12 +7,13 @@ import json
 import os
 import shutil
 import threading
+from functools import partial
 
 import pytest
 
 from raycompat.errors import CorruptFileError, NotInStoreError, StoreError, UsageError
-from raycompat.store import GalleryStore, aliases
-from raycompat.store.aliases import (
+from raycompat.serving import served_log
+from raycompat.serving.served_log import (
     AliasConflictError,
     NoRollbackError,
     NotServableError,
@@ -23,11 +24,12 @@ from raycompat.store.aliases import (
     revoke,
     rollback,
 )
+from raycompat.serving.serving_map import query_models, serving_map
+from raycompat.store import GalleryStore
 from raycompat.store.gc import collect, make_plan
 from raycompat.store.lease import Lease, LeaseLostError
 from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
 from raycompat.store.retired import RetiredModelError, retire
-from raycompat.store.serving import query_models, serving_map
 from tests.store.test_gc import DAY, age, publish
 from tests.store.test_model_catalog import publish as publish_in
 
@@ -104,11 +106,11 @@ def test_only_a_version_the_model_may_serve_is_promoted(store):
 
 
 def test_a_writer_with_a_stale_view_of_the_log_loses_the_change_number(store):
-    stale = aliases.log(store, "g", "m2")  # read before another operator's promote landed
+    stale = served_log.log(store, "g", "m2")  # read before another operator's promote landed
     promote(store, "g", "m2", "v3")
     with pytest.raises(AliasConflictError, match="recorded change 1 of 'm2' on 'g' first"):
-        aliases._append(store, stale, ("g", "m2", "promote", "v2", 0), None)
-    assert serves(store)[0] == "v3" and len(aliases.log(store, "g", "m2")) == 1
+        served_log._append(store, stale, ("g", "m2", "promote", "v2", 0), None)
+    assert serves(store)[0] == "v3" and len(served_log.log(store, "g", "m2")) == 1
 
 
 def test_racing_promotes_never_share_a_change_number(store):
@@ -126,7 +128,7 @@ def test_racing_promotes_never_share_a_change_number(store):
         t.start()
     for t in threads:
         t.join()
-    records = aliases.log(store, "g", "m2")  # contiguous and readable
+    records = served_log.log(store, "g", "m2")  # contiguous and readable
     assert 1 <= len(records) == sum(outcomes) and serves(store)[0] == records[-1].gallery_version
 
 
@@ -177,7 +179,8 @@ def test_gc_keeps_what_live_aliases_serve_and_reclaims_what_only_retired_models_
         "v1": {"a rollback target of": ["m2"], "queried by": ["m3"]},
     }
     age(store.path("g"), leases=True)
-    plan = make_plan(store, older_than_s=DAY, keep_versions=1)
+    served = partial(serving_map, store)  # what raycompat gc hands gc
+    plan = make_plan(store, older_than_s=DAY, keep_versions=1, served=served)
     kept = {k.what: k.reason for k in plan.kept if k.kind == "version"}
     assert kept == {
         "g/v1": "a rollback target of m2; queried by m3",
@@ -190,7 +193,7 @@ def test_gc_keeps_what_live_aliases_serve_and_reclaims_what_only_retired_models_
     promote(store, "g", "m2", "v2")  # m2 serves v2 (not yet collected); v1 its rollback target
     revoke(store, "g", "m2")  # ... and then nothing: v1, v2 and v3 served only by tombstones
     age(store.path("g"), leases=True)
-    collect(store, make_plan(store, older_than_s=DAY, keep_versions=1).items)
+    collect(store, make_plan(store, older_than_s=DAY, keep_versions=1, served=served).items)
     assert [v.version for v in store.versions("g")] == ["v4"]
 
 
@@ -205,16 +208,16 @@ def test_a_corrupt_alias_record_is_named_and_gc_refuses_to_guess(store):
     with pytest.raises(CorruptFileError, match="00000001.json: alias record key 'action'"):
         current(store, "g", "m2")
     with pytest.raises(CorruptFileError):
-        make_plan(store, older_than_s=DAY, keep_versions=1)
+        make_plan(store, older_than_s=DAY, keep_versions=1, served=partial(serving_map, store))
 
 
 def test_aliases_on_s3_conflict_and_resolve_as_locally(s3_bucket):
     bucket, options = s3_bucket
     store = served_store(GalleryStore(f"s3://{bucket}/store", storage_options=options))
-    stale = aliases.log(store, "g", "m2")
+    stale = served_log.log(store, "g", "m2")
     promote(store, "g", "m2", "v2")
     with pytest.raises(AliasConflictError):  # If-None-Match: * on the change's object
-        aliases._append(store, stale, ("g", "m2", "promote", "v3", 0), None)
+        served_log._append(store, stale, ("g", "m2", "promote", "v3", 0), None)
     assert serves(store)[0] == "v2"
     retire(store, "m2")
     with pytest.raises(RetiredModelError, match="model m2 was retired at"):

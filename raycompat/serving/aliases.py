@@ -2,7 +2,8 @@
 
 A service searches ``prod``; an operator swaps what ``prod`` points at among the compatible
 pairs (``compatible_pairs.py``: the compatibility check is the gate), and rolls it back. Each
-alias is an append-only log of immutable records, as a model's alias is (``aliases.py``)::
+alias is an append-only log of immutable records, as a model's served-version log is
+(``served_log.py``)::
 
     <root>/<gallery>/_named/<alias>/00000001.json    a NamedAliasRecord per change
 
@@ -19,7 +20,7 @@ passes its ``LeaseRef``, checked just before the write and recorded.
 - ``resolve(g, a)``: what ``a`` points at (its newest record), refused once its model was
   retired or revoked on the gallery (``refuse_stopped``): those stop a model everywhere.
 - ``reachable(records)``: the pair it points at and every version rollbacks would return to:
-  gc keeps them all (``serving.serving_map``).
+  gc keeps them all (``serving_map.serving_map``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 import pyarrow.fs as pafs
 
 from raycompat.errors import NotInStoreError, StoreError, UsageError
-from raycompat.store.aliases import (
+from raycompat.serving.compatible_pairs import Compatibility, compatibility, refusal
+from raycompat.serving.served_log import (
     AliasConflictError,
     NoRollbackError,
     RevokedError,
@@ -38,8 +40,7 @@ from raycompat.store.aliases import (
     numbered_log,
     write_numbered,
 )
-from raycompat.store.aliases import log as model_log
-from raycompat.store.compatible_pairs import Compatibility, compatibility, refusal
+from raycompat.serving.served_log import log as model_log
 from raycompat.store.decisions import Decisions
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.lease import LeaseOwner, LeaseRef
@@ -113,7 +114,7 @@ def names(store: GalleryStore, gallery: str) -> list[str]:
 
 def changes(store: GalleryStore, gallery: str, alias: str) -> int:
     """How many changes the alias's log holds: one listing, no record read (as
-    ``aliases.changes`` for a model's log; the search service's check before each request)."""
+    ``served_log.changes`` for a model's log; the search service's check before each request)."""
     return len(numbered_files(store, _dir(store, gallery, alias)))
 
 

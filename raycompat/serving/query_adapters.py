@@ -10,8 +10,8 @@ and the version's embeddings of the same items) is kept in the store, beside the
 written once, create-if-absent, in a folder named by the first 16 hex digits of the sha256 of
 both files, so another fit never overwrites one. The model's query grant on the gallery
 (``relation: "adapted"``) names the folder and each file's sha256; :func:`load_adapter` checks
-them before building the map. gc never collects ``_adapters`` (``gc.py``), and a version a
-grant names is kept as any served version is (``serving.serving_map``).
+them before building the map. gc never collects ``_adapters`` (``store/gc.py``), and a version a
+grant names is kept as any served version is (``serving_map.serving_map``).
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from raycompat.cli.app import main
-from tests.store import test_aliases
-from tests.store.test_aliases import served_copy
+from tests.serving import test_served_log
+from tests.serving.test_served_log import served_copy
 
-served_template = test_aliases.served_template  # the session's template store, a fixture
+served_template = test_served_log.served_template  # the session's template store, a fixture
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """``raycompat promote | rollback | revoke | retire``: which gallery version each model serves.
 
-The handlers write the store's alias log and tombstones (``store/aliases.py``,
+The handlers write the store's alias log and tombstones (``serving/served_log.py``,
 ``store/retired.py``) and answer one line, or the record as JSON with ``--json``. An unknown
 gallery or model is a usage error listing those that exist (exit 2); a version the model may
 not serve is one too; a retired model, a conflict with a concurrent writer or nothing to roll
@@ -18,7 +18,7 @@ from raycompat.cli.tables import change_answer
 
 
 def promote(args) -> dict | str:
-    from raycompat.store.aliases import promote as promote_alias
+    from raycompat.serving.served_log import promote as promote_alias
 
     store = open_store(args, gallery=args.gallery)
     record = promote_alias(store, args.gallery, args.model, args.version)
@@ -35,7 +35,7 @@ def promote(args) -> dict | str:
 
 
 def rollback(args) -> dict | str:
-    from raycompat.store.aliases import rollback as rollback_alias
+    from raycompat.serving.served_log import rollback as rollback_alias
 
     store = open_store(args, gallery=args.gallery)
     record = rollback_alias(store, args.gallery, args.model)
@@ -46,7 +46,7 @@ def rollback(args) -> dict | str:
 
 
 def revoke(args) -> dict | str:
-    from raycompat.store.aliases import revoke as revoke_alias
+    from raycompat.serving.served_log import revoke as revoke_alias
 
     store = open_store(args, gallery=args.gallery)
     record = revoke_alias(store, args.gallery, args.model)

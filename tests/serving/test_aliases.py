@@ -1,5 +1,5 @@
 """Named aliases (``prod``): set among compatible pairs only, swap, roll back, race, and the
-versions gc keeps for them (issue 40, item 2). The store is ``test_aliases.served_store``:
+versions gc keeps for them (issue 40, item 2). The store is ``test_served_log.served_store``:
 gallery g with v1 and v4 of m1, v2 and v3 of m2; m1's grant on v1 (extracted), m2's and m3's on
 v1 (compatible: they passed the criterion against m1)."""
 
@@ -9,17 +9,13 @@ import dataclasses
 import json
 import os
 import threading
+from functools import partial
 
 import pytest
 
 from raycompat.errors import CorruptFileError, NotInStoreError, UsageError
-from raycompat.index.query import aliased_version
-from raycompat.store import GalleryStore, named_aliases
-from raycompat.store.aliases import NoRollbackError, RevokedError, revoke
-from raycompat.store.decisions import DecisionRecord, Decisions
-from raycompat.store.gc import make_plan
-from raycompat.store.lease import LeaseOwner
-from raycompat.store.named_aliases import (
+from raycompat.serving import aliases
+from raycompat.serving.aliases import (
     IncompatiblePairError,
     NamedAliasConflictError,
     log,
@@ -27,13 +23,19 @@ from raycompat.store.named_aliases import (
     rollback,
     set_alias,
 )
+from raycompat.serving.resolve import aliased_version
+from raycompat.serving.served_log import NoRollbackError, RevokedError, revoke
+from raycompat.serving.serving_map import serving_map
+from raycompat.store import GalleryStore
+from raycompat.store.decisions import DecisionRecord, Decisions
+from raycompat.store.gc import make_plan
+from raycompat.store.lease import LeaseOwner
 from raycompat.store.retired import RetiredModelError, retire
-from raycompat.store.serving import serving_map
-from tests.store import test_aliases
-from tests.store.test_aliases import served_copy
+from tests.serving import test_served_log
+from tests.serving.test_served_log import served_copy
 from tests.store.test_gc import DAY, age
 
-served_template = test_aliases.served_template  # the session's template store, a fixture
+served_template = test_served_log.served_template  # the session's template store, a fixture
 
 
 @pytest.fixture
@@ -110,10 +112,10 @@ def test_unknown_names_list_those_that_exist(store):
 
 def test_a_writer_with_a_stale_view_loses_the_change_number_and_racers_never_share_one(store):
     stale = log(store, "g", "prod")
-    allowed = named_aliases.gate(store, "g", "prod", "v2", "m2")
+    allowed = aliases.gate(store, "g", "prod", "v2", "m2")
     set_alias(store, "g", "prod", "v1", "m1")
     with pytest.raises(NamedAliasConflictError, match="recorded change 1 of alias 'prod'"):
-        named_aliases._append(store, stale, ("g", "prod", "set", "v2", "m2", allowed, None), None)
+        aliases._append(store, stale, ("g", "prod", "set", "v2", "m2", allowed, None), None)
     assert points(store) == ("v1", "m1") and len(log(store, "g", "prod")) == 1
     barrier, outcomes = threading.Barrier(4), []
 
@@ -158,7 +160,8 @@ def test_gc_keeps_what_aliases_point_at_and_may_roll_back_to(store):
         "v4": {"aliased as": ["prod"]},
     }
     age(store.path("g"), leases=True)
-    plan = make_plan(store, older_than_s=DAY, keep_versions=1)
+    served = partial(serving_map, store)  # what raycompat gc hands gc
+    plan = make_plan(store, older_than_s=DAY, keep_versions=1, served=served)
     kept = {k.what: k.reason for k in plan.kept if k.kind == "version"}
     assert kept == {
         "g/v1": "queried by m1, m3",
@@ -180,4 +183,4 @@ def test_a_corrupt_record_is_named_and_gc_refuses_to_guess(store):
     with pytest.raises(CorruptFileError, match="00000001.json: named alias record key 'back'"):
         resolve(store, "g", "prod")
     with pytest.raises(CorruptFileError):
-        make_plan(store, older_than_s=DAY, keep_versions=1)
+        make_plan(store, older_than_s=DAY, keep_versions=1, served=partial(serving_map, store))
