@@ -29,8 +29,8 @@ import torch
 
 from raycompat.cluster.pipelines import apply_transformation, transform_version
 from raycompat.store import VersionInfo, validate_table
-from raycompat.store.part_record import IdFingerprint, IdStats
-from raycompat.store.validate import validate_values
+from raycompat.store.commit.part_record import IdFingerprint, IdStats
+from raycompat.store.schema import validate_values
 
 
 class TreeCPU:

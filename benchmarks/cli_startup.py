@@ -46,7 +46,7 @@ from search_latency import _build_folder  # noqa: E402
 
 from raycompat.index.version_index import build_version_index, load_version_index  # noqa: E402
 from raycompat.store import GalleryStore, StoreError  # noqa: E402
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant  # noqa: E402
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).with_name("raycompat"))

@@ -43,13 +43,13 @@ from raycompat.store import (  # noqa: E402
     embedding_schema,
     embedding_table,
 )
-from raycompat.store.part_record import IdFingerprint  # noqa: E402
+from raycompat.store.commit.part_record import IdFingerprint  # noqa: E402
 
 # Peak RSS from VmHWM: ru_maxrss would carry the parent's peak across fork + exec.
 COMMIT = """
 import json, sys, time
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.part_record import IdFingerprint
+from raycompat.store.commit.part_record import IdFingerprint
 root, width, rows, mode, fingerprint = sys.argv[1:6]
 store = GalleryStore(root)
 info = VersionInfo("v1", "bench", int(width), False, "v1 = bench")

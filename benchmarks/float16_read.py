@@ -5,7 +5,7 @@
 The same ``--rows`` x ``--width`` unit rows are published twice in a local store, as a float32
 and as a float16 version (half the bytes). A read is what index builds and ``raycompat search``
 do: ``GalleryStore.iter_batches(columns=["embedding"])`` (Parquet decode and the store's value
-checks) and ``raycompat.store.vectors.vectors`` of each batch (float16 widened to float32).
+checks) and ``raycompat.store.read.vectors.vectors`` of each batch (float16 widened to float32).
 Both files are read once before timing (page cache). Reported, each the median of ``--pairs``
 interleaved pairs:
 
@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _gallery import GALLERY, load, paired, publish_mixture  # noqa: E402
 from _machine import emit, machine_info, store_parser, store_root  # noqa: E402
 
-from raycompat.store import GalleryStore, validate  # noqa: E402
-from raycompat.store.vectors import vectors, widen_float16  # noqa: E402
+from raycompat.store import GalleryStore, schema  # noqa: E402
+from raycompat.store.read.vectors import vectors, widen_float16  # noqa: E402
 
 VERSIONS = {"float32": "v32", "float16": "v16"}
 
@@ -55,7 +55,7 @@ def numpy_cast(batch, name: str) -> np.ndarray:
 
 
 def numpy_rows(column, *, copy: bool = True) -> np.ndarray:
-    """The value checks' widening as it was before issue 24 (``validate._check_vectors``)."""
+    """The value checks' widening as it was before issue 24 (``schema._check_vectors``)."""
     x = column.flatten().to_numpy().astype(np.float32, copy=False)
     return x.reshape(len(column), column.type.list_size)
 
@@ -63,11 +63,11 @@ def numpy_rows(column, *, copy: bool = True) -> np.ndarray:
 @contextmanager
 def widened_by_numpy():
     """The store's value checks widen float16 with NumPy, as before issue 24."""
-    saved, validate.float32_rows = validate.float32_rows, numpy_rows
+    saved, schema.float32_rows = schema.float32_rows, numpy_rows
     try:
         yield
     finally:
-        validate.float32_rows = saved
+        schema.float32_rows = saved
 
 
 def before(store: GalleryStore, version: str, batch_size: int):

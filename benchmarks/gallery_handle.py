@@ -55,7 +55,7 @@ from raycompat import open_gallery  # noqa: E402
 from raycompat.index.version_index import build_version_index, published_pointer  # noqa: E402
 from raycompat.serving import search  # noqa: E402
 from raycompat.store import GalleryStore  # noqa: E402
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant  # noqa: E402
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant  # noqa: E402
 
 K = 10
 MODEL = "bench"  # publish_mixture's model

@@ -72,7 +72,8 @@ from raycompat.store import GalleryStore, VersionInfo
 marks = {}
 class Marks(logging.Handler):
     def emit(self, record):
-        if record.name == "raycompat.store.staging" and record.getMessage().startswith("published"):
+        name, message = record.name, record.getMessage()
+        if name == "raycompat.store.commit.staging" and message.startswith("published"):
             marks["published"] = time.perf_counter()
 logging.getLogger("raycompat").addHandler(Marks())
 logging.getLogger("raycompat").setLevel(logging.INFO)

@@ -90,7 +90,7 @@ def publish(root: str, rows: int, width: int) -> None:
     granted v1 (and may serve v2, its own)."""
     from raycompat.index.version_index import build_version_index
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+    from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
     store = GalleryStore(root)
     for n, version in enumerate(("v1", "v2")):

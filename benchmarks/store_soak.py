@@ -45,8 +45,8 @@ import pyarrow.fs as pafs
 
 from raycompat.errors import RaycompatError
 from raycompat.store import GalleryStore, LeaseHeldError, VersionInfo, embedding_table
-from raycompat.store.gc import collect, make_plan
-from raycompat.store.lease import LeaseOwner
+from raycompat.store.commit.lease import LeaseOwner
+from raycompat.store.maintenance.gc import collect, make_plan
 
 BENCH_DIR = Path(__file__).resolve().parent
 LEASE_S = 2.0

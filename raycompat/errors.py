@@ -107,8 +107,8 @@ class PublishConflictError(StoreError):
 
 class NotInStoreError(StoreError):
     """A gallery, model or version name the store does not hold; the message lists the names it
-    does hold and the nearest (``raycompat.store.lookup``). Exit 1, as these lookups always were
-    (``versions`` of an unknown gallery, ``search`` with an unregistered model)."""
+    does hold and the nearest (``raycompat.store.read.lookup``). Exit 1, as these lookups always
+    were (``versions`` of an unknown gallery, ``search`` with an unregistered model)."""
 
 
 class ManifestError(StoreError):

@@ -142,7 +142,7 @@ def _publish_extracted(root: Path, model: str, version: str, method: str, parent
 
     from raycompat.config.train import ModelSpec
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+    from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
     from raycompat.train.export import MODEL_FILE, SPEC_FILE, build_model, export_model
 
     rng = np.random.default_rng(int(model[1:]))
@@ -169,7 +169,7 @@ def _publish_extracted(root: Path, model: str, version: str, method: str, parent
 
 def _refuse(root: Path, model: str, reason: str) -> None:
     from raycompat.store import GalleryStore
-    from raycompat.store.decisions import DecisionRecord, Decisions
+    from raycompat.store.catalog.decisions import DecisionRecord, Decisions
 
     store = GalleryStore(str(root / "outputs" / "upgrade" / "store"))
     Decisions(store).put(DecisionRecord("mnist", model, "refused", reason, "0" * 16, against="v1"))

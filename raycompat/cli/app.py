@@ -67,7 +67,7 @@ in it are scrubbed from every line printed); a local ``--store`` ignores them.
 Every subcommand's ``--help`` describes each option and ends with an example command. A
 gallery, model or version that does not exist is one line (exit 1,
 :class:`~raycompat.errors.NotInStoreError`) listing those that do and the nearest name
-(``store/lookup.py``); a missing report folder lists the runs beside it.
+(``store/read/lookup.py``); a missing report folder lists the runs beside it.
 
 Listings print aligned tables (``cli/tables.py``); ``--json`` prints the same data as JSON for
 scripts. ``search`` prints id, score and the stored label of each hit: only items found, so a

@@ -81,7 +81,7 @@ def open_store(
     if must_exist and not present:
         store.check_exists()  # MissingStoreError, naming the root
     if gallery is not None:
-        from raycompat.store.lookup import check_gallery
+        from raycompat.store.read.lookup import check_gallery
 
         check_gallery(store, gallery)
     return store

@@ -67,7 +67,9 @@ class SideInfoTrainConfig:
     # smallest random-resized-crop scale of simclr_views
     crop_scale: float = bounded(0.5, gt=0.0, le=1.0)
     epochs: int = bounded(100, ge=1)
-    # global, split over the workers; negatives are per worker
+    # images per optimizer step over all workers together, two SimCLR views each; each worker
+    # steps on batch_size // scaling.num_workers images, and NT-Xent's negatives are the other
+    # views of the worker's own share
     batch_size: int = bounded(512, ge=1)
     scaling: ScalingSpec = field(default_factory=ScalingSpec)
     run: RunSpec = field(default_factory=lambda: RunSpec(name="side-info"))
@@ -103,7 +105,9 @@ class TransformationTrainConfig:
     g: SideInfoTransformationSpec | None = None
     optim: FCTOptimSpec = field(default_factory=FCTOptimSpec)
     epochs: int = bounded(80, ge=1)
-    batch_size: int = bounded(1024, ge=1)  # global, split over the workers
+    # triples per optimizer step over all workers together; each worker steps on
+    # batch_size // scaling.num_workers of them
+    batch_size: int = bounded(1024, ge=1)
     scaling: ScalingSpec = field(default_factory=lambda: ScalingSpec(precision="fp32"))
     run: RunSpec = field(default_factory=lambda: RunSpec(name="fct-transformation"))
     seed: int = bounded(0, ge=0)
@@ -127,6 +131,8 @@ class FCTSpec:
 
     width: int = bounded(256, ge=1)
     epochs: int = bounded(30, ge=1)
+    # triples per optimizer step of h's run, over all workers together (its
+    # TransformationTrainConfig.batch_size)
     batch_size: int = bounded(256, ge=1)
     optim: FCTOptimSpec = field(default_factory=lambda: FCTOptimSpec(warmup_epochs=2))
 

@@ -15,7 +15,9 @@ class RunOptions:
 
     Attributes:
         rows_per_file: target rows per output part (parts never split an input row group).
-        batch_size: rows per model call inside an actor (bounds memory per actor).
+        batch_size: rows per model call inside an actor (images per ``forward_features``
+            call when extracting), and so rows per Arrow batch where a pipeline reads stored
+            rows (transform, backfill, a map's pairs); bounds memory per actor, never a result.
         actors: maximum actors in the pool (one model copy each).
         threads_per_actor: torch intra-op threads per actor (and the CPUs it reserves).
         num_gpus_per_actor: 0 on CPU; 1 (or a fraction) to put each model on a GPU.

@@ -2,8 +2,9 @@
 ``serve run raycompat.cluster.service:app config=...``); unknown keys are errors. No Ray.
 
     store:       where the galleries live (root, storage_options)
-    service:     what each replica enforces and how it follows the store (ServiceConfig's
-                 settings; the token comes from a file or RAYCOMPAT_SERVE_TOKEN, never YAML)
+    service:     what each replica enforces and how it follows the store (ServiceSettings,
+                 each default and range declared once; the token comes from a file or
+                 RAYCOMPAT_SERVE_TOKEN, never YAML)
     deployment:  the Ray Serve application: name, route, replicas or autoscaling, resources
     http:        where the job starts Serve's HTTP proxy (when Serve is not running yet)
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from raycompat.config import bounded
+from raycompat.config import bounded, check_ranges
 from raycompat.errors import ConfigError
 
 
@@ -34,20 +35,55 @@ class ServeStore:
 
 
 @dataclass
-class ServiceSpec:
-    """The search service's settings as config keys (and as the options of ``raycompat
-    serve``). Plain data: the service builds its own config from it
-    (``ServiceConfig.from_spec`` in ``raycompat/service/config.py``, which reads the token), so
-    this layer never imports the service."""
+class ServiceSettings:
+    """What a search service replica enforces and how it follows the store: each setting's
+    default and range, declared once here. The config keys (:class:`ServiceSpec`),
+    ``raycompat serve``'s options (their defaults read from here) and the service's own
+    ``ServiceConfig`` (``raycompat/service/config.py``) all extend or read this class.
+
+    Attributes:
+        max_k: hits per query a request may ask for.
+        max_batch: query rows (vectors or ids) in one request.
+        max_body_bytes: a larger request body is answered 413 before it is parsed.
+        poll_s: seconds between two reads of the serving records by the watcher.
+        check_each_request: before each search, count the model's alias records and look for
+            its retired tombstone (a listing and a stat, no record read) and follow a change
+            at once, so an answer never comes from a version the records no longer serve;
+            False: only the watcher follows (an answer may lag a change by up to ``poll_s``
+            plus a load).
+        probe_auth: the probes (``/healthz``, ``/readyz``) ask the token too; False (the
+            default): they are open, as a load balancer's health check and the kubelet's
+            probes carry no token, and they tell only counts.
+        access_log: one log line per request (``raycompat/service/app.py``); False: none.
+    """
 
     max_k: int = bounded(1000, ge=1)
     max_batch: int = bounded(1000, ge=1)
     max_body_bytes: int = bounded(8 * 1024 * 1024, ge=1)
     poll_s: float = bounded(1.0, gt=0)
     check_each_request: bool = True
-    token_file: str | None = None  # else RAYCOMPAT_SERVE_TOKEN, else no token
-    probe_auth: bool = False  # the probes (/healthz, /readyz) ask the token too
+    probe_auth: bool = False
     access_log: bool = True
+
+    def __post_init__(self) -> None:
+        """The ranges, checked however the settings were built (YAML, options, Python); a
+        :class:`ConfigError` naming the config key (``service.max_k must be >= 1, got 0``)."""
+        for name in ("max_k", "max_batch", "max_body_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"service.{name} must be an integer, got {value!r}")
+        check_ranges(self, "service.")
+
+
+@dataclass
+class ServiceSpec(ServiceSettings):
+    """The search service's settings as config keys (and as the options of ``raycompat
+    serve``): :class:`ServiceSettings` and where the token and the shadow pairs come from.
+    Plain data: the service builds its own config from it (``ServiceConfig.from_spec`` in
+    ``raycompat/service/config.py``, which reads the token), so this layer never imports the
+    service."""
+
+    token_file: str | None = None  # else RAYCOMPAT_SERVE_TOKEN, else no token
     shadow: list[str] = field(default_factory=list)  # "G/M=V" each
 
 

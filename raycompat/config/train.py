@@ -38,9 +38,13 @@ class DataSpec:
     options: dict = field(default_factory=dict)  # keyword arguments of the dataset builder
     augment: str = "none"  # AUGMENTATIONS: none | flip | crop_flip
     loader: Literal["sampler", "ray_data"] = "sampler"
-    # decode processes per training worker; 0: in the training process; None: all the worker's
-    # CPUs but one (scaling.cpus_per_worker - 1)
+    # DataLoader processes per training worker, decoding its batches (loader: sampler) and the
+    # images it extracts features of (either loader); 0: in the training process; None: all
+    # the worker's CPUs but one (scaling.cpus_per_worker - 1)
     num_loader_workers: int | None = bounded(None, ge=0)
+    # loader: ray_data only: Ray Data decode actors (1 CPU each) in the cluster's one pool, in
+    # front of every training worker; None: one per CPU the training workers do not hold
+    decode_actors: int | None = bounded(None, ge=1)
 
 
 @dataclass
@@ -67,6 +71,8 @@ class EvalSpec:
     # verification: positive and negative pairs each, when not given
     pairs: int = bounded(3000, ge=1)
     strict_ecc: bool = True
+    # images per forward pass when a worker (or the upgrade job's driver) extracts validation
+    # and test features; bounds memory only, never a score
     batch_size: int = bounded(256, ge=1)
 
 
@@ -205,7 +211,9 @@ class TrainConfig:
     # a cap: training ends at the validation plateau.
     epochs: int = bounded(4, ge=1)
     stop: StopSpec = field(default_factory=StopSpec)
-    batch_size: int = bounded(64, ge=1)  # global batch, split over the workers
+    # images per optimizer step over all workers together (replayed images included); each
+    # worker steps on batch_size // scaling.num_workers of them
+    batch_size: int = bounded(64, ge=1)
     seed: int = bounded(0, ge=0)
 
     def __post_init__(self) -> None:

@@ -315,6 +315,8 @@ def decision_digest(cfg: UpgradeConfig, spec: UpgradeSpec, against: str | None) 
     training.pop("run", None)  # where runs are kept does not change what is trained
     if cfg.training.stop.rule == "cap":  # decisions made before the stopping rule keep theirs
         del training["stop"]
+    if cfg.training.data.decode_actors is None:  # as those made before data.decode_actors
+        del training["data"]["decode_actors"]
     entry = to_dict(spec)
     if not method_entry(spec.method).fits_map:  # entries written before maps keep their digest
         del entry["map"]

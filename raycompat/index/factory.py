@@ -112,7 +112,6 @@ def _sharded_ivf(
         index.clustering_index = exact = faiss.IndexFlat(dim, metric)
         index.referenced_objects.append(exact)  # alive while C++ points at it
     index.cp.seed = seed
-    index.nprobe = ivf_nprobe(nlist)
     if kmeans_shortfall(index.cp, train.shape[0], nlist):
         logger.warning(
             "%s: %d training vectors for nlist=%d lists (k-means wants %d per list), so some "
@@ -143,8 +142,10 @@ def build_index(
     Args:
         distance: a name in ``DISTANCES`` (``cosine``, ``l2``, ``inner_product``).
         kind: ``"flat"`` (exact), ``"ivfpq"`` or ``"sharded_ivf"``. ivfpq defaults:
-            ``nlist = 4 sqrt(train_size)``, ``m`` = largest divisor of d up to 32, ``nbits = 8``,
-            ``nprobe = min(nlist, 16)``; sharded_ivf: :func:`ivf_nlist`, :func:`ivf_nprobe`.
+            ``nlist = 4 sqrt(train_size)``, ``m`` = largest divisor of d up to 32, ``nbits = 8``;
+            sharded_ivf: ``nlist`` :func:`ivf_nlist`. Both kinds: ``nprobe``
+            :func:`ivf_nprobe` of their ``nlist`` (the one default, which the sharded build
+            uses too).
         train_size: rows (sampled with ``seed``) used to train ivfpq; default all.
     """
     dist = get_distance(distance)
@@ -176,10 +177,8 @@ def build_index(
     out = SearchIndex(index, dist, kind)
     out.place(use_gpu)
     out.index.add(x)
-    if kind == "ivfpq" and nprobe is None:
-        nprobe = min(index.nlist, 16)
-    if nprobe is not None:  # sharded_ivf: its builder set ivf_nprobe(nlist)
-        out.set_nprobe(nprobe)
+    if kind != "flat":
+        out.set_nprobe(nprobe if nprobe is not None else ivf_nprobe(index.nlist))
     logger.debug(
         "built %s index (%s) of %d x %d on %s",
         kind,

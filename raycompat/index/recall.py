@@ -21,7 +21,7 @@ from raycompat.index.search_index import SearchIndex
 from raycompat.index.sharded import sample_rows
 from raycompat.index.version_index import VersionIndex, _id_array, rows_at
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.vectors import vectors
+from raycompat.store.read.vectors import vectors
 
 
 def exact_top_k(

@@ -47,8 +47,8 @@ from raycompat.index.ivf import SHARDED_IVF, quantizer_ef
 from raycompat.index.stdout import stdout_to_stderr
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
-from raycompat.store.parquet import iter_file_batches
-from raycompat.store.validate import validate_schema, validate_values
+from raycompat.store.read.parquet import iter_file_batches
+from raycompat.store.schema import validate_schema, validate_values
 
 TEMPLATE, SHARDS_DIR, SAMPLE_DIR = "_template.faiss", "_shards", "_sample"
 # Where an add task's time went, in its shard's record ("seconds"): reading, validating and

@@ -98,6 +98,7 @@ from raycompat.errors import CorruptIndexError, StoreError
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.gpu import check_use_gpu
 from raycompat.index.ivf import SHARDED_IVF, hnsw_params, ivf_nlist, ivf_nprobe, ivf_quantizer
+from raycompat.index.mapped_ids import MappedIds
 from raycompat.index.search_index import SearchIndex
 from raycompat.index.shard_tasks import (
     MERGED_FILES,
@@ -122,7 +123,6 @@ from raycompat.index.stdout import stdout_to_stderr
 from raycompat.index.tasks import LocalTasks, TaskRunner
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
-from raycompat.store.mapped_ids import MappedIds
 
 logger = logging.getLogger(__name__)
 SHARD_BYTES = 256 << 20

@@ -48,15 +48,15 @@ from raycompat.errors import CorruptIndexError, MissingIndexError
 from raycompat.index.distances import Distance, get_distance
 from raycompat.index.factory import INDEX_KINDS, build_index
 from raycompat.index.ivf import SHARDED_IVF
+from raycompat.index.mapped_ids import MappedIds, int64_values
 from raycompat.index.search_index import SearchIndex, real_hits
 from raycompat.index.shard_tasks import MERGED_FILES
 from raycompat.index.sharded import build_sharded_index, load_sharded_index
 from raycompat.store.gallery import GalleryStore
+from raycompat.store.maintenance.no_space import NoSpaceError, no_space_left
 from raycompat.store.manifest import INDEX_DIR, VersionInfo
-from raycompat.store.mapped_ids import MappedIds, int64_values
-from raycompat.store.no_space import NoSpaceError, no_space_left
 from raycompat.store.paths import check_name
-from raycompat.store.vectors import vectors
+from raycompat.store.read.vectors import vectors
 
 logger = logging.getLogger(__name__)
 

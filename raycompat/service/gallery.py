@@ -202,8 +202,8 @@ def open_gallery(
         StoreError: the model serves nothing there (no grant, revoked, retired: why).
         UnloadableError: what it serves cannot be loaded (the route, the version and why).
     """
-    from raycompat.store.lookup import model_record
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
+    from raycompat.store.read.lookup import model_record
 
     if alias is None:
         if model is None:

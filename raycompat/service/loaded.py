@@ -142,7 +142,7 @@ def load(
     before it is returned, so the first request pays no first-use cost."""
     from raycompat.index.version_index import open_search_index, pointer_bytes
     from raycompat.serving.labels import StoredLabels
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
 
     gallery, model, version = serving.gallery, serving.model_version, serving.gallery_version
     pointer = pointer_bytes(store, gallery, version)  # before the load: a later publish shows

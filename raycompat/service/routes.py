@@ -24,7 +24,7 @@ from raycompat.serving import aliases
 from raycompat.serving.served_log import Serving, changes, current
 from raycompat.serving.serving_map import query_models
 from raycompat.store import GalleryStore
-from raycompat.store.retired import retired
+from raycompat.store.catalog.retired import retired
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ import numpy as np
 from raycompat.errors import UsageError
 from raycompat.serving.stored_rows import embeddings_of
 from raycompat.store import GalleryStore
-from raycompat.store.lookup import model_record, version_record
-from raycompat.store.model_catalog import Catalog, QueryGrant
+from raycompat.store.catalog.models import Catalog, QueryGrant
+from raycompat.store.read.lookup import model_record, version_record
 from raycompat.transformations.kinds import FITTED_KINDS
 
 
@@ -35,7 +35,7 @@ def read_pairs(path: str, width: int) -> tuple[list, np.ndarray]:
     import pyarrow.parquet as pq
 
     from raycompat.serving.query_inputs import query_problem
-    from raycompat.store.vectors import vectors
+    from raycompat.store.read.vectors import vectors
 
     try:
         table = pq.read_table(path, columns=["id", "embedding"])

@@ -41,15 +41,15 @@ from raycompat.serving.served_log import (
     write_numbered,
 )
 from raycompat.serving.served_log import log as model_log
-from raycompat.store.decisions import Decisions
+from raycompat.store.catalog.decisions import Decisions
+from raycompat.store.catalog.models import Catalog
+from raycompat.store.catalog.retired import refuse_retired
+from raycompat.store.commit.lease import LeaseOwner, LeaseRef
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import LeaseOwner, LeaseRef
-from raycompat.store.lookup import model_record, unknown_name, version_record
 from raycompat.store.manifest import now_utc
-from raycompat.store.model_catalog import Catalog
 from raycompat.store.paths import check_name, join
+from raycompat.store.read.lookup import model_record, unknown_name, version_record
 from raycompat.store.records import check_choice, check_record, load_object
-from raycompat.store.retired import refuse_retired
 
 NAMED_DIR = "_named"
 ACTIONS = ("set", "rollback")

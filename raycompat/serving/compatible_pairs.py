@@ -4,7 +4,7 @@ A pair (gallery version ``v``, query model ``m``) is compatible when the store r
 ``m``'s queries are comparable with ``v``'s rows, by one of:
 
 - **own**: ``v``'s model is ``m`` (extracted by it, or moved into its space: ``v3 = h(v1)``);
-- **grant**: ``m`` holds a query grant on ``v`` (``model_catalog.py``);
+- **grant**: ``m`` holds a query grant on ``v`` (``store/catalog/models.py``);
 - **criterion**: ``m`` holds a ``compatible`` grant on another version ``u`` whose model is
   ``v``'s: the upgrade job scored ``m``'s queries against that model's features, the empirical
   compatibility criterion passed and it published that decision as the grant
@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raycompat.errors import ManifestError
-from raycompat.store.decisions import NOT_PUBLISHED, Decisions, standing
+from raycompat.store.catalog.decisions import NOT_PUBLISHED, Decisions, standing
+from raycompat.store.catalog.models import Catalog, QueryGrant
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
-from raycompat.store.model_catalog import Catalog, QueryGrant
 
 
 @dataclass(frozen=True)

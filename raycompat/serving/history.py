@@ -29,11 +29,11 @@ import pyarrow.fs as pafs
 
 from raycompat.errors import StoreError
 from raycompat.registry import UnknownNameError, did_you_mean
-from raycompat.store.decisions import DECISIONS_DIR, Decisions, standing
+from raycompat.store.catalog.decisions import DECISIONS_DIR, Decisions, standing
+from raycompat.store.catalog.models import Catalog
+from raycompat.store.commit.lease import LEASE_DIR, UNKNOWN, LeaseOwner, read_newest
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import LEASE_DIR, UNKNOWN, LeaseOwner, read_newest
 from raycompat.store.manifest import DATA_DIR, VersionInfo
-from raycompat.store.model_catalog import Catalog
 from raycompat.store.paths import SAFE_NAME, check_name
 
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from raycompat.store.catalog.models import Catalog, CatalogConflictError, ModelRecord, QueryGrant
+from raycompat.store.catalog.retired import RetiredModelError
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
-from raycompat.store.model_catalog import Catalog, CatalogConflictError, ModelRecord, QueryGrant
-from raycompat.store.retired import RetiredModelError
 
 REASON = "written by the transform job"
 

@@ -10,8 +10,8 @@ and the version's embeddings of the same items) is kept in the store, beside the
 written once, create-if-absent, in a folder named by the first 16 hex digits of the sha256 of
 both files, so another fit never overwrites one. The model's query grant on the gallery
 (``relation: "adapted"``) names the folder and each file's sha256; :func:`load_adapter` checks
-them before building the map. gc never collects ``_adapters`` (``store/gc.py``), and a version a
-grant names is kept as any served version is (``serving_map.serving_map``).
+them before building the map. gc never collects ``_adapters`` (``store/maintenance/gc.py``), and
+a version a grant names is kept as any served version is (``serving_map.serving_map``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raycompat.errors import CorruptFileError, StoreError, UsageError
+from raycompat.store.catalog.models import Catalog, QueryGrant
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lookup import model_record, version_record
-from raycompat.store.model_catalog import Catalog, QueryGrant
 from raycompat.store.paths import check_name, join
+from raycompat.store.read.lookup import model_record, version_record
 
 if TYPE_CHECKING:
     from raycompat.transformations import Fit, Transformation

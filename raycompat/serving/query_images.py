@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from raycompat.store import GalleryStore
-from raycompat.store.model_catalog import Catalog
+from raycompat.store.catalog.models import Catalog
 
 
 def embed_as(

@@ -22,7 +22,7 @@ from raycompat.serving.query_images import embed_as
 from raycompat.serving.stored_rows import stored_vectors
 from raycompat.serving.version_space import to_version_space
 from raycompat.store import GalleryStore
-from raycompat.store.model_catalog import Catalog
+from raycompat.store.catalog.models import Catalog
 
 
 class QueryError(UsageError, ValueError):
@@ -94,7 +94,7 @@ def read_query_vectors(path: str, width: int) -> np.ndarray:
         else:
             import pyarrow.parquet as pq
 
-            from raycompat.store.vectors import vectors
+            from raycompat.store.read.vectors import vectors
 
             x = vectors(pq.read_table(path, columns=["embedding"]), "embedding")
     except (OSError, KeyError, ValueError, EOFError, AttributeError, TypeError) as error:

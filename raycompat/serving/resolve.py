@@ -14,8 +14,8 @@ from __future__ import annotations
 from raycompat.serving.aliases import resolve
 from raycompat.serving.served_log import Serving, current
 from raycompat.store import GalleryStore
-from raycompat.store.lookup import check_gallery, model_record
-from raycompat.store.model_catalog import Catalog
+from raycompat.store.catalog.models import Catalog
+from raycompat.store.read.lookup import check_gallery, model_record
 
 
 def served_version(store: GalleryStore, gallery: str, model: str) -> Serving:

@@ -2,8 +2,8 @@
 with rollback (``raycompat promote | rollback | revoke``; a model's "alias" in the CLI's words,
 as opposed to the named aliases such as ``prod`` of ``aliases.py``).
 
-A model's grant (``model_catalog.py``) is immutable. An operator switches what the model serves
-with an append-only log per gallery and model, like a table format's branch history::
+A model's grant (``store/catalog/models.py``) is immutable. An operator switches what the model
+serves with an append-only log per gallery and model, like a table format's branch history::
 
     <root>/<gallery>/_aliases/<model_version>/00000001.json    an AliasRecord per change
 
@@ -20,7 +20,7 @@ and recorded in the record; the CLI writes without one (the number is its fence)
   served before it (``back`` links each record to the state it replaced; 0 is the grant).
 - ``current(g, m)``: what m serves: the newest record's version, else its grant (a store
   without a log serves exactly as before); a revoked or retired model
-  (``store/retired.py``) is a one-line :class:`~raycompat.errors.StoreError`.
+  (``store/catalog/retired.py``) is a one-line :class:`~raycompat.errors.StoreError`.
 
 :func:`raycompat.serving.serving_map.serving_map` gives gc (through its caller) the versions
 live models serve or may roll back to.
@@ -35,14 +35,14 @@ from dataclasses import asdict, dataclass, field
 import pyarrow.fs as pafs
 
 from raycompat.errors import CorruptFileError, StoreError, UsageError
+from raycompat.store.catalog.models import Catalog
+from raycompat.store.catalog.retired import refuse_retired
+from raycompat.store.commit.lease import LeaseOwner, LeaseRef
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import LeaseOwner, LeaseRef
-from raycompat.store.lookup import model_record
 from raycompat.store.manifest import now_utc
-from raycompat.store.model_catalog import Catalog
 from raycompat.store.paths import check_name, join
+from raycompat.store.read.lookup import model_record
 from raycompat.store.records import check_choice, check_record, load_object
-from raycompat.store.retired import refuse_retired
 
 ALIASES_DIR = "_aliases"
 ACTIONS = ("promote", "rollback", "revoke")

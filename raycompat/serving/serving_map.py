@@ -1,10 +1,10 @@
 """The live serving map of a gallery: what each query model serves, and may roll back to.
 
-Given to gc by its caller (``store/gc.py`` takes it as ``served``: a version a live model serves
-or may roll back to is kept; ``raycompat gc`` passes it) and read by
+Given to gc by its caller (``store/maintenance/gc.py`` takes it as ``served``: a version a live
+model serves or may roll back to is kept; ``raycompat gc`` passes it) and read by
 ``raycompat history`` (one row per model: what it serves, from where, or why it serves
 nothing). Live means: it holds a grant or an alias log on the gallery, was not revoked there
-(``served_log.py``) and was not retired (``store/retired.py``). Every version a named alias
+(``served_log.py``) and was not retired (``store/catalog/retired.py``). Every version a named alias
 (``aliases.py``: ``prod``) points at or may roll back to is in the map too, whatever
 became of its model: an alias is the operator's to move. Reads the store, never writes it.
 """
@@ -21,9 +21,9 @@ from raycompat.serving.aliases import log as named_log
 from raycompat.serving.aliases import names as named_aliases
 from raycompat.serving.aliases import reachable as named_reachable
 from raycompat.serving.served_log import ALIASES_DIR, RevokedError, current, granted_version, log
+from raycompat.store.catalog.models import Catalog
+from raycompat.store.catalog.retired import RetiredModelError, retired
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.model_catalog import Catalog
-from raycompat.store.retired import RetiredModelError, retired
 
 
 def _aliased_models(store: GalleryStore, gallery: str) -> list[str]:

@@ -71,7 +71,7 @@ def embeddings_of(
     the version's id type), or ``(None, the ids no row holds)``. ``rows_of`` finds them, as
     :func:`stored_rows` (the default: one streamed scan in this process) or the Ray layer's
     ``stored_matches`` (tasks over the version's chunks)."""
-    from raycompat.store.vectors import vectors  # the core's: pipelines would import Ray
+    from raycompat.store.read.vectors import vectors  # the core's: pipelines would import Ray
 
     where, table = (rows_of or stored_rows)(store, gallery, version, ids, ["embedding"])
     missing = [i for i in ids if i not in where]

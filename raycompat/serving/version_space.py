@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from raycompat.store import GalleryStore
-from raycompat.store.model_catalog import Catalog
+from raycompat.store.catalog.models import Catalog
 
 
 def to_version_space(

@@ -28,16 +28,20 @@ from raycompat.errors import (
 )
 from raycompat.io.credentials import drop_redacted, register_secrets
 from raycompat.io.filesystems import Backend, open_backend
+from raycompat.store.commit.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
+from raycompat.store.commit.staging import Staging
 from raycompat.store.formats.external import open_adopted
 from raycompat.store.formats.external import root_path as external_root
-from raycompat.store.lease import DEFAULT_TIMEOUT_S, Lease, LeaseOwner
+from raycompat.store.maintenance.marker import ensure_marker, read_marker, register_gallery
+from raycompat.store.maintenance.retention import (
+    DEFAULT_RETENTION_S,
+    check_retention,
+    commit_horizon,
+)
 from raycompat.store.manifest import VERSIONS_DIR, VersionInfo, record_path
-from raycompat.store.marker import ensure_marker, read_marker, register_gallery
-from raycompat.store.parquet import iter_file_batches, open_parquet, read_file
 from raycompat.store.paths import SAFE_NAME, check_name, check_relative_path, join
-from raycompat.store.retention import DEFAULT_RETENTION_S, check_retention, commit_horizon
-from raycompat.store.staging import Staging
-from raycompat.store.validate import check_unique_ids, validate_schema, validate_values
+from raycompat.store.read.parquet import iter_file_batches, open_parquet, read_file
+from raycompat.store.schema import check_unique_ids, validate_schema, validate_values
 
 
 class GalleryStore:

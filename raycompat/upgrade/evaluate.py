@@ -10,6 +10,13 @@ Beside each score, the evidence counts negative flips (Yan et al., CVPR 2021; un
 identification protocol only): of the test queries, the share the old system (the gallery
 model's queries against its own gallery) answered right at top-1 and the upgraded one answers
 wrong, over all queries (NFR) and over the old system's right answers (NFR of old hits).
+
+The evidence collectors of one upgrade are here too: :class:`Reference` is what a candidate is
+judged against (the gallery model's features and the stored rows of the test images), and its
+methods score the candidate directly, on the gallery model's classes, against h(gallery) or a
+partially backfilled gallery, with its queries mapped, or as a baseline; :class:`CandidateEvidence`
+gathers what was measured. Training h and fitting maps (Ray) stay in the job
+(:mod:`raycompat.cluster.upgrade.job`), which hands the arrays here.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from raycompat.metrics.compatibility import CompatibilityMatrix, ecc, update_gai
 from raycompat.metrics.flips import flip_rates
 from raycompat.metrics.retrieval import top1_hits
 from raycompat.train.data import load_images, make_splits, open_dataset, test_source
+from raycompat.upgrade.backfill_eval import backfill_evaluation
 
 
 @dataclass(frozen=True)
@@ -269,3 +277,163 @@ def evidence_on_classes(
         against,
         old_hits=old_hits,
     )
+
+
+# ---- one candidate against the gallery's model ----------------------------------------------
+
+
+@dataclass
+class Parent:
+    """The model the gallery is stored in: its version name, local files and classes (it was
+    trained on classes ``[0, classes)``)."""
+
+    model_version: str
+    directory: str
+    classes: int
+
+
+@dataclass
+class CandidateEvidence:
+    """Everything measured of one candidate's ``(N, d)`` test ``features`` against its
+    :class:`Reference`; :meth:`proof` is what its decision record and grant carry.
+
+    ``direct``: its queries against the stored gallery; ``transformed``: against h(gallery)
+    (FCT's h, or a fitted map of the gallery, whose kind and fit are ``transformed_fit``);
+    ``adapted``: its queries mapped into the gallery's space by a fitted query map (kind and
+    fit: ``adapted_fit``); ``backfilled``: against the partially backfilled test gallery;
+    ``seen_classes``: as ``direct``, on the test images of the gallery model's ``classes``
+    (reported, not decisive: the service searches every image).
+    """
+
+    features: np.ndarray
+    classes: int
+    direct: Evidence
+    seen_classes: Evidence | None = None
+    transformed: Evidence | None = None
+    transformed_fit: dict | None = None
+    adapted: Evidence | None = None
+    adapted_fit: dict | None = None
+    backfilled: Evidence | None = None
+
+    def proof(self) -> dict:
+        """``{"direct": ..., "transformed", "adapted", "backfilled", "seen_classes"}``, those
+        measured, each an :meth:`Evidence.as_dict` (with its fit, or its classes)."""
+        proof = {"direct": self.direct.as_dict()}
+        if self.transformed is not None:
+            proof["transformed"] = {**self.transformed.as_dict(), **(self.transformed_fit or {})}
+        if self.adapted is not None:
+            proof["adapted"] = {**self.adapted.as_dict(), **(self.adapted_fit or {})}
+        if self.backfilled is not None:
+            proof["backfilled"] = self.backfilled.as_dict()
+        if self.seen_classes is not None:
+            proof["seen_classes"] = {**self.seen_classes.as_dict(), "classes": self.classes}
+        return proof
+
+
+@dataclass
+class Reference:
+    """What a candidate is judged against, all on the N test images of ``data``
+    (:meth:`of`), and the evidence collectors that score a candidate against it.
+
+    ``parent``: the model the gallery is stored in; ``old``: (N, d_old) its test features;
+    ``gallery``: (N, d_old) the stored rows of the test images, else ``old``; ``old_self``:
+    M(old, gallery), the gallery's self-test; ``old_hits``: the old system's top-1 hit per query
+    (identification only); ``stored``: the version, when ``gallery`` is its rows rather than
+    ``old``; ``rows``: the stored rows themselves, what h is applied to (as the transform
+    pipeline applies it): rows that "hold" the features for scoring may still differ from them
+    as h's input (a normalized version holds unit rows; h learned on unit rows).
+    """
+
+    data: EvalData
+    parent: Parent
+    old: np.ndarray
+    gallery: np.ndarray
+    old_self: float
+    old_hits: Hits | None
+    stored: str = ""
+    rows: np.ndarray | None = None
+
+    @classmethod
+    def of(
+        cls, data: EvalData, parent: Parent, old: np.ndarray, rows: np.ndarray | None, version: str
+    ) -> Reference:
+        """The service's view: ``rows`` ((N, d) of stored ``version``, None when it does not
+        hold the test images) when they are not ``old`` (the gallery model's features in
+        memory, the matrix's row), else ``old``: rows that hold the features
+        (:func:`holds_features`) are scored as the features, one number per matrix cell."""
+        gallery, stored = old, ""
+        if rows is not None and not holds_features(data, rows, old):
+            gallery, stored = rows, version
+        old_self, hits = data.score(old, gallery), data.hits(old, gallery)
+        return cls(data, parent, old, gallery, old_self, hits, stored, rows)
+
+    @property
+    def h_input(self) -> np.ndarray:
+        return self.gallery if self.rows is None else self.rows
+
+    def evidence(self, features: np.ndarray, transformed: np.ndarray | None = None) -> Evidence:
+        """``features`` ((N, d) test features) against the stored rows, or against
+        ``transformed`` ((N, d) h(rows), FCT or a map of the gallery)."""
+        gallery = self.gallery if transformed is None else transformed
+        return evidence(
+            self.data,
+            features,
+            gallery,
+            self.old_self,
+            self.parent.model_version,
+            transformed=transformed is not None,
+            old_hits=self.old_hits,
+            stored=self.stored,
+        )
+
+    def on_seen_classes(self, features: np.ndarray) -> Evidence | None:
+        """The evidence on the test images of the gallery model's classes, or None."""
+        parent = self.parent
+        return evidence_on_classes(
+            self.data, parent.classes, features, self.gallery, self.old, parent.model_version
+        )
+
+    def judge(self, features: np.ndarray) -> CandidateEvidence:
+        """A candidate's evidence before its method adds its own: direct, and on the seen
+        classes."""
+        direct, seen = self.evidence(features), self.on_seen_classes(features)
+        return CandidateEvidence(features, self.parent.classes, direct, seen)
+
+    def baseline(self, method: str, features: np.ndarray) -> dict[str, dict]:
+        """A baseline's entries of the report: ``method`` -> its direct evidence, and
+        ``"<method>, classes < C only"`` -> its evidence on the gallery model's classes."""
+        out = {method: self.evidence(features).as_dict()}
+        seen = self.on_seen_classes(features)
+        if seen is not None:
+            out[f"{method}, classes < {self.parent.classes} only"] = seen.as_dict()
+        return out
+
+    def mapped_queries(self, query_map: torch.nn.Module, features: np.ndarray) -> Evidence:
+        """The candidate's test queries mapped by ``query_map`` (into the stored gallery's
+        space) against the stored gallery."""
+        with torch.no_grad():
+            mapped = query_map(torch.from_numpy(np.ascontiguousarray(features)))
+        return self.evidence(mapped.numpy())
+
+    def partial_backfill(
+        self,
+        features: np.ndarray,
+        transformed: np.ndarray,
+        uncertainty: np.ndarray,
+        spec: PartialBackfillSpec,
+        seed: int,
+    ) -> tuple[Evidence, dict]:
+        """FastFill on the test images: the evidence against the partially backfilled gallery
+        (``transformed`` = h(rows) with ``spec.budget`` of them re-extracted,
+        :func:`partially_backfilled`) and what each budget would buy (the backfill curves,
+        :func:`~raycompat.upgrade.backfill_eval.backfill_evaluation`)."""
+        curves = backfill_evaluation(
+            features,
+            transformed,
+            uncertainty,
+            self.data.eval_set.labels,
+            spec,
+            distance=self.data.distance,
+        )
+        mixed = partially_backfilled(transformed, features, uncertainty, spec, seed)
+        return self.evidence(features, mixed), curves

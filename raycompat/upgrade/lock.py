@@ -7,7 +7,7 @@ the job fails::
 
     <root>/_jobs/upgrade-<gallery>/_lease/00000001.json
 
-It is the store's staging lease (``raycompat/store/lease.py``: create-if-absent generations,
+It is the store's staging lease (``raycompat/store/commit/lease.py``: create-if-absent generations,
 heartbeats, takeover once the holder is dead or silent for ``timeout_s``), kept under a
 ``_``-prefixed folder of the store root that no gallery listing or gc reads. It is keyed by
 the gallery, not the history's ``name``: two histories that write one gallery would race on its
@@ -23,8 +23,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from raycompat.errors import StoreError
+from raycompat.store.commit.lease import (
+    DEFAULT_TIMEOUT_S,
+    LEASE_DIR,
+    Lease,
+    LeaseHeldError,
+    read_newest,
+)
 from raycompat.store.gallery import GalleryStore
-from raycompat.store.lease import DEFAULT_TIMEOUT_S, LEASE_DIR, Lease, LeaseHeldError, read_newest
 from raycompat.store.paths import check_name, join
 
 JOBS_DIR = "_jobs"

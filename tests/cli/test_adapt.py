@@ -13,8 +13,8 @@ import pytest
 
 from raycompat.serving.query_adapters import load_adapter
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.vectors import vectors
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
+from raycompat.store.read.vectors import vectors
 from tests.cli.test_promotion import run
 
 OLD, NEW, ROWS = 8, 6, 200  # the new model embeds to 6-d; the gallery holds 8-d rows

@@ -13,7 +13,7 @@ from PIL import Image
 from raycompat.cli.app import main
 from raycompat.config.train import ModelSpec
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 from raycompat.train.export import build_model, export_model
 
 

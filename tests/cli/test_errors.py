@@ -26,7 +26,7 @@ from raycompat.cli.app import main
 from raycompat.cli.errors import run_main
 from raycompat.errors import ConfigError, MissingStoreError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 REPO = Path(__file__).resolve().parents[2]
 

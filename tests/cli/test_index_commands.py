@@ -14,7 +14,7 @@ import pytest
 
 from raycompat.cli.app import main
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 ROWS, WIDTH = 400, 8
 pytestmark = pytest.mark.usefixtures("one_faiss_thread")

@@ -17,7 +17,7 @@ from raycompat.cli.app import main as cli
 from raycompat.index.ivf import SHARDED_IVF
 from raycompat.index.version_index import build_version_index, load_version_index
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 ROWS, WIDTH, PARTS = 2000, 8, 4  # sharded: nlist 32, about 62 rows per list
 LIBC = ctypes.CDLL(None)

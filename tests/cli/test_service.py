@@ -23,7 +23,7 @@ import pytest
 from raycompat.cli.app import main, parser
 from raycompat.service import Served, create_app, running
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 from tests.serving import test_served_log
 from tests.serving.test_served_log import served_copy
 

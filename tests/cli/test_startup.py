@@ -18,7 +18,7 @@ import pytest
 
 from raycompat.index.version_index import build_version_index
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "ray", "pandas")

@@ -13,7 +13,7 @@ import pytest
 
 from raycompat.cli.app import main
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.lease import Lease, LeaseOwner, iso_utc
+from raycompat.store.commit.lease import Lease, LeaseOwner, iso_utc
 from raycompat.upgrade.lock import lease_dir
 from tests.cli.test_startup import cli_modules
 

@@ -180,6 +180,7 @@ TRAIN_RANGES = [
     ("model.num_classes=0", "model.num_classes must be >= 1, got 0"),
     ("model.embed_dim=0", "model.embed_dim must be >= 1, got 0"),
     ("data.num_loader_workers=-1", "data.num_loader_workers must be >= 0, got -1"),
+    ("data.decode_actors=0", "data.decode_actors must be >= 1, got 0"),
     ("eval.test_fraction=1.5", "eval.test_fraction must be < 1.0, got 1.5"),
     ("eval.test_fraction=0", "eval.test_fraction must be > 0.0, got 0.0"),
     ("eval.val_fraction=-0.1", "eval.val_fraction must be >= 0.0, got -0.1"),

@@ -28,3 +28,20 @@ def test_auto_quantizer_is_hnsw_from_the_measured_threshold():
     assert ivf_quantizer(64, "hnsw") == "hnsw" and ivf_quantizer(65536, "flat") == "flat"
     with pytest.raises(ValueError, match="quantizer must be one of"):
         ivf_quantizer(64, "hnsw32")
+
+
+@pytest.mark.parametrize(("kind", "nlist"), [("ivfpq", 16), ("ivfpq", 512), ("sharded_ivf", 512)])
+def test_every_ivf_build_takes_its_default_nprobe_from_ivf_nprobe(kind, nlist):
+    """One home for the default (issue 53, item 4): ``build_index`` of either IVF kind and a
+    sharded build's plan (``raycompat.index.sharded.plan_build``, ``nprobe or ivf_nprobe``) all
+    read :func:`ivf_nprobe`; 512 lists visit 32 (ivfpq once had its own ``min(nlist, 16)``)."""
+    import numpy as np
+
+    from raycompat.index.factory import build_index
+
+    x = np.random.default_rng(0).normal(size=(2048, 8)).astype(np.float32)
+    built = build_index(x, "l2", kind, nlist=nlist, use_gpu=False)
+    assert built.index.nlist == nlist and built.index.nprobe == ivf_nprobe(nlist)
+    assert ivf_nprobe(512) == 32
+    given = build_index(x, "l2", kind, nlist=nlist, nprobe=3, use_gpu=False)
+    assert given.index.nprobe == 3  # an explicit nprobe still wins

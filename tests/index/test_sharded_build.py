@@ -15,14 +15,14 @@ import pytest
 
 from raycompat.cli.app import main as cli
 from raycompat.index.ivf import SHARDED_IVF, ivf_nlist, ivf_nprobe
+from raycompat.index.mapped_ids import MappedIds
 from raycompat.index.version_index import (
     build_version_index,
     load_version_index,
     open_version_index,
 )
 from raycompat.store import CorruptIndexError, GalleryStore, VersionInfo, embedding_table
-from raycompat.store.mapped_ids import MappedIds
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 ROWS, WIDTH, PARTS, ROWS_PER_SHARD = 4000, 16, 8, 1000  # 4 shards of 2 parts each
 OPTIONS = dict(flat_max_rows=1000, rows_per_shard=ROWS_PER_SHARD, use_gpu=False)

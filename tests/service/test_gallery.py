@@ -22,7 +22,7 @@ from raycompat.serving import aliases, search
 from raycompat.serving.query_inputs import QueryError
 from raycompat.serving.served_log import promote, revoke, rollback
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 

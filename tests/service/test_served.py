@@ -14,7 +14,7 @@ from raycompat.service.served import NotServedError, Served, UnloadableError
 from raycompat.serving import aliases
 from raycompat.serving.ranking import ranked_hits
 from raycompat.serving.served_log import promote, revoke, rollback
-from raycompat.store.retired import retire
+from raycompat.store.catalog.retired import retire
 from tests.service.conftest import corrupt
 
 Q = np.full((1, 4), 0.5, np.float32)
@@ -97,7 +97,7 @@ def test_unknown_names_are_404s_listing_the_valid_ones(served):
 
 
 def test_a_model_granted_after_the_start_is_served_from_the_next_poll(served, store):
-    from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+    from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
     Catalog(store).register_model(ModelRecord("m4", "", 4, "bct"))
     served.refresh()

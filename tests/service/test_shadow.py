@@ -18,7 +18,7 @@ from raycompat.service.requests import SearchRequest
 from raycompat.service.served import Served
 from raycompat.service.shadow import Shadow, ShadowSpec
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 V1 = [[0, 0], [0.1, 0], [5, 5], [5.1, 5]]
 V2 = [[0, 0], [-6, -6], [5, 5], [0.1, 0]]

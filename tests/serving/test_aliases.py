@@ -27,13 +27,13 @@ from raycompat.serving.resolve import aliased_version
 from raycompat.serving.served_log import NoRollbackError, RevokedError, revoke
 from raycompat.serving.serving_map import serving_map
 from raycompat.store import GalleryStore
-from raycompat.store.decisions import DecisionRecord, Decisions
-from raycompat.store.gc import make_plan
-from raycompat.store.lease import LeaseOwner
-from raycompat.store.retired import RetiredModelError, retire
+from raycompat.store.catalog.decisions import DecisionRecord, Decisions
+from raycompat.store.catalog.retired import RetiredModelError, retire
+from raycompat.store.commit.lease import LeaseOwner
+from raycompat.store.maintenance.gc import make_plan
 from tests.serving import test_served_log
 from tests.serving.test_served_log import served_copy
-from tests.store.test_gc import DAY, age
+from tests.store.maintenance.test_gc import DAY, age
 
 served_template = test_served_log.served_template  # the session's template store, a fixture
 

@@ -14,10 +14,10 @@ import pytest
 
 from raycompat.cli.app import main
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.decisions import DecisionRecord, Decisions
-from raycompat.store.lease import LeaseOwner
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.publish import with_operation
+from raycompat.store.catalog.decisions import DecisionRecord, Decisions
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
+from raycompat.store.commit.lease import LeaseOwner
+from raycompat.store.commit.publish import with_operation
 from tests.cli.test_startup import cli_modules
 
 BUILDER = LeaseOwner(job="raysubmit_build1", host="builder-7", pid=4242, user="ana")

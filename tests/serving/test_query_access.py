@@ -12,8 +12,8 @@ from raycompat.serving.query_access import grant_written
 from raycompat.serving.query_inputs import query_vectors
 from raycompat.serving.query_path import search_gallery
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, NoWeightsError, QueryGrant
-from raycompat.store.retired import retire
+from raycompat.store.catalog.models import Catalog, ModelRecord, NoWeightsError, QueryGrant
+from raycompat.store.catalog.retired import retire
 
 
 def publish(store: GalleryStore, version: str, model: str, width: int = 4) -> VersionInfo:

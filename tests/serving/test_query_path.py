@@ -16,7 +16,7 @@ from raycompat.serving.ranking import to_width
 from raycompat.serving.resolve import served_version
 from raycompat.serving.stored_rows import stored_vectors
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 

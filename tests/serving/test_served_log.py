@@ -26,12 +26,12 @@ from raycompat.serving.served_log import (
 )
 from raycompat.serving.serving_map import query_models, serving_map
 from raycompat.store import GalleryStore
-from raycompat.store.gc import collect, make_plan
-from raycompat.store.lease import Lease, LeaseLostError
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.retired import RetiredModelError, retire
-from tests.store.test_gc import DAY, age, publish
-from tests.store.test_model_catalog import publish as publish_in
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.retired import RetiredModelError, retire
+from raycompat.store.commit.lease import Lease, LeaseLostError
+from raycompat.store.maintenance.gc import collect, make_plan
+from tests.store.catalog.test_models import publish as publish_in
+from tests.store.maintenance.test_gc import DAY, age, publish
 
 
 def served_store(store: GalleryStore) -> GalleryStore:

@@ -17,7 +17,7 @@ from raycompat.store import (
     embedding_schema,
     embedding_table,
 )
-from raycompat.store.vectors import vectors
+from raycompat.store.read.vectors import vectors
 from tests.store.test_gallery import unit_rows
 
 
@@ -74,7 +74,7 @@ def test_float16_schema_and_bad_dtype():
 
 def test_float32_file_in_a_float16_version_is_refused(tmp_path):
     """A part written outside the writers' cast (e.g. copied in) must match the version."""
-    from raycompat.store.validate import validate_schema
+    from raycompat.store.schema import validate_schema
 
     info = VersionInfo("v1", "m", 8, False, "v1 = t", dtype="float16")
     schema = embedding_schema(8, "int64")

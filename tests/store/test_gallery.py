@@ -419,7 +419,7 @@ def test_release_after_abort_is_quiet_and_recreates_nothing(store, caplog):
 
 
 def test_crash_inside_a_part_write_leaves_no_file(store, monkeypatch):
-    import raycompat.store.parquet as parquet_module
+    import raycompat.store.read.parquet as parquet_module
 
     def half_write(table, where, **kw):
         where.write(b"PAR1 half a file")

@@ -28,8 +28,8 @@ from raycompat.store import (
     VersionInfo,
     embedding_table,
 )
-from raycompat.store.lease import LeaseHeldError
-from raycompat.store.part_record import part_of_file
+from raycompat.store.commit.lease import LeaseHeldError
+from raycompat.store.commit.part_record import part_of_file
 
 
 def unit_rows(n: int, width: int = 4, seed: int = 0) -> np.ndarray:

@@ -14,7 +14,7 @@ import pytest
 
 from raycompat.errors import CorruptFileError, ManifestError, MissingStoreError
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 GOOD = {
     "format": "raycompat.store/1",

@@ -10,7 +10,7 @@ import pytest
 
 from raycompat.errors import CorruptFileError
 from raycompat.store import GalleryStore
-from raycompat.store.model_catalog import Catalog, ModelRecord
+from raycompat.store.catalog.models import Catalog, ModelRecord
 from raycompat.store.relative import resolve, to_record
 
 

@@ -1,6 +1,6 @@
 """A store can be copied or synced and still work (issue 23, item 6): no record names the
 store's root, so the copy lists, loads its models and searches its index after the original is
-gone (``raycompat/store/relative.py``, ``model_catalog.py``)."""
+gone (``raycompat/store/relative.py``, ``catalog/models.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from raycompat.cli.app import main
 from raycompat.index.version_index import build_version_index, open_search_index
 from raycompat.store import GalleryStore, VersionInfo, embedding_table
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
 ROWS, WIDTH = 40, 4
 pytestmark = pytest.mark.usefixtures("one_faiss_thread")

@@ -236,7 +236,7 @@ def test_no_section_without_an_uncertain_h(tmp_path):
 def test_a_published_partial_backfill_is_reported_as_such_on_rerun(tmp_path):
     from raycompat.cluster.upgrade.job import Upgrader
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+    from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 
     store = GalleryStore(str(tmp_path / "store"))
     catalog = Catalog(store)
@@ -267,7 +267,7 @@ def test_a_partial_backfill_written_before_a_crash_is_granted_with_its_evidence(
     from raycompat.cluster.upgrade.job import Upgrader
     from raycompat.config.train import ModelSpec
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.store.model_catalog import Catalog, ModelRecord
+    from raycompat.store.catalog.models import Catalog, ModelRecord
     from raycompat.train.export import build_model, export_model
     from raycompat.upgrade.policy import Decision
 

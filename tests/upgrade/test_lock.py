@@ -17,8 +17,8 @@ import pytest
 from raycompat.config import load_config
 from raycompat.config.upgrade import UpgradeConfig
 from raycompat.store import GalleryStore
-from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.decisions import DecisionConflictError, DecisionRecord, Decisions
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 from raycompat.upgrade.lock import UpgradeRunningError, lease_dir, upgrade_lease
 from raycompat.upgrade.report import Outcome
 from tests.conftest import store_with_v1

@@ -214,6 +214,7 @@ def test_an_unset_gate_keeps_the_existing_decisions_and_digests():
     training = to_dict(cfg.training)
     training.pop("run")
     training.pop("stop")  # nor the stopping rule (training.stop), at its default
+    del training["data"]["decode_actors"]  # nor the Ray Data decode actors, unset
     policy = to_dict(cfg.policy)
     del policy["max_negative_flip_rate"]
     entry = {k: v for k, v in to_dict(spec).items() if k != "map"}  # nor entries' query maps
@@ -322,9 +323,9 @@ def test_a_partial_backfill_decision_shows_the_backfilled_galleries_flips():
 
 def test_the_reference_uses_the_features_in_memory_for_their_own_stored_rows(tmp_path):
     from raycompat.cluster.upgrade.job import Upgrader
-    from raycompat.cluster.upgrade.steps import Parent
     from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
+    from raycompat.upgrade.evaluate import Parent
 
     def version(name, rows):
         staging = store.begin("mnist", VersionInfo(name, "m1", 2, True, f"{name} = x"))
@@ -336,7 +337,7 @@ def test_the_reference_uses_the_features_in_memory_for_their_own_stored_rows(tmp
     other = version("v2", NEW)
     cfg = load_config(UpgradeConfig, None, [f"work_dir={tmp_path}/work"])
     upgrader = Upgrader(cfg, store, Catalog(store), identification())
-    upgrader._add("m1", OLD)
+    upgrader.features.add("m1", OLD)
     parent = Parent("m1", str(tmp_path / "m1"), 3)
     reference = upgrader._reference(parent, own)
     assert reference.gallery is OLD and reference.stored == ""
@@ -401,3 +402,26 @@ def test_a_map_of_the_gallery_is_decided_as_h_without_a_partial_backfill(
     assert decision.action == action, decision.reason
     if on_incompatible == "partial_backfill":
         assert decision.reason.endswith("a fitted affine map does not learn: nothing is published")
+
+
+def test_the_reference_scores_a_candidate_as_its_collectors_say():
+    """``Reference`` (raycompat/upgrade/evaluate.py, Ray-free): a baseline is the direct
+    evidence, a query map of the identity is the direct evidence, a full partial backfill is
+    the new model's own gallery; the proof carries what was measured, with the fits."""
+    import torch
+
+    from raycompat.upgrade.evaluate import Parent, Reference
+
+    data = identification()
+    reference = Reference.of(data, Parent("m1", "", 2), OLD, None, "v1")
+    assert reference.gallery is OLD and reference.old_self == 0.75 and reference.stored == ""
+    found = reference.judge(NEW)
+    assert found.direct == evidence(data, NEW, OLD, 0.75, "m1", old_hits=reference.old_hits)
+    assert reference.baseline("ift", NEW) == {"ift": found.direct.as_dict()}
+    assert reference.mapped_queries(torch.nn.Identity(), NEW) == found.direct
+    spec = PartialBackfillSpec(budget=1.0, order="random")
+    backfilled, curves = reference.partial_backfill(NEW, OLD, np.zeros(4), spec, seed=0)
+    assert backfilled.cross == backfilled.new_self == data.score(NEW, NEW) and curves
+    found.adapted, found.adapted_fit = found.direct, {"kind": "procrustes", "pairs": 9}
+    assert list(found.proof()) == ["direct", "adapted"]
+    assert found.proof()["adapted"]["pairs"] == 9 and found.seen_classes is None

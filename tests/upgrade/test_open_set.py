@@ -16,8 +16,8 @@ from raycompat.config import load_config
 from raycompat.config.train import TrainConfig
 from raycompat.config.upgrade import UpgradeConfig, check_upgrade_config, decision_digest
 from raycompat.errors import ConfigError, CorruptFileError
-from raycompat.store.decisions import DecisionRecord, Decisions
-from raycompat.store.model_catalog import Catalog
+from raycompat.store.catalog.decisions import DecisionRecord, Decisions
+from raycompat.store.catalog.models import Catalog
 from raycompat.train.data import describe_split, make_splits
 from raycompat.upgrade.report import Outcome
 from tests.conftest import store_with_v1

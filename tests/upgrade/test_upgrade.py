@@ -17,7 +17,7 @@ from raycompat.errors import ConfigError, StoreError, UnsafePathError
 from raycompat.evaluation import EvalSet
 from raycompat.metrics.compatibility import CompatibilityMatrix
 from raycompat.store import GalleryStore
-from raycompat.store.model_catalog import Catalog, ModelRecord
+from raycompat.store.catalog.models import Catalog, ModelRecord
 from raycompat.upgrade.evaluate import EvalData, evidence, history_matrix
 from raycompat.upgrade.policy import decide
 from raycompat.upgrade.report import Outcome, Report, compatible_cells, write_report
@@ -302,7 +302,7 @@ def test_compatible_action_grants_the_current_version_without_a_rewrite(tmp_path
     v1 = staging.commit()
     old = _exported_model(tmp_path / "m1")
     from raycompat.cluster.upgrade.steps import publish_model
-    from raycompat.store.model_catalog import QueryGrant
+    from raycompat.store.catalog.models import QueryGrant
 
     publish_model(
         catalog, ModelRecord("m1", "", 9), old, QueryGrant("mnist", "v1", "m1", "extracted")
@@ -353,7 +353,7 @@ def test_an_adapt_action_stores_the_map_and_grants_the_current_version_through_i
     from raycompat.cluster.upgrade.steps import publish_model
     from raycompat.serving.query_adapters import load_adapter
     from raycompat.store import VersionInfo, embedding_table
-    from raycompat.store.model_catalog import QueryGrant
+    from raycompat.store.catalog.models import QueryGrant
     from raycompat.transformations import PairStatistics, fit_procrustes
     from raycompat.upgrade.policy import Decision
 
@@ -423,7 +423,7 @@ def test_a_published_model_is_reported_with_its_own_action_on_rerun(
 ):
     from raycompat.cluster.upgrade.job import Upgrader
     from raycompat.store import VersionInfo, embedding_table
-    from raycompat.store.model_catalog import QueryGrant
+    from raycompat.store.catalog.models import QueryGrant
 
     store = GalleryStore(str(tmp_path / "store"))
     catalog = Catalog(store)

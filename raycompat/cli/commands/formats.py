@@ -119,7 +119,7 @@ def export(args) -> dict | str:
     """One summary line, or the summary as JSON with ``--json``."""
     from raycompat.io.uri import split_uri
     from raycompat.store.formats import ExportOptionError, export_version
-    from raycompat.store.lookup import version_record
+    from raycompat.store.read.lookup import version_record
 
     options = {"mode": args.mode, "catalog_uri": args.catalog_uri, "warehouse": args.warehouse}
     store = open_store(args)

@@ -28,7 +28,7 @@ def history(args) -> dict:
 def _without_weights(store, out: dict) -> dict:
     """``{"without_weights": [...]}``: the models the history names that were registered
     without weights (adopted: they query with vectors only); ``{}`` when none."""
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
 
     sections = ("versions", "grants", "serving")
     named = {row["model_version"] for key in sections for row in out.get(key, [])}

@@ -50,7 +50,7 @@ def build(args) -> dict | str:
     from raycompat.index.ivf import SHARDED_IVF
     from raycompat.index.measured_build import build_measured_index
     from raycompat.index.version_index import resolve_kind
-    from raycompat.store.lookup import version_record
+    from raycompat.store.read.lookup import version_record
 
     store = open_store(args)
     info = version_record(store, args.gallery, args.version)  # unknown names list the known
@@ -157,7 +157,7 @@ def verify(args) -> dict | str:
     from raycompat.index.recall import estimate_recall
     from raycompat.index.stdout import stdout_to_stderr
     from raycompat.index.version_index import load_version_index
-    from raycompat.store.lookup import version_record
+    from raycompat.store.read.lookup import version_record
 
     store = open_store(args)
     version_record(store, args.gallery, args.version)  # unknown names list the known (exit 2)

@@ -1,10 +1,10 @@
 """``raycompat gc | mark-store``: reclaim what no record names, in a marked store only.
 
-``gc`` lists (``--dry-run``) or deletes what :mod:`raycompat.store.gc` finds, and says what it
-keeps and why; what each gallery's live models serve comes from the serving layer
+``gc`` lists (``--dry-run``) or deletes what :mod:`raycompat.store.maintenance.gc` finds, and
+says what it keeps and why; what each gallery's live models serve comes from the serving layer
 (``serving/serving_map.py``), handed to gc here. It refuses an unmarked folder (exit 2).
-``mark-store`` marks a store written before store markers (``store/marker.py``) so gc may
-manage it. See docs/store.md.
+``mark-store`` marks a store written before store markers (``store/maintenance/marker.py``) so
+gc may manage it. See docs/store.md.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from raycompat.cli.arguments import STORE, duration_s
 from raycompat.cli.command import Command
 from raycompat.cli.store_options import STORE_HELP, add_store_arguments, open_store
 from raycompat.cli.tables import table
-from raycompat.store.retention import DEFAULT_RETENTION_S
+from raycompat.store.maintenance.retention import DEFAULT_RETENTION_S
 
 
 def gc(args) -> dict:
     from functools import partial
 
     from raycompat.serving.serving_map import serving_map
-    from raycompat.store.gc import collect, make_plan
+    from raycompat.store.maintenance.gc import collect, make_plan
 
     store = open_store(args)
     served = partial(serving_map, store)  # read per gallery while planning
@@ -78,7 +78,7 @@ def _gc_arguments(p) -> None:
 def mark_store(args) -> str:
     """Refuses a folder holding no version record and no model catalog unless ``--force``."""
     from raycompat.errors import MissingStoreError
-    from raycompat.store.marker import (
+    from raycompat.store.maintenance.marker import (
         MARKER_NAME,
         galleries_with_records,
         read_marker,

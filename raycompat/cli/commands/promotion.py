@@ -1,7 +1,7 @@
 """``raycompat promote | rollback | revoke | retire``: which gallery version each model serves.
 
 The handlers write the store's alias log and tombstones (``serving/served_log.py``,
-``store/retired.py``) and answer one line, or the record as JSON with ``--json``. An unknown
+``store/catalog/retired.py``) and answer one line, or the record as JSON with ``--json``. An unknown
 gallery or model is a usage error listing those that exist (exit 2); a version the model may
 not serve is one too; a retired model, a conflict with a concurrent writer or nothing to roll
 back to is a data error (exit 1). Imports stay light: the store loads inside the handlers.
@@ -60,9 +60,9 @@ def revoke(args) -> dict | str:
 
 
 def retire(args) -> dict | str:
-    from raycompat.store.lookup import model_record
-    from raycompat.store.model_catalog import Catalog
-    from raycompat.store.retired import retire as retire_model
+    from raycompat.store.catalog.models import Catalog
+    from raycompat.store.catalog.retired import retire as retire_model
+    from raycompat.store.read.lookup import model_record
 
     store = open_store(args)
     model_record(Catalog(store), args.model)  # an unknown name lists the models (exit 2)

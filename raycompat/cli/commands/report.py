@@ -10,7 +10,7 @@ from raycompat.cli.command import Command
 
 
 def report(args) -> dict | str:
-    from raycompat.store.lookup import choices
+    from raycompat.store.read.lookup import choices
 
     directory = Path(args.run)
     name = "report.json" if args.json else "report.md"

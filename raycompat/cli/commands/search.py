@@ -95,8 +95,8 @@ def _searched_version(store, args, note) -> tuple[str, str | None]:
     it (else None, and a note when a model was given)."""
     from raycompat.errors import StoreError
     from raycompat.serving.resolve import served_version
-    from raycompat.store.lookup import model_record, version_record
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
+    from raycompat.store.read.lookup import model_record, version_record
 
     # unknown names list those that exist; the model's alias, else its grant (serving/served_log.py)
     if args.version is None:

@@ -66,6 +66,9 @@ def _positive_s(text: str) -> float:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
+    from raycompat.config.serve import ServiceSettings
+
+    default = ServiceSettings()  # each setting's default, declared once there
     add_store_arguments(p)
     p.add_argument(
         "--host",
@@ -94,8 +97,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="no log line per request (by default: client, method, path, status, latency, the "
         "route searched; never a body or the token)",
     )
-    p.add_argument("--poll-s", type=_positive_s, default=1.0, help="seconds between polls of "
-                   "the serving records (default 1)")  # fmt: skip
+    p.add_argument("--poll-s", type=_positive_s, default=default.poll_s, help="seconds between "
+                   f"polls of the serving records (default {default.poll_s:g})")  # fmt: skip
     p.add_argument(
         "--poll-only",
         action="store_true",
@@ -110,10 +113,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         help="also search version V with model M's queries on gallery G, in the background, "
         "measuring overlap@k and negative flips (/metrics); repeatable",
     )
-    p.add_argument("--max-k", type=positive_int, default=1000, help="most hits per query")
-    p.add_argument("--max-batch", type=positive_int, default=1000, help="most queries a request")
+    p.add_argument("--max-k", type=positive_int, default=default.max_k, help="most hits per query")
     p.add_argument(
-        "--max-body-bytes", type=positive_int, default=8 * 1024 * 1024, help="larger: 413"
+        "--max-batch", type=positive_int, default=default.max_batch, help="most queries a request"
+    )
+    p.add_argument(
+        "--max-body-bytes", type=positive_int, default=default.max_body_bytes, help="larger: 413"
     )
 
 

@@ -3,7 +3,7 @@
 The upgrade jobs holding a gallery's job lease, and every staging area of an unpublished
 version: who holds its lease (Ray submission id, host, pid, OS user), the generation, the last
 heartbeat and when the lease expires, its state (running, stale, stopped, aborted) and its
-progress (parts and rows written of those planned). ``store/status.py`` reads it; nothing is
+progress (parts and rows written of those planned). ``store/read/status.py`` reads it; nothing is
 written. Without GALLERY, every gallery of the store.
 """
 
@@ -16,7 +16,7 @@ from raycompat.cli.tables import corrupt_lines, table
 
 
 def status(args) -> dict:
-    from raycompat.store.status import gallery_folders, store_status
+    from raycompat.store.read.status import gallery_folders, store_status
     from raycompat.upgrade.lock import lease_dir
 
     store = open_store(args)

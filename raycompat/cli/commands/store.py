@@ -1,7 +1,7 @@
 """``raycompat galleries | versions | models``: what a store holds.
 
 Each lists the readable records and names each corrupt one (file and error); a listing with a
-corrupt record exits 1 (``cli/app.py``). The rows come from ``store/listing.py`` and the model
+corrupt record exits 1 (``cli/app.py``). The rows come from ``store/read/listing.py`` and the model
 catalog; reading never writes the store.
 """
 
@@ -26,8 +26,8 @@ def listing(out: dict, corrupt: list[tuple[str, str]]) -> dict:
 
 def galleries(args) -> dict:
     """Every gallery of the store with its version count, newest version (model, rows) and the
-    version each query model searches (``store/listing.py``)."""
-    from raycompat.store.listing import gallery_summaries
+    version each query model searches (``store/read/listing.py``)."""
+    from raycompat.store.read.listing import gallery_summaries
 
     store = open_store(args)
     rows, corrupt = gallery_summaries(store)
@@ -57,9 +57,9 @@ def render_galleries(out: dict) -> str:
 
 
 def versions(args) -> dict:
-    from raycompat.store.listing import version_rows
-    from raycompat.store.lookup import check_gallery
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
+    from raycompat.store.read.listing import version_rows
+    from raycompat.store.read.lookup import check_gallery
 
     store = open_store(args)
     check_gallery(store, args.gallery)  # an unknown name lists the galleries (exit 1)
@@ -75,7 +75,7 @@ def versions(args) -> dict:
 def _without_weights(store, rows: list[dict]) -> dict:
     """``{"without_weights": [...]}``: the models of ``rows`` (writers and query models)
     registered without weights (adopted: they query with vectors only); ``{}`` when none."""
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
 
     named = {r["model_version"] for r in rows} | {m for r in rows for m in r["queried_by"]}
     without = sorted(named & set(Catalog(store).without_weights()))
@@ -111,7 +111,7 @@ def _versions_arguments(p) -> None:
 
 
 def models(args) -> dict:
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
 
     records, corrupt = Catalog(open_store(args)).models_report()
     rows = [{**vars(m), "weights": m.has_weights} for m in records]

@@ -141,8 +141,8 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     """Steps 1-4 under the job lease: every entry of the history, then the report."""
     from raycompat.cluster.console import init_ray
     from raycompat.cluster.upgrade.job import Upgrader
-    from raycompat.store.listing import gallery_versions
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
+    from raycompat.store.read.listing import gallery_versions
     from raycompat.train.data import describe_split
     from raycompat.upgrade.committed_range import committed_lines
     from raycompat.upgrade.evaluate import eval_data, history_matrix
@@ -158,7 +158,7 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     outcomes = [upgrader.run(position) for position in range(len(cfg.upgrades))]
 
     # 4. The report: the whole history's matrix, the decisions, the published versions.
-    matrix = history_matrix(upgrader.order, upgrader.features, upgrader.data)
+    matrix = history_matrix(upgrader.features.order, upgrader.features, data)
     report = Report(
         cfg.name,
         cfg.training.eval.protocol,
@@ -175,7 +175,8 @@ def run_history(args, cfg: UpgradeConfig, store, lease, began: float) -> dict:
     else:
         if (earlier := archive(directory)) is not None:
             log.info("the earlier report moved to %s", earlier)
-        write_report(directory, report, to_dict(cfg), upgrader.features_2d())
+        planar = upgrader.features.planar(data.eval_set.labels)  # the 2-d feature plots
+        write_report(directory, report, to_dict(cfg), planar)
     summary = {
         **report.summary(),
         "report": os.path.join(directory, "report.md"),

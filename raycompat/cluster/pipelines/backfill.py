@@ -77,9 +77,9 @@ from raycompat.cluster.pipelines.weights import (
 )
 from raycompat.config.pipelines import RunOptions
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
-from raycompat.store.part_record import IdFingerprint
+from raycompat.store.commit.part_record import IdFingerprint
+from raycompat.store.read.vectors import vectors
 from raycompat.store.schema import ID_TYPES
-from raycompat.store.vectors import vectors
 from raycompat.transformations import H, read_transformation
 
 logger = logging.getLogger(__name__)

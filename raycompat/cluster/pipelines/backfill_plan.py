@@ -32,8 +32,8 @@ from raycompat.cluster.pipelines.transform import check_transformation
 from raycompat.config.pipelines import RunOptions
 from raycompat.errors import ConfigError
 from raycompat.store import GalleryStore, SchemaError, VersionInfo
-from raycompat.store.commit_checks import RECORD_READERS
-from raycompat.store.part_record import PartRecord, part_record_path
+from raycompat.store.commit.checks import RECORD_READERS
+from raycompat.store.commit.part_record import PartRecord, part_record_path
 from raycompat.store.schema import PROVENANCE_FIELD, UNCERTAINTY_FIELD, embedding_schema
 from raycompat.train.export import MODEL_FILE
 from raycompat.transformations import H, read_transformation_spec, weights_path

@@ -60,7 +60,7 @@ from raycompat.store import (
     embedding_schema,
     embedding_table,
 )
-from raycompat.store.staging import Staging
+from raycompat.store.commit.staging import Staging
 from raycompat.train.export import MODEL_FILE, build_model, read_spec
 
 logger = logging.getLogger(__name__)

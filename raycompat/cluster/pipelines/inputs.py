@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from raycompat.cluster.pipelines.parts import Chunk, plan_file_chunks
 from raycompat.store import GalleryStore, ManifestError, VersionInfo
-from raycompat.store.parquet import iter_file_batches
-from raycompat.store.validate import validate_schema, validate_values
+from raycompat.store.read.parquet import iter_file_batches
+from raycompat.store.schema import validate_schema, validate_values
 
 VECTOR_COLUMNS = ("id", "embedding", "side_info")
 

@@ -42,7 +42,7 @@ from raycompat.cluster.pipelines.sources import images_of_rows, open_source, sou
 from raycompat.cluster.pipelines.weights import Shared, model_of, share_model
 from raycompat.config.pipelines import RunOptions, SourceSpec
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.vectors import vectors
+from raycompat.store.read.vectors import vectors
 from raycompat.transformations import PairsError, PairStatistics
 
 logger = logging.getLogger(__name__)

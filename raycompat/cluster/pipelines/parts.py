@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycompat.store import Staging, validate_table, version_metadata
-from raycompat.store.parquet import dictionary_columns
-from raycompat.store.part_record import IdFingerprint, IdStats, PartRecord
+from raycompat.store.commit.part_record import IdFingerprint, IdStats, PartRecord
+from raycompat.store.read.parquet import dictionary_columns
 
 
 @dataclass

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 
 from raycompat.cluster.pipelines.parts import Chunk
 from raycompat.store import Staging, StoreError
-from raycompat.store.status import PLAN_FILE  # raycompat status reads the plan too
+from raycompat.store.read.status import PLAN_FILE  # raycompat status reads the plan too
 
 logger = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from raycompat.errors import DataError
 from raycompat.precision import autocast_dtype
 from raycompat.progress import Progress
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
-from raycompat.store.lease import LeaseRef
-from raycompat.store.part_record import IdFingerprint, PartRecord
-from raycompat.store.publish import with_operation
+from raycompat.store.commit.lease import LeaseRef
+from raycompat.store.commit.part_record import IdFingerprint, PartRecord
+from raycompat.store.commit.publish import with_operation
 
 logger = logging.getLogger(__name__)
 

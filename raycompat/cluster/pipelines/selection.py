@@ -43,10 +43,10 @@ from raycompat.cluster.pipelines.weights import Shared, transformation_of
 from raycompat.config.pipelines import RunOptions
 from raycompat.progress import Progress
 from raycompat.store import GalleryStore, SchemaError, Staging, StoreError, VersionInfo
-from raycompat.store.commit_checks import RECORD_READERS
-from raycompat.store.parquet import open_parquet
-from raycompat.store.part_record import hash_ids
-from raycompat.store.vectors import vectors
+from raycompat.store.commit.checks import RECORD_READERS
+from raycompat.store.commit.part_record import hash_ids
+from raycompat.store.read.parquet import open_parquet
+from raycompat.store.read.vectors import vectors
 from raycompat.transformations import H
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from raycompat.data.augment import Augmentation
 from raycompat.data.image_folder import UINT8_MODES, as_hw, decode_images, decode_images_uint8
 from raycompat.registry import Registry
 from raycompat.store import SchemaError
-from raycompat.store.parquet import open_parquet
+from raycompat.store.read.parquet import open_parquet
 
 SOURCES: Registry = Registry("image source")
 Batch = tuple[np.ndarray, torch.Tensor, np.ndarray | None]

@@ -47,9 +47,9 @@ from raycompat.cluster.pipelines.runner import ChunkWorker, live_nodes, run_stag
 from raycompat.cluster.pipelines.weights import Shared, share_transformation, transformation_of
 from raycompat.config.pipelines import RunOptions
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
-from raycompat.store.part_record import IdFingerprint
-from raycompat.store.staging import Staging
-from raycompat.store.vectors import float32_rows
+from raycompat.store.commit.part_record import IdFingerprint
+from raycompat.store.commit.staging import Staging
+from raycompat.store.read.vectors import float32_rows
 from raycompat.transformations import (
     G,
     H,

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import ray
 
 from raycompat.store import DuplicateIdError, Staging
-from raycompat.store.part_record import part_of_file
+from raycompat.store.commit.part_record import part_of_file
 
 _COUNT = "count()"
 SHOWN = 3  # duplicated ids named in the error

@@ -203,11 +203,15 @@ def ray_datasets(cfg: TrainConfig, plan: StepPlan, labels: np.ndarray, splits) -
             held,
             cpus,
         )
-    if cfg.data.num_loader_workers is not None:
-        actors = max(1, cfg.data.num_loader_workers * scaling.num_workers)
-    else:
+    actors = cfg.data.decode_actors
+    if actors is None:
         actors = decode_pool_size(cpus, scaling.num_workers, scaling.cpus_per_worker)
-    log.info("%s: up to %d Ray Data decode actor(s)", plan.name, actors)
+    log.info(
+        "%s: up to %d Ray Data decode actor(s) (data.decode_actors%s)",
+        plan.name,
+        actors,
+        "" if cfg.data.decode_actors is not None else ": every CPU the workers do not hold",
+    )
     out = {"train": rows_dataset(cfg.data, new, targets, cfg.seed, actors)}
     if len(replay):
         # one actor: the replay rows are few, and a second growing pool could hold the CPUs the

@@ -56,8 +56,9 @@ class DecodeRows:
 
 
 def decode_pool_size(cluster_cpus: float, num_workers: int, cpus_per_worker: float) -> int:
-    """The most decode actors of the ``ray_data`` loader: one per CPU of the cluster that the
-    training workers do not hold, at least one (the pool starts at one and grows to it)."""
+    """The most decode actors of the ``ray_data`` loader when ``data.decode_actors`` is unset:
+    one per CPU of the cluster that the training workers do not hold, at least one (the pool
+    starts at one and grows to it)."""
     return max(1, int(cluster_cpus - num_workers * cpus_per_worker))
 
 

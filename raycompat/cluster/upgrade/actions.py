@@ -28,7 +28,7 @@ from raycompat.config.upgrade import (
 )
 from raycompat.errors import VerificationError
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
 from raycompat.transformations import Fit
 from raycompat.upgrade.evaluate import EvalData
 from raycompat.upgrade.policy import Decision

@@ -1,12 +1,15 @@
 """One entry of an upgrade history, end to end: train, evaluate, decide, act (the Ray layer).
 
 :class:`Upgrader` keeps what the history has produced so far (every evaluated model's test
-features, in order) and runs one entry at a time:
+features, in order: a :class:`~raycompat.upgrade.feature_cache.FeatureCache`) and runs one entry
+at a time, as a plan of stages: what needs Ray or the store (training, fitting a map, reading
+stored rows) is here, the scores are measured by the Ray-free
+:class:`~raycompat.upgrade.evaluate.Reference`:
 
 - already granted in the catalog (an earlier run published it): nothing is redone; its features
   are re-read from the stored model so it keeps its row in the matrix;
 - refused or failed before under the same config (the standing attempt in
-  ``<gallery>/_decisions/<model>/``, see :mod:`raycompat.store.decisions`): skipped, and the
+  ``<gallery>/_decisions/<model>/``, see :mod:`raycompat.store.catalog.decisions`): skipped, and the
   log says why, unless ``retry``;
 - the store has no version yet: the initial model is trained and the gallery extracted with it;
 - otherwise the candidate is trained against the model the gallery is stored in, scored, and
@@ -25,7 +28,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,49 +44,34 @@ from raycompat.errors import StoreError
 from raycompat.methods.catalog import method_entry
 from raycompat.progress import Stages, plural
 from raycompat.store import GalleryStore, VersionInfo
-from raycompat.store.decisions import DecisionConflictError, DecisionRecord, Decisions, standing
-from raycompat.store.lease import Lease
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.train.export import load_exported_model
-from raycompat.transformations import load_transformation
-from raycompat.upgrade.backfill_eval import backfill_evaluation
-from raycompat.upgrade.evaluate import (
-    EvalData,
-    Evidence,
-    Hits,
-    evidence,
-    evidence_on_classes,
-    holds_features,
-    model_features,
-    partially_backfilled,
+from raycompat.store.catalog.decisions import (
+    DecisionConflictError,
+    DecisionRecord,
+    Decisions,
+    standing,
 )
-from raycompat.upgrade.policy import decide, decide_adapted, gallery_map_decision
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
+from raycompat.store.commit.lease import Lease
+from raycompat.train.export import load_exported_model
+from raycompat.transformations import load_transformation, save_transformation
+from raycompat.upgrade.evaluate import (
+    CandidateEvidence,
+    EvalData,
+    Parent,
+    Reference,
+    model_features,
+)
+from raycompat.upgrade.feature_cache import FeatureCache
+from raycompat.upgrade.policy import Decision, decide, decide_adapted, gallery_map_decision
 from raycompat.upgrade.report import Outcome
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Reference:
-    """What a candidate is judged against (all on the N test images)."""
-
-    parent: steps.Parent  # the model the gallery is stored in
-    old: np.ndarray  # (N, d_old) its test features
-    gallery: np.ndarray  # (N, d_old) the stored rows of the test images, else ``old``
-    old_self: float  # M(old, gallery): the gallery's self-test
-    old_hits: Hits | None  # the old system's top-1 hit per query (identification only)
-    stored: str = ""  # the version, when ``gallery`` is its rows rather than ``old``
-    # The stored rows themselves, what h is applied to (as the transform pipeline applies it):
-    # rows that "hold" the features for scoring may still differ from them as h's input (a
-    # normalized version holds unit rows; h learned on unit rows).
-    rows: np.ndarray | None = None
-
-    @property
-    def h_input(self) -> np.ndarray:
-        return self.gallery if self.rows is None else self.rows
-
-
 class Upgrader:
+    """Runs an upgrade history's entries (:meth:`run`, one position at a time) against one
+    store and catalog, recording each judgement; :attr:`features` holds the matrix's rows."""
+
     def __init__(
         self,
         cfg: UpgradeConfig,
@@ -102,16 +89,11 @@ class Upgrader:
         self.lease = lease  # the job's (``raycompat.upgrade.lock``): checked before each record
         self.digest = ""  # of the entry being run (names its training runs)
         self.work = os.path.abspath(os.path.join(cfg.work_dir, cfg.name))
-        self.order: list[str] = []
-        self.features: dict[str, np.ndarray] = {}
+        # every evaluated model's test features, in matrix order, cached in the work dir
+        self.features = FeatureCache(os.path.join(self.work, "features"))
         self.stages = Stages(len(cfg.upgrades))  # "[2/3] m2: training ..." before each stage
 
     # ---- bookkeeping -------------------------------------------------------------------------
-
-    def _add(self, name: str, features: np.ndarray) -> None:
-        if name not in self.features:
-            self.order.append(name)
-        self.features[name] = features
 
     def load_registered(self) -> None:
         """Every model of this gallery's history the catalog already holds gets its row, in
@@ -127,39 +109,20 @@ class Upgrader:
     def _add_stored(self, record: ModelRecord) -> None:
         """The registered model's row (its cached or stored features), unless it has none."""
         name = record.model_version
-        if record.has_weights or os.path.isfile(self._features_cache(name)):
-            self._add(name, self.stored_features(name))
+        if record.has_weights or self.features.is_cached(name):
+            self.features.add(name, self.stored_features(name))
             return
         log.info("%s: registered without weights (adopted vectors): no row in the matrix", name)
 
-    def _features_cache(self, model_version: str) -> str:
-        return os.path.join(self.work, "features", f"{model_version}.npy")
-
     def stored_features(self, model_version: str) -> np.ndarray:
         """Test features of a registered model, from its stored files (cached in the work dir)."""
-        cache = self._features_cache(model_version)
-        if os.path.isfile(cache):
-            return np.load(cache, allow_pickle=False)
+        cached = self.features.cached(model_version)
+        if cached is not None:
+            return cached
         parent = steps.parent_of(self.catalog, model_version, self.work)
         features = model_features(load_exported_model(parent.directory)[0], self.data)
-        self._cache_features(model_version, features)
+        self.features.keep(model_version, features)
         return features
-
-    def _cache_features(self, model_version: str, features: np.ndarray) -> None:
-        """Keep the test features a published model was scored with, so that a rerun scores its
-        row from the same numbers (re-embedding in another process may round differently and
-        flip near-ties). Written once, whole (a temporary file renamed)."""
-        cache = self._features_cache(model_version)
-        if os.path.isfile(cache):
-            return
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        partial = f"{cache}.{os.getpid()}.tmp.npy"
-        np.save(partial, features)
-        os.replace(partial, cache)
-
-    def features_2d(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        labels = np.asarray(self.data.eval_set.labels)
-        return {n: (f, labels) for n, f in self.features.items() if f.shape[1] == 2}
 
     def _say(self, spec, what: str) -> None:
         """Announce the next stage of ``spec``'s entry, before it starts."""
@@ -216,7 +179,7 @@ class Upgrader:
             raise
         refused = outcome.action == "refuse"
         if not refused and spec.model_version in self.features:
-            self._cache_features(spec.model_version, self.features[spec.model_version])
+            self.features.keep(spec.model_version, self.features[spec.model_version])
         evidence = outcome.evidence if refused else {}
         self._record(spec, "refused" if refused else "published", outcome.reason, current, evidence)
         return outcome
@@ -267,7 +230,7 @@ class Upgrader:
         )
         candidate = os.path.join(self.work, "candidates", spec.model_version)
         try:  # its row of the matrix, when the candidate is still in the work dir
-            self._add(spec.model_version, steps.test_features(candidate))
+            self.features.add(spec.model_version, steps.test_features(candidate))
         except (OSError, ValueError):
             log.info("%s: no candidate in %s, not in the matrix", spec.model_version, candidate)
         action = "refuse" if prior.outcome == "refused" else "failed"
@@ -312,7 +275,7 @@ class Upgrader:
         seconds: dict[str, float] = {}
         with _timed(seconds, "train"):
             directory, features = self._train(spec, spec.method, None)
-        self._add(spec.model_version, features)
+        self.features.add(spec.model_version, features)
         version = gallery_version_of(self.cfg, position)
         self_test = self.data.score(features, features)
         reason = f"initial model: the gallery is extracted with it (self-test {self_test:.2%})"
@@ -342,60 +305,29 @@ class Upgrader:
     def _upgrade(
         self, position: int, spec, current: VersionInfo, mine: VersionInfo | None
     ) -> Outcome:
-        """Train the candidate against the gallery's model, score it (with its baselines and,
-        for FCT, against h(gallery)), decide, then carry the decision out."""
+        """Train the candidate against the gallery's model, score it (with its baselines and
+        what its method adds: h(gallery) for FCT, a fitted map's), decide, then carry the
+        decision out."""
         seconds: dict[str, float] = {}
         parent = steps.parent_of(self.catalog, current.model_version, self.work)
-        fits_map = method_entry(spec.method).fits_map  # trained alone, then a query map
-        with _timed(seconds, "train"):
-            method = "independent" if fits_map else spec.method
+        with _timed(seconds, "train"):  # a map's method is trained alone, then its map fitted
+            method = "independent" if method_entry(spec.method).fits_map else spec.method
             directory, features = self._train(spec, method, parent)
         self._say(spec, f"scoring against {parent.model_version}")
         with _timed(seconds, "evaluate"):
             reference = self._reference(parent, current)
-            direct = self._evidence(features, reference)
-            self._add(spec.model_version, features)
+            found = reference.judge(features)
+            self.features.add(spec.model_version, features)
         baselines = {}
         if spec.baselines:
             with _timed(seconds, "baselines"):
                 baselines = self._baselines(spec, reference)
-        fct, backfilled, backfill = None, None, {}
-        if method_entry(spec.method).needs_transformation:
-            self._say(spec, "training the transformation h (FCT) and scoring against h(gallery)")
-            with _timed(seconds, "fct"):
-                fct, backfilled, backfill = self._fct_evidence(
-                    spec, reference, directory, features, current
-                )
-        query_map, adapted, gallery_map = None, None, None
-        if fits_map and spec.map.direction == "gallery":  # then decided as FCT's h is
-            pairs = spec.map.describe()
-            self._say(spec, f"fitting its {spec.method} map of the gallery on {pairs}")
-            with _timed(seconds, "fit"):
-                gallery_map, fct = self._gallery_map_evidence(
-                    spec, reference, directory, features, current
-                )
-            decision = gallery_map_decision(
-                decide(direct, fct, self.cfg.policy, None, None), spec.method
-            )
-        elif fits_map:
-            self._say(spec, f"fitting its {spec.method} query map on {spec.map.describe()}")
-            with _timed(seconds, "fit"):
-                fitted = self._map_evidence(spec, reference, directory, features, current)
-            query_map, adapted = fitted
-            decision = decide_adapted(adapted, self.cfg.policy, spec.method)
-        else:
-            decision = decide(direct, fct, self.cfg.policy, spec.partial_backfill, backfilled)
+        query_map, backfill = self._method_evidence(
+            spec, reference, found, directory, current, seconds
+        )
+        decision = self._decide(spec, found)
         log.info("%s: %s (%s)", spec.model_version, decision.action, decision.reason)
-        proof = {"direct": direct.as_dict(), **({"transformed": fct.as_dict()} if fct else {})}
-        if gallery_map is not None:  # the fitted map is h: its kind, pairs and residual
-            proof["transformed"].update(kind=spec.method, **gallery_map.info()["fit"])
-        if adapted is not None:  # the queries mapped into the stored gallery's space
-            proof["adapted"] = {**adapted.as_dict(), "kind": spec.method, **query_map.info()["fit"]}
-        if backfilled is not None:  # the partial backfill on the test images, at its budget
-            proof["backfilled"] = backfilled.as_dict()
-        seen = self._evidence_on_seen_classes(features, reference)
-        if seen is not None:  # reported, not decisive: the service searches every image
-            proof["seen_classes"] = {**seen.as_dict(), "classes": parent.classes}
+        proof = found.proof()
         candidate = Candidate(
             position,
             spec,
@@ -426,105 +358,66 @@ class Upgrader:
             backfill=backfill,
         )
 
-    # ---- the stages of one upgrade -----------------------------------------------------------
+    # ---- the stages of one upgrade: what needs Ray or the store, then the scores -------------
+    # (the evidence itself is measured by raycompat.upgrade.evaluate.Reference, Ray-free)
 
-    def _reference(self, parent: steps.Parent, current: VersionInfo) -> Reference:
-        """What the candidate is judged against: the service's view, i.e. the stored rows of
-        the test images when the gallery holds them, else the gallery model's features. The
-        features already in memory (the matrix's row) are used, and they stand for stored
-        rows that hold them (``holds_features``): one number per matrix cell."""
+    def _reference(self, parent: Parent, current: VersionInfo) -> Reference:
+        """What the candidate is judged against (:meth:`Reference.of`): the gallery model's
+        features (the matrix's row, in memory) and the stored rows of the test images, when
+        version ``current`` holds them."""
         name = parent.model_version
         old = self.features[name] if name in self.features else self.stored_features(name)
-        self._add(name, old)
+        self.features.add(name, old)
         rows = steps.version_rows(self.store, self.gallery, current.version, self.data.rows)
-        gallery, stored = old, ""
-        if rows is not None and not holds_features(self.data, rows, old):
-            gallery, stored = rows, current.version
-        old_self = self.data.score(old, gallery)
-        hits = self.data.hits(old, gallery)
-        return Reference(parent, old, gallery, old_self, hits, stored, rows)
-
-    def _evidence(
-        self, features: np.ndarray, reference: Reference, transformed: np.ndarray | None = None
-    ) -> Evidence:
-        """``features`` ((N, d) test features) against the stored rows, or against
-        ``transformed`` ((N, d) h(rows), FCT)."""
-        gallery = reference.gallery if transformed is None else transformed
-        return evidence(
-            self.data,
-            features,
-            gallery,
-            reference.old_self,
-            reference.parent.model_version,
-            transformed=transformed is not None,
-            old_hits=reference.old_hits,
-            stored=reference.stored,
-        )
-
-    def _evidence_on_seen_classes(
-        self, features: np.ndarray, reference: Reference
-    ) -> Evidence | None:
-        """The evidence on the test images of the gallery model's classes, or None."""
-        parent = reference.parent
-        return evidence_on_classes(
-            self.data,
-            parent.classes,
-            features,
-            reference.gallery,
-            reference.old,
-            parent.model_version,
-        )
+        return Reference.of(self.data, parent, old, rows, current.version)
 
     def _baselines(self, spec, reference: Reference) -> dict[str, dict]:
-        """Each baseline method trained on the same data: method -> its direct evidence (and
-        ``"<method>, classes < C only"`` -> its evidence on the gallery model's classes)."""
+        """Each baseline method trained on the same data, scored as the candidate is
+        (:meth:`Reference.baseline`)."""
         baselines = {}
         for method in spec.baselines:
             _, features = self._train(spec, method, reference.parent, suffix=f"-{method}")
-            baselines[method] = self._evidence(features, reference).as_dict()
-            seen = self._evidence_on_seen_classes(features, reference)
-            if seen is not None:
-                classes = reference.parent.classes
-                baselines[f"{method}, classes < {classes} only"] = seen.as_dict()
+            baselines.update(reference.baseline(method, features))
         return baselines
 
-    def _map_evidence(
-        self, spec, reference: Reference, directory: str, features: np.ndarray, current
-    ):
-        """Fit the candidate's query map (``steps.fit_map``) and score its mapped test
-        queries against the stored gallery: ``(fit, evidence)``."""
-        import torch
+    def _method_evidence(
+        self, spec, reference: Reference, found: CandidateEvidence, directory: str, current, seconds
+    ) -> tuple[object | None, dict]:
+        """Add what the entry's method measures to ``found``: FCT trains h and is scored
+        against h(gallery); a map's method fits its map, of the gallery (scored as FCT's h
+        is) or of the queries. Returns the fitted query map (else None) and the backfill
+        curves (FCT with a partial backfill, else ``{}``)."""
+        entry = method_entry(spec.method)
+        if entry.needs_transformation:
+            self._say(spec, "training the transformation h (FCT) and scoring against h(gallery)")
+            with _timed(seconds, "fct"):
+                return None, self._fct(spec, reference, found, directory, current)
+        if not entry.fits_map:
+            return None, {}
+        of_gallery = spec.map.direction == "gallery"
+        kind = "map of the gallery" if of_gallery else "query map"
+        self._say(spec, f"fitting its {spec.method} {kind} on {spec.map.describe()}")
+        with _timed(seconds, "fit"):
+            fit = steps.fit_map(self.cfg, spec, self.store, self.gallery, current, directory)
+            info = {"kind": spec.method, **fit.info()["fit"]}  # its kind, pairs and residual
+            if not of_gallery:  # the queries mapped into the stored gallery's space
+                found.adapted = reference.mapped_queries(fit.transformation, found.features)
+                found.adapted_fit = info
+                return fit, {}
+            # saved as the candidate's h, which the transform pipeline applies as FCT's
+            save_transformation(directory, fit.transformation, "h", **fit.info())
+            transformed = transform_features(fit.transformation, reference.h_input)
+            found.transformed = reference.evidence(found.features, transformed)
+            found.transformed_fit = info
+            return None, {}
 
-        fit = steps.fit_map(self.cfg, spec, self.store, self.gallery, current, directory)
-        with torch.no_grad():
-            mapped = fit.transformation(torch.from_numpy(np.ascontiguousarray(features)))
-        return fit, self._evidence(mapped.numpy(), reference)
-
-    def _gallery_map_evidence(
-        self, spec, reference: Reference, directory: str, features: np.ndarray, current
-    ):
-        """Fit the map of the gallery forward and save it as the candidate's h, which the
-        transform pipeline then applies as it applies FCT's; score the candidate against
-        h(stored test rows): ``(fit, evidence)``."""
-        from raycompat.transformations import save_transformation
-
-        fit = steps.fit_map(self.cfg, spec, self.store, self.gallery, current, directory)
-        save_transformation(directory, fit.transformation, "h", **fit.info())
-        transformed = transform_features(fit.transformation, reference.h_input)
-        return fit, self._evidence(features, reference, transformed)
-
-    def _fct_evidence(
-        self,
-        spec,
-        reference: Reference,
-        directory: str,
-        features: np.ndarray,
-        current: VersionInfo,
-    ) -> tuple[Evidence, Evidence | None, dict]:
-        """Train h (FCT sec. 3.3) into ``directory`` and score the candidate against h(rows);
-        with a partial backfill, h learns its uncertainty, and the evidence against the
-        partially backfilled test gallery and the backfill curves on the test images come too
-        (FastFill), else None and ``{}``."""
+    def _fct(
+        self, spec, reference: Reference, found: CandidateEvidence, directory: str, current
+    ) -> dict:
+        """Train h (FCT sec. 3.3) into ``directory`` and score the candidate against h(rows).
+        With a partial backfill, h learns its uncertainty, and the candidate is also scored
+        against the partially backfilled test gallery; returns the backfill curves on the
+        test images (FastFill), else ``{}``."""
         partial = partial_backfill_of(spec, self.cfg.policy)  # h learns its uncertainty
         run = f"{self.cfg.name}-{spec.model_version}-{self.digest[:8]}-fct"
         steps.train_fct(
@@ -538,24 +431,29 @@ class Upgrader:
             run,
         )
         h = load_transformation(directory)
-        backfill, backfilled = {}, None
+        curves = {}
         if partial is None:
             transformed = transform_features(h, reference.h_input)
         else:  # what each budget would buy, on the test images (FastFill's curves)
             transformed, uncertainty = transform_with_uncertainty(h, reference.h_input)
-            backfill = backfill_evaluation(
-                features,
-                transformed,
-                uncertainty,
-                self.data.eval_set.labels,
-                partial,
-                distance=self.data.distance,
+            found.backfilled, curves = reference.partial_backfill(
+                found.features, transformed, uncertainty, partial, self.cfg.training.seed
             )
-            mixed = partially_backfilled(
-                transformed, features, uncertainty, partial, self.cfg.training.seed
-            )
-            backfilled = self._evidence(features, reference, mixed)
-        return self._evidence(features, reference, transformed), backfilled, backfill
+        found.transformed = reference.evidence(found.features, transformed)
+        return curves
+
+    def _decide(self, spec, found: CandidateEvidence) -> Decision:
+        """The policy's decision on ``found``: a query map's on its mapped queries, a map of
+        the gallery's as FCT's h, any other method's on its direct (and h(gallery), partial
+        backfill) evidence."""
+        policy = self.cfg.policy
+        if found.adapted is not None:
+            return decide_adapted(found.adapted, policy, spec.method)
+        if found.transformed_fit is not None:
+            ruling = decide(found.direct, found.transformed, policy, None, None)
+            return gallery_map_decision(ruling, spec.method)
+        backfilled = found.backfilled
+        return decide(found.direct, found.transformed, policy, spec.partial_backfill, backfilled)
 
 
 @contextmanager

@@ -25,21 +25,13 @@ from raycompat.config.train import OldModelSpec, RunSpec, ScenarioSpec, TrainCon
 from raycompat.config.upgrade import PartialBackfillSpec, UpgradeConfig, UpgradeSpec
 from raycompat.errors import StoreError
 from raycompat.store import GalleryStore
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.parquet import open_parquet
-from raycompat.store.vectors import vectors
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
+from raycompat.store.read.parquet import open_parquet
+from raycompat.store.read.vectors import vectors
 from raycompat.train.export import MODEL_FILE, SPEC_FILE, load_features, read_spec
+from raycompat.upgrade.evaluate import Parent
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class Parent:
-    """The model the gallery is stored in: its version name, local files and classes."""
-
-    model_version: str
-    directory: str
-    classes: int
 
 
 def parent_of(catalog: Catalog, model_version: str, work_dir: str) -> Parent:

@@ -36,14 +36,14 @@ from raycompat.errors import (
     StoreError,
     UsageError,
 )
+from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
+from raycompat.store.commit.part_record import IdFingerprint
+from raycompat.store.commit.publish import publish_record, with_operation
 from raycompat.store.formats.external import ExternalFiles, FilePin, stat_file
 from raycompat.store.formats.snapshot import TableSnapshot, parse_as_of, read_snapshot
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo, now_utc, record_path
-from raycompat.store.model_catalog import Catalog, ModelRecord, QueryGrant
-from raycompat.store.part_record import IdFingerprint
 from raycompat.store.paths import check_name, join
-from raycompat.store.publish import publish_record, with_operation
 
 CATALOG_PREFIX = "iceberg:"  # iceberg:<namespace>.<table>: a table of an SQL catalog
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raycompat.errors import SchemaError, StoreError
+from raycompat.store.commit.part_record import IdStats
 from raycompat.store.formats.adopt import AdoptionPlan, FileReport
 from raycompat.store.formats.external import (
     as_store_columns,
@@ -26,10 +27,9 @@ from raycompat.store.formats.external import (
     store_schema,
 )
 from raycompat.store.manifest import VersionInfo
-from raycompat.store.parquet import iter_file_batches, open_parquet
-from raycompat.store.part_record import IdStats
 from raycompat.store.paths import join
-from raycompat.store.validate import NORM_TOLERANCE, validate_schema, validate_values
+from raycompat.store.read.parquet import iter_file_batches, open_parquet
+from raycompat.store.schema import NORM_TOLERANCE, validate_schema, validate_values
 
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore

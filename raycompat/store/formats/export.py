@@ -27,9 +27,9 @@ import pyarrow as pa
 
 from raycompat.errors import ManifestError, StoreError, UsageError
 from raycompat.registry import Registry
+from raycompat.store.commit.part_record import IdFingerprint
 from raycompat.store.gallery import GalleryStore
 from raycompat.store.manifest import VersionInfo
-from raycompat.store.part_record import IdFingerprint
 
 VECTOR_COLUMNS = ("embedding", "side_info")
 PROPERTY_PREFIX = "raycompat.source."

@@ -11,8 +11,9 @@ folder or s3:// URI; on S3 the store's s3fs options are mapped to delta-rs's
 
 A write that fails into a target it created (none was there) removes that target, when no
 table version was committed to it: a full disk leaves no empty or half-written folder, and is
-one line (:class:`~raycompat.store.no_space.NoSpaceError`). Ctrl-C removes such a target even
-after the commit (the export did not finish), so that rerunning the same export writes it.
+one line (:class:`~raycompat.store.maintenance.no_space.NoSpaceError`). Ctrl-C removes such a
+target even after the commit (the export did not finish), so that rerunning the same export
+writes it.
 delta-rs's tokio workers print a Rust panic to the process's stderr when a write fails under
 them (``Already shut down``); what the write prints is held back (:func:`held_stderr`) and
 shown only when it succeeds, or at DEBUG (``--verbose``) when it fails, so the failure stays
@@ -37,7 +38,7 @@ from raycompat.io.filesystems import open_backend
 from raycompat.store.formats.adopt_delta import delta_storage_options
 from raycompat.store.formats.export import ExportOptionError, check_outside_store
 from raycompat.store.formats.snapshot import require
-from raycompat.store.no_space import NoSpaceError, no_space_left
+from raycompat.store.maintenance.no_space import NoSpaceError, no_space_left
 
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore

@@ -31,8 +31,8 @@ import pyarrow.parquet as pq
 
 from raycompat.errors import ChangedFileError, CorruptFileError, ManifestError
 from raycompat.io.filesystems import Backend
-from raycompat.store.parquet import open_parquet
 from raycompat.store.paths import check_relative_path
+from raycompat.store.read.parquet import open_parquet
 from raycompat.store.records import check_record
 
 

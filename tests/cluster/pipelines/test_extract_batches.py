@@ -24,7 +24,7 @@ from raycompat.cluster.pipelines.sources import open_source
 from raycompat.config.train import ModelSpec
 from raycompat.data import CorruptDataError, read_image
 from raycompat.store import GalleryStore, VersionInfo, embedding_schema
-from raycompat.store.part_record import part_of_file
+from raycompat.store.commit.part_record import part_of_file
 from raycompat.train.export import build_model, export_model, load_exported_model
 
 ROWS, SIZE = 40, 24

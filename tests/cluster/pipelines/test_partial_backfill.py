@@ -37,8 +37,8 @@ from raycompat.config.train import ModelSpec
 from raycompat.data import create_dataset
 from raycompat.errors import ConfigError
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_table
-from raycompat.store.part_record import part_of_file
-from raycompat.store.validate import validate_values
+from raycompat.store.commit.part_record import part_of_file
+from raycompat.store.schema import validate_values
 from raycompat.train.export import build_model, export_model, load_exported_model
 from raycompat.transformations import FCTTransformation, load_transformation, save_transformation
 

@@ -46,7 +46,7 @@ from raycompat.store import (
     VersionInfo,
     embedding_table,
 )
-from raycompat.store.part_record import part_of_file
+from raycompat.store.commit.part_record import part_of_file
 from raycompat.train.export import export_model, load_exported_model
 from raycompat.transformations import (
     FCTTransformation,
@@ -428,7 +428,7 @@ def test_transform_job_main(small, tmp_path, ray_local):
     # m2 queries what the job wrote (issue 40, item 8), registered without weights (the job
     # has h, not m2), so `raycompat search g --model m2` searches it with stored ids or vectors
     from raycompat.cli.app import main as cli
-    from raycompat.store.model_catalog import Catalog
+    from raycompat.store.catalog.models import Catalog
 
     catalog = Catalog(store)
     assert not catalog.model("m2").has_weights

@@ -23,8 +23,8 @@ from raycompat.cluster.pipelines.inputs import plan_version_chunks
 from raycompat.cluster.pipelines.runner import chunk_worker_kwargs
 from raycompat.cluster.pipelines.transform import TransformChunks, _rows
 from raycompat.store import GalleryStore, VersionInfo, embedding_schema, embedding_table
-from raycompat.store.part_record import IdFingerprint, PartRecord, part_of_file
-from raycompat.store.vectors import vectors
+from raycompat.store.commit.part_record import IdFingerprint, PartRecord, part_of_file
+from raycompat.store.read.vectors import vectors
 from raycompat.transformations import (
     FCTTransformation,
     load_transformation,

@@ -129,3 +129,10 @@ def test_a_cluster_with_no_cpu_left_for_decoding_is_named_before_the_run_waits(
             datasets = ray_datasets(cfg, plan_steps(cfg)[0], labels, make_splits(cfg, labels))
         assert set(datasets) == {"train"}  # lazy: nothing ran
         assert ("training workers hold 4 of the cluster's 4 CPUs" in caplog.text) is warned
+    # data.decode_actors sizes the pool; data.num_loader_workers (DataLoader processes) does not
+    for sizes, actors in [(["data.num_loader_workers=5"], "2"), (["data.decode_actors=3"], "3")]:
+        cfg = load_config(TrainConfig, None, [*overrides, "scaling.num_workers=2", *sizes])
+        caplog.clear()
+        with caplog.at_level("INFO", logger="raycompat.cluster.train.driver"):
+            ray_datasets(cfg, plan_steps(cfg)[0], labels, make_splits(cfg, labels))
+        assert f"up to {actors} Ray Data decode actor(s)" in caplog.text

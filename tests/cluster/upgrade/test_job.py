@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from raycompat.store import GalleryStore
-from raycompat.store.model_catalog import Catalog
+from raycompat.store.catalog.models import Catalog
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 ROOT = Path(__file__).resolve().parents[3]
@@ -384,7 +384,7 @@ def test_a_version_adopted_into_the_gallery_since_leaves_its_decisions_standing(
     config changed)" although nothing had, the rerun failed with NoWeightsError (the adopted
     model has no weights) and m2's refusal was replaced by "failed against ext". A decision
     made under the same config against the gallery model it was judged against stands."""
-    from raycompat.store.decisions import Decisions
+    from raycompat.store.catalog.decisions import Decisions
 
     root, first, _ = tiny_histories
     where, store_root = adopted_beside_the_history(root, tmp_path, "digits", "v9", "ext")

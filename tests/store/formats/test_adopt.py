@@ -32,10 +32,10 @@ from raycompat.store import (
     VersionInfo,
     embedding_table,
 )
-from raycompat.store.gc import collect, plan_gc
-from raycompat.store.model_catalog import Catalog
-from raycompat.store.part_record import IdFingerprint
-from raycompat.store.vectors import vectors
+from raycompat.store.catalog.models import Catalog
+from raycompat.store.commit.part_record import IdFingerprint
+from raycompat.store.maintenance.gc import collect, plan_gc
+from raycompat.store.read.vectors import vectors
 
 pytestmark = pytest.mark.ray
 

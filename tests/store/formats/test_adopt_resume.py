@@ -17,9 +17,9 @@ import pytest
 import raycompat.cluster.pipelines.adopt as adopt_pipeline
 from raycompat.errors import PublishConflictError
 from raycompat.store import GalleryStore, SchemaError, StoreError, embedding_table
+from raycompat.store.catalog.models import Catalog, CatalogConflictError, ModelRecord, QueryGrant
 from raycompat.store.formats.adopt import plan_adoption, publish_version, summarize
 from raycompat.store.formats.adopt_scan import scan_file
-from raycompat.store.model_catalog import Catalog, CatalogConflictError, ModelRecord, QueryGrant
 
 
 @pytest.fixture(params=["local", "s3"])
