@@ -101,7 +101,10 @@ def test_lwf_applies_the_frozen_old_head_to_the_new_features():
         teacher = old_net.head(old_net.forward_features(batch.images))[:, OLD_CLASSES]
         p = F.softmax(teacher, dim=1)
         expected = (p * (p.log() - F.log_softmax(student, dim=1))).sum(dim=1).mean()
-    assert float(terms["distill"].detach()) == pytest.approx(float(expected), rel=1e-4)
+    # two fresh nets' logits are small, so the KL is about 5e-5, a difference of float32 logs
+    # of order 1: its rounding (about 1e-8 here, 2e-4 of it relative) is what abs allows
+    assert float(terms["distill"].detach()) == pytest.approx(float(expected), rel=1e-4, abs=1e-7)
+    assert float(expected) > 1e-6  # not the trivial zero of identical nets
     terms["loss"].backward()
     assert all(p.grad is None for p in old_net.parameters()), "the old head must stay frozen"
 
