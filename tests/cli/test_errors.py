@@ -350,10 +350,15 @@ def job_config(tmp: Path, **config) -> str:
 
 
 def train_stage(tmp: Path, address: str) -> Stage:
-    def trains_no_other_model(lines: list[str]) -> None:
-        assert not [line for line in lines if "[2/3]" in line], lines
+    """The tiny history (the demo's job on toy data: its first epoch takes a second, not the
+    demo's minute), interrupted after m1's first epoch; it starts its own private Ray."""
+    from tests.cluster.upgrade.test_job import tiny_config
 
-    command = [sys.executable, "jobs/upgrade.py", "--output-root", str(tmp), "training.epochs=200"]
+    def trains_no_other_model(lines: list[str]) -> None:
+        assert not [line for line in lines if "[2/2]" in line], lines
+
+    command = [sys.executable, "jobs/upgrade.py", "--config", str(tiny_config(tmp)),
+               "training.epochs=200"]  # fmt: skip
     line = "upgrade.py: interrupted; rerunning the same command resumes"
     return Stage(command, "(?=.*m1)(?=.*epoch 1/)", line, trains_no_other_model, ignored=True)
 
