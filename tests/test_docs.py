@@ -5,7 +5,7 @@ Each shell block (```bash) carries one marker, the line right before its fence; 
 without one fails ``test_every_shell_block_is_marked``:
 
     <!-- runnable -->                       run with `bash -e`, as written
-    <!-- runnable: fixture=demo_store -->   ... beside a small copy of what `make demo` writes
+    <!-- runnable: fixture=demo_store -->   ... in a store the demo's own job wrote (toy size)
     <!-- not-run: KIND: why -->             not run; KIND is one of NOT_RUN
 
 A runnable block runs in a fresh temporary directory that links every top-level entry of the
@@ -131,85 +131,99 @@ def print_config_command(command: str) -> str | None:
 # -- fixtures: what a runnable block finds in its directory ------------------------------------
 
 
-SPEC_9D = {"backbone": "lenetpp", "head": "dsimplex", "num_classes": 10}
+# The demo's own job and config (configs/upgrade_mnist.yaml) at toy size: 20 training images
+# per digit, one epoch, one pipeline actor, no `ift` baseline beside m2 (no block reads it),
+# and without m3 (at this size its partial backfill can pass, where `make demo` refuses it);
+# the gallery is all 5,000 MNIST-5k images, as the demo's. The job runs in the test process on the session's Ray.
+TOY_DEMO = {
+    "training.data.options": {"per_class": 20},
+    "training.epochs": 1,
+    "pipeline.actors": 1,
+}
 
 
-def _publish_extracted(root: Path, model: str, version: str, method: str, parent) -> None:
-    """``version = extract(model)`` of the 5,000 MNIST-5k ids with random unit 9-d rows, and
-    ``model`` (an untrained LeNet++, d-Simplex K=10) registered and granted it, as
-    ``Publisher.publish`` does for an initial model or a backfill."""
-    import torch
+def _toy_demo_config(root: Path) -> Path:
+    import yaml
 
-    from raycompat.config.train import ModelSpec
-    from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.store.catalog.models import Catalog, ModelRecord, QueryGrant
-    from raycompat.train.export import MODEL_FILE, SPEC_FILE, build_model, export_model
-
-    rng = np.random.default_rng(int(model[1:]))
-    ids = np.arange(5000)
-    store = GalleryStore(str(root / "outputs" / "upgrade" / "store"))
-    catalog = Catalog(store)
-    spec = ModelSpec(**SPEC_9D)
-    torch.manual_seed(int(model[1:]))
-    export_model(root / "exported" / model, build_model(spec).state_dict(), spec)
-    info = VersionInfo(version, model, 9, True, f"{version} = extract({model})")
-    staging = store.begin("mnist", info, staging_name=f"upgrade-{model}")
-    rows = rng.normal(size=(len(ids), 9)).astype(np.float32)
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    staging.write_table(embedding_table(ids, rows, labels=ids % 10), "part-0.parquet")
-    staging.commit(expected_rows=len(ids))
-    record = ModelRecord(model, "", 9, method, parent, run=f"mnist-history-{model}")
-    record.uri = catalog.put_model_files(
-        model, str(root / "exported" / model), [MODEL_FILE, SPEC_FILE]
-    )
-    catalog.register_model(record)
-    catalog.grant(QueryGrant("mnist", version, model, "extracted", {}))
-    shutil.rmtree(root / "exported")
+    cfg = yaml.safe_load((ROOT / "configs" / "upgrade_mnist.yaml").read_text())
+    cfg["upgrades"] = [
+        {**u, "baselines": []} for u in cfg["upgrades"] if u["model_version"] != "m3"
+    ]
+    for dotted, value in TOY_DEMO.items():
+        node = cfg
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    path = root / "toy_demo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
 
 
-def _refuse(root: Path, model: str, reason: str) -> None:
-    from raycompat.store import GalleryStore
-    from raycompat.store.catalog.decisions import DecisionRecord, Decisions
+def _run_demo_job(root: Path, *extra: str) -> dict:
+    """``python jobs/upgrade.py`` on the toy demo config, its outputs under ``root/outputs``
+    (the config's relative paths, as ``make demo`` resolves them in the checkout)."""
+    sys.path.insert(0, str(ROOT))
+    from jobs.upgrade import main
 
-    store = GalleryStore(str(root / "outputs" / "upgrade" / "store"))
-    Decisions(store).put(DecisionRecord("mnist", model, "refused", reason, "0" * 16, against="v1"))
+    config = _toy_demo_config(root)
+    try:
+        return main(["--config", str(config), "--output-root", str(root), *extra])
+    finally:
+        config.unlink()
+
+
+def _drop_scratch(root: Path) -> None:
+    """The job's training runs and work files: a block reads the store and the report only, and
+    each block copies its fixture."""
+    for scratch in ("runs", "work"):
+        shutil.rmtree(root / "outputs" / "upgrade" / scratch, ignore_errors=True)
 
 
 def write_demo_store(root: Path) -> None:
-    """What ``make demo`` leaves in ``outputs/upgrade/store`` (README, "What it decides"), with
-    untrained weights and random rows: gallery ``mnist`` of the 5,000 MNIST-5k ids,
-    ``v1 = extract(m1)`` served by m1, and m2 and m3 refused (decisions, no grant, no version).
-    Plus ``digit.png`` and ``q.npy`` (two 9-d queries), the inputs the search examples name."""
+    """What ``make demo`` leaves in ``outputs/upgrade/store``, written by the demo's job
+    (README, "What it decides"): gallery ``mnist`` of the 5,000 MNIST-5k ids,
+    ``v1 = extract(m1)`` served by m1, m2 refused (a decision, no grant, no version). Plus
+    ``digit.png`` and ``q.npy`` (two of v1's stored rows), the inputs the search examples
+    name."""
+    import pyarrow.parquet as pq
     from PIL import Image
 
-    _publish_extracted(root, "m1", "v1", "independent", None)
-    _refuse(root, "m2", "ECC fails (M(new, m1) = 47.20% <= M(m1, m1) = 81.87%)")
-    _refuse(root, "m3", "h alone: M(new, h(m1)) = 58.47% <= M(m1, m1) = 81.87%: ECC fails")
+    summary = _run_demo_job(root)
+    assert summary["decisions"] == {"m1": "initial", "m2": "refuse"}, summary["decisions"]
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, size=(28, 28), dtype=np.uint8)
     Image.fromarray(image, mode="L").save(root / "digit.png")
-    np.save(root / "q.npy", rng.normal(size=(2, 9)).astype(np.float32))
+    part = sorted(
+        (root / "outputs" / "upgrade" / "store" / "mnist" / "_data" / "v1").rglob("*.parquet")
+    )[0]
+    rows = pq.read_table(part, columns=["embedding"]).column("embedding").to_pylist()[:2]
+    np.save(root / "q.npy", np.asarray(rows, dtype=np.float32))
 
 
-def write_backfilled_demo_store(root: Path) -> None:
+def write_backfilled_demo_store(root: Path, demo: Path) -> None:
     """The demo's store after the documented second pair is made
     (``python jobs/upgrade.py --retry policy.on_incompatible=backfill``, docs/store.md "Named
-    aliases"): ``v2 = extract(m2)`` served by m2 beside ``v1``; m3 refused again."""
-    write_demo_store(root)
-    _publish_extracted(root, "m2", "v2", "dsimplex_hoc", "m1")
+    aliases"), by the job: ``v2 = extract(m2)`` served by m2 beside ``v1``."""
+    shutil.copytree(demo, root, symlinks=True, dirs_exist_ok=True)
+    summary = _run_demo_job(root, "--retry", "policy.on_incompatible=backfill")
+    assert summary["decisions"] == {"m1": "initial", "m2": "backfill"}, summary["decisions"]
 
 
-FIXTURES = {"demo_store": write_demo_store, "demo_store_backfilled": write_backfilled_demo_store}
+FIXTURES = ("demo_store", "demo_store_backfilled")
 
 
 @pytest.fixture(scope="module")
-def templates(tmp_path_factory) -> dict[str, Path]:
-    """Each fixture written once per module; blocks get copies (a block may change its store)."""
-    made = {}
-    for name, write in FIXTURES.items():
-        made[name] = tmp_path_factory.mktemp(name)
-        write(made[name])
-    return made
+def templates(ray_local, tmp_path_factory) -> dict[str, Path]:
+    """Each fixture written once per module, by the demo's job; blocks get copies (a block may
+    change its store)."""
+    demo = tmp_path_factory.mktemp("demo_store")
+    write_demo_store(demo)
+    backfilled = tmp_path_factory.mktemp("demo_store_backfilled")
+    write_backfilled_demo_store(backfilled, demo)
+    for root in (demo, backfilled):
+        _drop_scratch(root)
+    return {"demo_store": demo, "demo_store_backfilled": backfilled}
 
 
 def workdir(tmp_path: Path, fixtures: list[str], templates: dict[str, Path]) -> Path:
