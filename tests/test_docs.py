@@ -134,7 +134,8 @@ def print_config_command(command: str) -> str | None:
 # The demo's own job and config (configs/upgrade_mnist.yaml) at toy size: 20 training images
 # per digit, one epoch, one pipeline actor, no `ift` baseline beside m2 (no block reads it),
 # and without m3 (at this size its partial backfill can pass, where `make demo` refuses it);
-# the gallery is all 5,000 MNIST-5k images, as the demo's. The job runs in the test process on the session's Ray.
+# the gallery is all 5,000 MNIST-5k images, as the demo's. The job runs in the test process
+# on the session's Ray.
 TOY_DEMO = {
     "training.data.options": {"per_class": 20},
     "training.epochs": 1,
