@@ -136,32 +136,24 @@ def print_config_command(command: str) -> str | None:
 # and without m3 (at this size its partial backfill can pass, where `make demo` refuses it);
 # the gallery is all 5,000 MNIST-5k images, as the demo's. The job runs in the test process
 # on the session's Ray.
-TOY_DEMO = {
-    "training.data.options": {"per_class": 20},
-    "training.epochs": 1,
-    "pipeline.actors": 1,
-}
+TOY_DEMO = ("training.data.options={per_class: 20}", "training.epochs=1", "pipeline.actors=1")
 
 
 def _toy_demo_config(root: Path) -> Path:
+    """configs/upgrade_mnist.yaml without m3 and without m2's baselines (the scalar settings
+    go in as the job's own overrides, ``TOY_DEMO``)."""
     import yaml
 
     cfg = yaml.safe_load((ROOT / "configs" / "upgrade_mnist.yaml").read_text())
     cfg["upgrades"] = [
         {**u, "baselines": []} for u in cfg["upgrades"] if u["model_version"] != "m3"
     ]
-    for dotted, value in TOY_DEMO.items():
-        node = cfg
-        *parents, last = dotted.split(".")
-        for key in parents:
-            node = node[key]
-        node[last] = value
     path = root / "toy_demo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
-def _run_demo_job(root: Path, *extra: str) -> dict:
+def _run_demo_job(root: Path, *overrides: str, retry: bool = False) -> dict:
     """``python jobs/upgrade.py`` on the toy demo config, its outputs under ``root/outputs``
     (the config's relative paths, as ``make demo`` resolves them in the checkout)."""
     sys.path.insert(0, str(ROOT))
@@ -169,7 +161,9 @@ def _run_demo_job(root: Path, *extra: str) -> dict:
 
     config = _toy_demo_config(root)
     try:
-        return main(["--config", str(config), "--output-root", str(root), *extra])
+        flags = ["--retry"] if retry else []
+        argv = ["--config", str(config), "--output-root", str(root), *flags]
+        return main([*argv, *TOY_DEMO, *overrides])
     finally:
         config.unlink()
 
@@ -207,7 +201,7 @@ def write_backfilled_demo_store(root: Path, demo: Path) -> None:
     (``python jobs/upgrade.py --retry policy.on_incompatible=backfill``, docs/store.md "Named
     aliases"), by the job: ``v2 = extract(m2)`` served by m2 beside ``v1``."""
     shutil.copytree(demo, root, symlinks=True, dirs_exist_ok=True)
-    summary = _run_demo_job(root, "--retry", "policy.on_incompatible=backfill")
+    summary = _run_demo_job(root, "policy.on_incompatible=backfill", retry=True)
     assert summary["decisions"] == {"m1": "initial", "m2": "backfill"}, summary["decisions"]
 
 
