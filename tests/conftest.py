@@ -170,6 +170,15 @@ def ray_local(s3_server):
         ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def demo_stores(ray_local, tmp_path_factory):
+    """The stores ``make demo`` and its documented backfill leave (``tests/demo_store.py``),
+    written once per session by the demo's job: tests copy the one they use."""
+    from tests.demo_store import write_demo_stores
+
+    return write_demo_stores(tmp_path_factory)
+
+
 @pytest.fixture
 def one_faiss_thread():
     """faiss on one OpenMP thread for the test (deterministic sums; no oversubscription of the

@@ -27,8 +27,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from tests.demo_store import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -131,97 +132,7 @@ def print_config_command(command: str) -> str | None:
 # -- fixtures: what a runnable block finds in its directory ------------------------------------
 
 
-# The demo's own job and config (configs/upgrade_mnist.yaml) at toy size: 20 training images
-# per digit, one epoch, one pipeline actor, no `ift` baseline beside m2 (no block reads it),
-# and without m3 (at this size its partial backfill can pass, where `make demo` refuses it);
-# the gallery is all 5,000 MNIST-5k images, as the demo's. The job runs in the test process
-# on the session's Ray.
-TOY_DEMO = ("training.data.options={per_class: 20}", "training.epochs=1", "pipeline.actors=1")
-
-
-def _toy_demo_config(root: Path) -> Path:
-    """configs/upgrade_mnist.yaml without m3 and without m2's baselines (the scalar settings
-    go in as the job's own overrides, ``TOY_DEMO``)."""
-    import yaml
-
-    cfg = yaml.safe_load((ROOT / "configs" / "upgrade_mnist.yaml").read_text())
-    cfg["upgrades"] = [
-        {**u, "baselines": []} for u in cfg["upgrades"] if u["model_version"] != "m3"
-    ]
-    path = root / "toy_demo.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def _run_demo_job(root: Path, *overrides: str, retry: bool = False) -> dict:
-    """``python jobs/upgrade.py`` on the toy demo config, its outputs under ``root/outputs``
-    (the config's relative paths, as ``make demo`` resolves them in the checkout)."""
-    sys.path.insert(0, str(ROOT))
-    from jobs.upgrade import main
-
-    config = _toy_demo_config(root)
-    try:
-        flags = ["--retry"] if retry else []
-        argv = ["--config", str(config), "--output-root", str(root), *flags]
-        return main([*argv, *TOY_DEMO, *overrides])
-    finally:
-        config.unlink()
-
-
-def _drop_scratch(root: Path) -> None:
-    """The job's training runs and work files: a block reads the store and the report only, and
-    each block copies its fixture."""
-    for scratch in ("runs", "work"):
-        shutil.rmtree(root / "outputs" / "upgrade" / scratch, ignore_errors=True)
-
-
-def write_demo_store(root: Path) -> None:
-    """What ``make demo`` leaves in ``outputs/upgrade/store``, written by the demo's job
-    (README, "What it decides"): gallery ``mnist`` of the 5,000 MNIST-5k ids,
-    ``v1 = extract(m1)`` served by m1, m2 refused (a decision, no grant, no version). Plus
-    ``digit.png`` and ``q.npy`` (two of v1's stored rows), the inputs the search examples
-    name."""
-    import pyarrow.parquet as pq
-    from PIL import Image
-
-    summary = _run_demo_job(root)
-    assert summary["decisions"] == {"m1": "initial", "m2": "refuse"}, summary["decisions"]
-    rng = np.random.default_rng(0)
-    image = rng.integers(0, 256, size=(28, 28), dtype=np.uint8)
-    Image.fromarray(image, mode="L").save(root / "digit.png")
-    part = sorted(
-        (root / "outputs" / "upgrade" / "store" / "mnist" / "_data" / "v1").rglob("*.parquet")
-    )[0]
-    rows = pq.read_table(part, columns=["embedding"]).column("embedding").to_pylist()[:2]
-    np.save(root / "q.npy", np.asarray(rows, dtype=np.float32))
-
-
-def write_backfilled_demo_store(root: Path, demo: Path) -> None:
-    """The demo's store after the documented second pair is made
-    (``python jobs/upgrade.py --retry policy.on_incompatible=backfill``, docs/store.md "Named
-    aliases"), by the job: ``v2 = extract(m2)`` served by m2 beside ``v1``."""
-    shutil.copytree(demo, root, symlinks=True, dirs_exist_ok=True)
-    summary = _run_demo_job(root, "policy.on_incompatible=backfill", retry=True)
-    assert summary["decisions"] == {"m1": "initial", "m2": "backfill"}, summary["decisions"]
-
-
-FIXTURES = ("demo_store", "demo_store_backfilled")
-
-
-@pytest.fixture(scope="module")
-def templates(ray_local, tmp_path_factory) -> dict[str, Path]:
-    """Each fixture written once per module, by the demo's job; blocks get copies (a block may
-    change its store)."""
-    demo = tmp_path_factory.mktemp("demo_store")
-    write_demo_store(demo)
-    backfilled = tmp_path_factory.mktemp("demo_store_backfilled")
-    write_backfilled_demo_store(backfilled, demo)
-    for root in (demo, backfilled):
-        _drop_scratch(root)
-    return {"demo_store": demo, "demo_store_backfilled": backfilled}
-
-
-def workdir(tmp_path: Path, fixtures: list[str], templates: dict[str, Path]) -> Path:
+def workdir(tmp_path: Path, fixtures: list[str], demo_stores: dict[str, Path]) -> Path:
     """A directory that looks like the checkout (every top-level entry but ``outputs/`` linked)
     holding copies of ``fixtures``."""
     work = tmp_path / "checkout"
@@ -230,7 +141,7 @@ def workdir(tmp_path: Path, fixtures: list[str], templates: dict[str, Path]) -> 
         if entry.name != "outputs":
             (work / entry.name).symlink_to(entry)
     for name in fixtures:
-        shutil.copytree(templates[name], work, symlinks=True, dirs_exist_ok=True)
+        shutil.copytree(demo_stores[name], work, symlinks=True, dirs_exist_ok=True)
     return work
 
 
@@ -301,17 +212,17 @@ CHECKED = [
 
 
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.where)
-def test_runnable_block_runs_as_written(block, templates, tmp_path):
-    done = run_bash(block.text, workdir(tmp_path, fixtures_of(block), templates))
+def test_runnable_block_runs_as_written(block, demo_stores, tmp_path):
+    done = run_bash(block.text, workdir(tmp_path, fixtures_of(block), demo_stores))
     assert done.returncode == 0, failure(block, block.text, done)
     assert "Traceback" not in done.stderr, failure(block, block.text, done)
 
 
 @pytest.mark.parametrize("block", CHECKED, ids=lambda b: b.where)
-def test_job_commands_of_a_not_run_block_validate(block, templates, tmp_path):
+def test_job_commands_of_a_not_run_block_validate(block, demo_stores, tmp_path):
     checks = [c for c in map(print_config_command, commands(block.text)) if c]
     script = "\n".join(checks)
-    done = run_bash(script, workdir(tmp_path, [], templates))
+    done = run_bash(script, workdir(tmp_path, [], demo_stores))
     assert done.returncode == 0, failure(block, script, done)
 
 
@@ -346,7 +257,7 @@ def input_paths(node, key: str = "") -> list[tuple[str, str]]:
     return [(key.rstrip("."), node)] if name in INPUT_KEYS and isinstance(node, str) else []
 
 
-def path_problem(config: str, key: str, path: str, templates: dict[str, Path]) -> str | None:
+def path_problem(config: str, key: str, path: str, demo_stores: dict[str, Path]) -> str | None:
     """None when ``path`` is a placeholder of the user's bucket, the user's data on the
     cluster's nodes (``/mnt/...``), a file of the checkout, or written by a documented command."""
     if path.startswith("s3://REPLACE_ME_BUCKET/") or path.startswith("/mnt/"):
@@ -357,27 +268,27 @@ def path_problem(config: str, key: str, path: str, templates: dict[str, Path]) -
         return f"{config} {key}: {path} does not exist and no documented command writes it"
     command, fixture = MADE_BY[path]
     documented = any(command in commands(b.text) for b in BLOCKS)
-    if not documented or not (templates[fixture] / path / "model.json").is_file():
+    if not documented or not (demo_stores[fixture] / path / "model.json").is_file():
         return f"{config} {key}: {path} is not written by the documented `{command}`"
     return None
 
 
-def test_config_paths_exist_or_are_written_by_a_documented_command(templates):
+def test_config_paths_exist_or_are_written_by_a_documented_command(demo_stores):
     import yaml
 
     problems = [
-        path_problem(config.name, key, path, templates)
+        path_problem(config.name, key, path, demo_stores)
         for config in CONFIGS
         for key, path in input_paths(yaml.safe_load(config.read_text()))
     ]
     assert not [p for p in problems if p], "\n".join(filter(None, problems))
-    assert path_problem("x.yaml", "model", "runs/step1/model", templates)  # the check can fail
+    assert path_problem("x.yaml", "model", "runs/step1/model", demo_stores)  # the check can fail
 
 
-def test_the_extract_config_fits_the_model_make_demo_writes(templates, tmp_path):
+def test_the_extract_config_fits_the_model_make_demo_writes(demo_stores, tmp_path):
     """configs/transform_extract_mnist.yaml reads m1 of the demo store; a wrong width is one
     line naming the key and both widths, before Ray starts (exit 2)."""
-    work = workdir(tmp_path, ["demo_store"], templates)
+    work = workdir(tmp_path, ["demo_store"], demo_stores)
     job = "python jobs/transform.py --config configs/transform_extract_mnist.yaml"
     done = run_bash(f"{job} target.width=2", work)
     lines = done.stderr.strip().splitlines()
