@@ -4,7 +4,7 @@ appended (the job validates its config, resolves and checks every input and outp
 prints the plan and exits 0, writing nothing; docs/cluster.md, "Paths of a submitted job").
 
 - ``python jobs/...`` runs in a directory that looks like the checkout, beside what ``make demo``
-  writes (tests/test_docs.py's ``workdir`` and ``demo_store``);
+  writes (tests/test_docs.py's ``workdir``, conftest's ``demo_stores``);
 - ``ray job submit ...`` runs from the checkout against a real ``ray start --head`` (the
   submitted-history test's ``ray_head``, tests/cluster/upgrade/test_job.py) named by
   ``RAY_ADDRESS``, as docs/cluster.md sets it, and must end ``raycompat: exit 0 (ok)``.
@@ -21,7 +21,7 @@ import subprocess
 import pytest
 
 from tests.cluster.upgrade.test_job import ANSI, ray_head  # noqa: F401 (the fixture)
-from tests.test_docs import BLOCKS, ROOT, commands, run_bash, templates, workdir  # noqa: F401
+from tests.test_docs import BLOCKS, ROOT, commands, run_bash, workdir
 
 JOB_COMMAND = re.compile(
     r"^(ray job submit .* -- )?python jobs/(upgrade|train|tune|transform|deploy)\.py"
@@ -66,8 +66,8 @@ def test_the_documented_commands_are_found_and_every_exception_is_still_document
 
 
 @pytest.mark.parametrize("command", DIRECT, ids=lambda c: c.replace('"', "'"))
-def test_a_documented_job_command_runs_as_written(command, templates, tmp_path):  # noqa: F811
-    done = run_bash(f"{command} --dry-run", workdir(tmp_path, ["demo_store"], templates))
+def test_a_documented_job_command_runs_as_written(command, demo_stores, tmp_path):
+    done = run_bash(f"{command} --dry-run", workdir(tmp_path, ["demo_store"], demo_stores))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("dry run:"), done.stdout
 
