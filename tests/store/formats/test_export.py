@@ -6,9 +6,11 @@ Real tables on local disk and on the moto S3 server; no Ray except the adopt rou
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +20,7 @@ from raycompat.errors import ManifestError
 from raycompat.store import GalleryStore, StoreError, VersionInfo, embedding_table
 from raycompat.store.formats.adopt_iceberg import CATALOG_NAME
 from raycompat.store.formats.export import ExportOptionError, export_version
+from raycompat.store.maintenance.no_space import NoSpaceError
 
 RAY_WORKER_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\(\w+ pid=\d+(, ip=[0-9.]+)?\) ")
 
@@ -167,6 +170,52 @@ def test_a_failed_iceberg_export_leaves_no_table(tmp_path):
 
     catalog = SqlCatalog(CATALOG_NAME, uri=options["catalog_uri"], warehouse=options["warehouse"])
     assert not catalog.table_exists("gallery.t")
+    assert not (tmp_path / "wh" / "gallery" / "t").exists()  # no metadata or data file left
+
+
+def test_a_full_disk_under_an_iceberg_export_is_one_line_and_leaves_no_file(
+    tmp_path, monkeypatch
+):
+    """pyiceberg's append writes a data file, then the disk is full (an ``OSError`` with
+    ENOSPC, as pyarrow raises it): the table is dropped, its folder removed, one line; the
+    same export then runs."""
+    from pyiceberg.table import Transaction
+
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 12)
+    options = iceberg_options(tmp_path)
+    append = Transaction.append
+
+    def full(self, reader, *args, **kwargs):
+        data = Path(self.table_metadata.location) / "data"
+        data.mkdir(parents=True)
+        (data / "00000-0.parquet").write_bytes(b"PAR1 partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Transaction, "append", full)
+    with pytest.raises(NoSpaceError) as raised:
+        export_version(store, "faces", "v1", "iceberg", "gallery.t", **options)
+    assert str(raised.value) == (
+        "gallery.t: no space left on device; the Iceberg table was not written; the files "
+        "this export wrote were removed"
+    )
+    assert not (tmp_path / "wh" / "gallery" / "t").exists()
+    monkeypatch.setattr(Transaction, "append", append)
+    assert export_version(store, "faces", "v1", "iceberg", "gallery.t", **options).rows == 12
+
+
+def test_an_iceberg_table_folder_holding_files_is_refused_and_kept(tmp_path):
+    """A table dropped without purging left its files: the export refuses that folder (it
+    removes its folder when it fails), and writes nothing."""
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 12)
+    left = tmp_path / "wh" / "gallery" / "t" / "data" / "old.parquet"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"another table's")
+    with pytest.raises(StoreError, match=r"gallery/t \(the folder of the Iceberg table "
+                       r"gallery.t\) already holds 1 files; export to a new table name"):
+        export_version(store, "faces", "v1", "iceberg", "gallery.t", **iceberg_options(tmp_path))
+    assert left.read_bytes() == b"another table's"
 
 
 def test_the_cli_prints_one_line_or_json_and_exits_2_on_usage_errors(tmp_path, capsys):
