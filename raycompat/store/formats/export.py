@@ -19,13 +19,16 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from raycompat.errors import ManifestError, StoreError, UsageError
+from raycompat.io.filesystems import open_backend
 from raycompat.registry import Registry
 from raycompat.store.commit.part_record import IdFingerprint
 from raycompat.store.gallery import GalleryStore
@@ -193,6 +196,29 @@ def check_outside_store(store: GalleryStore, uri: str, what: str) -> None:
     root = store.backend.root
     if scheme == store.backend.scheme and (path == root or path.startswith(root + "/")):
         raise StoreError(f"{what} {uri} is inside the store {store.root}; export outside it")
+
+
+def remove_target(
+    uri: str,
+    storage_options: dict | None,
+    keep: Callable[[pafs.FileSystem, str], bool] = lambda fs, root: False,
+) -> bool:
+    """Delete the folder a failed export wrote into, which was absent (or empty) before it,
+    so that every file there is the export's; unless ``keep(filesystem, root)`` holds (Delta:
+    a table version was committed). Whether it was removed; a failure to remove is a warning,
+    the export's own error being the one to report."""
+    backend = open_backend(uri, storage_options)
+    fs, root = backend.filesystem, backend.root
+    try:
+        if fs.get_file_info(root).type == pafs.FileType.NotFound or keep(fs, root):
+            return False
+        fs.delete_dir(root)
+    except OSError as error:
+        logging.getLogger(__name__).warning(
+            "%s: could not remove what the failed export wrote: %s", uri, error
+        )
+        return False
+    return True
 
 
 def _checked(ids: IdFingerprint, info: VersionInfo, where: str) -> dict:

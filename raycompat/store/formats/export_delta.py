@@ -36,7 +36,11 @@ import pyarrow.fs as pafs
 from raycompat.errors import StoreError
 from raycompat.io.filesystems import open_backend
 from raycompat.store.formats.adopt_delta import delta_storage_options
-from raycompat.store.formats.export import ExportOptionError, check_outside_store
+from raycompat.store.formats.export import (
+    ExportOptionError,
+    check_outside_store,
+    remove_target,
+)
 from raycompat.store.formats.snapshot import require
 from raycompat.store.maintenance.no_space import NoSpaceError, no_space_left
 
@@ -79,7 +83,8 @@ def write(
         # Ctrl-C: the export did not finish, even where its rows were committed (its
         # properties not set yet): a target it created goes whole, so that a rerun writes it
         interrupted = isinstance(error, KeyboardInterrupt)
-        removed = created and _remove_uncommitted(uri, storage_options, interrupted)
+        keep = (lambda fs, root: False) if interrupted else _committed
+        removed = created and remove_target(uri, storage_options, keep)
         if no_space_left(error):
             also = "; the folder this export created was removed" if removed else ""
             raise NoSpaceError(
@@ -119,26 +124,10 @@ def _check_target(target: str, uri: str, storage_options: dict | None, mode: str
     return False
 
 
-def _remove_uncommitted(
-    uri: str, storage_options: dict | None, committed_too: bool = False
-) -> bool:
-    """Delete the target a failed write created, unless a table version was committed to it
-    (a ``_delta_log/*.json``: then it is a table, kept, unless ``committed_too``: an
-    interrupted export); whether it was removed. Only called for a target that was not there
-    before the write: every file under it is this write's."""
-    backend = open_backend(uri, storage_options)
-    fs, root = backend.filesystem, backend.root
-    try:
-        if fs.get_file_info(root).type == pafs.FileType.NotFound:
-            return False
-        log = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True))
-        if not committed_too and any(entry.base_name.endswith(".json") for entry in log):
-            return False
-        fs.delete_dir(root)
-    except OSError as error:  # the write's own error is the one to report
-        logger.warning("%s: could not remove the folder the failed export created: %s", uri, error)
-        return False
-    return True
+def _committed(fs: pafs.FileSystem, root: str) -> bool:
+    """Whether a table version was committed under ``root`` (a ``_delta_log/*.json``)."""
+    log = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True))
+    return any(entry.base_name.endswith(".json") for entry in log)
 
 
 @contextmanager

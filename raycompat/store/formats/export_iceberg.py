@@ -17,7 +17,6 @@ full disk is one line (:class:`~raycompat.store.maintenance.no_space.NoSpaceErro
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -28,14 +27,12 @@ import pyarrow.fs as pafs
 from raycompat.errors import StoreError
 from raycompat.io.filesystems import open_backend
 from raycompat.store.formats.adopt_iceberg import CATALOG_NAME, iceberg_properties
-from raycompat.store.formats.export import check_outside_store
+from raycompat.store.formats.export import check_outside_store, remove_target
 from raycompat.store.formats.snapshot import require
 from raycompat.store.maintenance.no_space import NoSpaceError, no_space_left
 
 if TYPE_CHECKING:
     from raycompat.store.gallery import GalleryStore
-
-logger = logging.getLogger(__name__)
 
 
 def write(
@@ -89,7 +86,7 @@ def write(
             commit.set_properties(properties())
     except BaseException as error:  # Ctrl-C too: a rerun must find no table and no files
         catalog.drop_table(target)
-        removed = _remove(location, storage_options)
+        removed = remove_target(location, storage_options)
         if no_space_left(error):
             also = "; the files this export wrote were removed" if removed else ""
             raise NoSpaceError(
@@ -110,17 +107,3 @@ def _check_location(target: str, location: str, storage_options: dict | None) ->
             f"{location} (the folder of the Iceberg table {target}) already holds "
             f"{len(found)} files; export to a new table name or empty that folder"
         )
-
-
-def _remove(location: str, storage_options: dict | None) -> bool:
-    """Delete the table folder a failed export wrote into (absent or empty before it, so every
-    file there is the export's); whether anything was removed."""
-    backend = open_backend(location, storage_options)
-    try:
-        if backend.filesystem.get_file_info(backend.root).type == pafs.FileType.NotFound:
-            return False
-        backend.filesystem.delete_dir(backend.root)
-    except OSError as error:  # the export's own error is the one to report
-        logger.warning("%s: could not remove the failed export's files: %s", location, error)
-        return False
-    return True
