@@ -179,6 +179,18 @@ def demo_stores(ray_local, tmp_path_factory):
     return write_demo_stores(tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def tiny_history(ray_local, tmp_path_factory):
+    """``(root, summary)``: the upgrade job's tiny history (m1 initial, m2 refused;
+    ``tests/cluster/upgrade/test_job.py``'s ``tiny_config``) run once per session into
+    ``root/a``. Tests copy ``root/a`` (with its config written again for the copy) or rerun it
+    unchanged (nothing new is published)."""
+    from tests.cluster.upgrade.test_job import tiny_run
+
+    root = tmp_path_factory.mktemp("tiny")
+    return root, tiny_run(root / "a")
+
+
 @pytest.fixture
 def one_faiss_thread():
     """faiss on one OpenMP thread for the test (deterministic sums; no oversubscription of the

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -335,6 +336,9 @@ def test_ctrl_c_during_the_demo_is_one_line_and_exit_130(tmp_path):
 # it (it went on past the signal and trained every model).
 
 
+Fixture = Callable[[str], object]  # pytest's request.getfixturevalue: a session fixture by name
+
+
 @dataclass
 class Stage:
     command: list[str]
@@ -349,7 +353,7 @@ def job_config(tmp: Path, **config) -> str:
     return str(tmp / "job.yaml")
 
 
-def train_stage(tmp: Path, address: str) -> Stage:
+def train_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     """The tiny history (the demo's job on toy data: its first epoch takes a second, not the
     demo's minute), interrupted after m1's first epoch; it starts its own private Ray."""
     from tests.cluster.upgrade.test_job import tiny_config
@@ -363,7 +367,7 @@ def train_stage(tmp: Path, address: str) -> Stage:
     return Stage(command, "(?=.*m1)(?=.*epoch 1/)", line, trains_no_other_model, ignored=True)
 
 
-def extract_stage(tmp: Path, address: str) -> Stage:
+def extract_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     from tests.cluster.pipelines.test_pipelines import exported_lenet
 
     images = {"num_classes": 10, "images_per_class": 300, "image_size": 32, "seed": 3}
@@ -386,7 +390,7 @@ def extract_stage(tmp: Path, address: str) -> Stage:
     return Stage(command, r"extract syn/v1: \d+ / 3000 rows", line, publishes_nothing)
 
 
-def transform_stage(tmp: Path, address: str) -> Stage:
+def transform_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     from tests.cluster.pipelines.test_pipelines import make_source, random_models
 
     make_source(tmp / "store", "g", 60_000, 3, 1000)
@@ -417,10 +421,13 @@ def transform_stage(tmp: Path, address: str) -> Stage:
     return Stage(command, r"transform g/v1 -> v2: \d+ / 60000 rows", line, the_rerun_resumes)
 
 
-def backfill_stage(tmp: Path, address: str) -> Stage:
-    """The tiny history whose m2 is incompatible, backfilled by re-extraction on request."""
+def backfill_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
+    """A copy of the session's tiny history (m2 refused), backfilled by re-extraction on
+    request: m1 and m2 stand decided, so the rerun goes straight to m2's backfill."""
     from tests.cluster.upgrade.test_job import tiny_config
 
+    root, _ = fixture("tiny_history")
+    shutil.copytree(root / "a", tmp, dirs_exist_ok=True)
     config = str(tiny_config(tmp))
 
     def publishes_nothing(lines: list[str]) -> None:
@@ -433,7 +440,7 @@ def backfill_stage(tmp: Path, address: str) -> Stage:
     return Stage(command, r"m2: backfill \(", line, publishes_nothing)
 
 
-def index_stage(tmp: Path, address: str) -> Stage:
+def index_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     """``raycompat index build``: a sharded build, its tasks on Ray."""
     from tests.cluster.pipelines.test_pipelines import make_source
 
@@ -445,7 +452,7 @@ def index_stage(tmp: Path, address: str) -> Stage:
     return Stage(command, r"trained 64 lists", line)
 
 
-def tune_stage(tmp: Path, address: str) -> Stage:
+def tune_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     """A one-trial sweep over a seconds-long synthetic CL2R training."""
     from tests.cluster.tune.test_sweep import toy_cl2r
 
@@ -482,8 +489,9 @@ STAGES = {
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.parametrize("stage", STAGES)
-def test_ctrl_c_in_every_stage_is_one_line_and_exit_130(stage, tmp_path, ray_local):
-    case = STAGES[stage](tmp_path, ray_local.get_runtime_context().gcs_address)
+def test_ctrl_c_in_every_stage_is_one_line_and_exit_130(stage, tmp_path, ray_local, request):
+    address = ray_local.get_runtime_context().gcs_address
+    case = STAGES[stage](tmp_path, address, request.getfixturevalue)
     code, lines = interrupted(case.command, re.compile(case.ready).search, ignored=case.ignored)
     assert code == 130, lines
     assert lines and lines[-1].startswith(case.line), lines

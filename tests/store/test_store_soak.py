@@ -11,7 +11,7 @@ import pytest
 
 from tests.benchmarks import benchmark_modules
 
-TRIALS = 20  # ~3 s each (stalls of 0.5-5 s): about a minute on 2 cores
+TRIALS = 12  # ~3 s each (stalls of 0.5-5 s): half a minute on 2 cores; more: the benchmark
 
 
 @pytest.fixture(scope="module")
