@@ -201,7 +201,7 @@ def check_outside_store(store: GalleryStore, uri: str, what: str) -> None:
 def remove_target(
     uri: str,
     storage_options: dict | None,
-    keep: Callable[[pafs.FileSystem, str], bool] = lambda fs, root: False,
+    keep: Callable[[pafs.FileSystem, str], bool] | None = None,
 ) -> bool:
     """Delete the folder a failed export wrote into, which was absent (or empty) before it,
     so that every file there is the export's; unless ``keep(filesystem, root)`` holds (Delta:
@@ -210,7 +210,7 @@ def remove_target(
     backend = open_backend(uri, storage_options)
     fs, root = backend.filesystem, backend.root
     try:
-        if fs.get_file_info(root).type == pafs.FileType.NotFound or keep(fs, root):
+        if fs.get_file_info(root).type == pafs.FileType.NotFound or (keep and keep(fs, root)):
             return False
         fs.delete_dir(root)
     except OSError as error:

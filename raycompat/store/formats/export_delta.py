@@ -83,7 +83,7 @@ def write(
         # Ctrl-C: the export did not finish, even where its rows were committed (its
         # properties not set yet): a target it created goes whole, so that a rerun writes it
         interrupted = isinstance(error, KeyboardInterrupt)
-        keep = (lambda fs, root: False) if interrupted else _committed
+        keep = None if interrupted else _committed
         removed = created and remove_target(uri, storage_options, keep)
         if no_space_left(error):
             also = "; the folder this export created was removed" if removed else ""

@@ -75,6 +75,8 @@ def write(
         raise StoreError(
             f"the catalog {catalog_uri} already has the table {target}; export to a new table name"
         ) from None
+    except StoreError:  # _check_location's refusal, as it is (a StoreError is a ValueError)
+        raise
     except (OSError, ValueError, SQLAlchemyError) as error:
         raise StoreError(
             f"{catalog_uri}: the Iceberg table {target} could not be created: "
