@@ -178,6 +178,25 @@ def backfill_table(methods: dict) -> list[str]:
     return _table(header, rows) if rows else []
 
 
+def _kept_tasks(result: dict) -> str:
+    """What the header's time leaves out when tasks were read from earlier runs' files: their
+    count, their own seconds and the machines they name (files written before a task recorded
+    its machine name none)."""
+    tasks = [t for runs in result["timing"]["protocols"].values() for t in runs]
+    kept = [t for t in tasks if t.get("read_from_file")]
+    if not kept:
+        return ""
+    machines = sorted({t["machine"] for t in kept if t.get("machine")})
+    named = f" on {', '.join(machines)}" if machines else ""
+    unnamed = sum(not t.get("machine") for t in kept)
+    return (
+        f" {len(kept)} of {len(tasks)} tasks were read from the files earlier runs kept "
+        f"({sum(t['seconds'] for t in kept) / 60:.1f} min of their own{named}"
+        + (f"; {unnamed} name no machine" if unnamed else "")
+        + "); the time above is this run's."
+    )
+
+
 def markdown(result: dict) -> str:
     seeds = result["config"]["seeds"]
     lines = [
@@ -189,7 +208,7 @@ def markdown(result: dict) -> str:
         f"{result['machine'].get('cpu_model', result['machine']['processor'])}, "
         f"{result['config']['processes']} processes of {result['config']['threads']} torch "
         f"thread(s); {result['timing']['measured_s'] / 60:.1f} min wall, "
-        f"{result['timing'].get('cpu_s', float('nan')) / 60:.1f} CPU-min.",
+        f"{result['timing'].get('cpu_s', float('nan')) / 60:.1f} CPU-min.{_kept_tasks(result)}",
     ]
     for name, protocol in result["protocols"].items():
         methods = protocol["methods"]

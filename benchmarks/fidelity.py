@@ -491,6 +491,7 @@ def run_seed(
             "models_trained": seed_run.trainer.trained,
             "models_loaded": seed_run.trainer.loaded,
             "training_seconds": seed_run.trainer.train_seconds,
+            "machine": machine_info().get("cpu_model") or machine_info()["processor"],
         },
     }
 
@@ -522,7 +523,9 @@ class TaskRecords:
                 f"{self.folder}"
             )
         log.info("%s seed %d, %s: read from %s", name, seed, ", ".join(group), path)
-        return record["result"]
+        result = record["result"]
+        result["timing"]["read_from_file"] = True  # the report counts it apart from this run
+        return result
 
     def write(self, name: str, seed: int, group: dict, result: dict) -> None:
         path = self.path(name, seed, group)

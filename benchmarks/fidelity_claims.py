@@ -1,5 +1,5 @@
 """Each seed paper's claim, read seed by seed from the finished tasks of the `regime` protocol
-(docs/fidelity.md, "Where the `regime` run stands"): the numbers a claim rests on, per seed, and
+(docs/fidelity.md, "The `regime` run"): the numbers a claim rests on, per seed, and
 on how many seeds it holds. No claim is made here; the docs make one only with 5 seeds.
 
     .venv/bin/python benchmarks/fidelity_claims.py \

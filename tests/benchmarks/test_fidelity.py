@@ -426,6 +426,12 @@ def test_a_rerun_reads_its_finished_tasks_and_refuses_another_configs(quick, ben
     monkeypatch.setattr(bench["main"], "run_seed", train_again)
     again = bench["main"].main(["--quick", "--out", str(out / "r.json")])
     assert again["protocols"] == result["protocols"]
+    # the report's time is the rerun's; the kept tasks' own seconds and machine are said apart
+    header = bench["report"].markdown(again).splitlines()[2]
+    machine = result["machine"]["cpu_model"] or result["machine"]["processor"]
+    assert "8 of 8 tasks were read from the files earlier runs kept (" in header, header
+    assert f"of their own on {machine}); the time above is this run's." in header, header
+    assert "tasks were read" not in bench["report"].markdown(result).splitlines()[2]
     with pytest.raises(bench["main"].ConfigError, match="another configuration"):
         bench["main"].main(["--quick", "--out", str(out / "r.json"), "fct.epochs=3"])
 
@@ -439,6 +445,24 @@ def test_the_readme_table_is_the_committed_run(bench):
     assert len(table.splitlines()) == 2 + len(result["protocols"]["mnist5k/open_set"]["methods"])
     assert table in (ROOT / "README.md").read_text()
 
+
+
+def test_the_regime_tables_in_the_docs_are_the_committed_run(bench):
+    """docs/fidelity.md's `regime` tables are rendered from
+    benchmarks/results/fidelity_regime_cpu.json, not typed: every table of its markdown (the
+    report's rows of ``|``) is found in the docs as it renders; an edited cell fails here."""
+    result = json.loads((ROOT / "benchmarks" / "results" / "fidelity_regime_cpu.json").read_text())
+    assert result["config"]["seeds"] == [0, 1, 2, 3, 4]  # the docs say five seeds
+    docs = (ROOT / "docs" / "fidelity.md").read_text()
+    tables, table = [], []
+    for line in bench["report"].markdown(result).splitlines() + [""]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            tables, table = tables + ["\n".join(table)], []
+    assert len(tables) >= 8  # per split: epochs, summary, matrix, kept, backfill, two scores
+    missing = [t.splitlines()[2] for t in tables if t not in docs]
+    assert not missing, missing
 
 class Rotated(torch.nn.Module):
     """A "model" whose features are one fixed projection of the image, rotated by ``R``: any
