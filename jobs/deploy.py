@@ -1,5 +1,5 @@
 """Deploy the search service on a Ray cluster (Ray Serve) and return; it serves until
-``serve delete``.
+``serve shutdown -y`` (the line it prints at the end).
 
 The recipe is :mod:`raycompat.cli.jobs.deploy` (also the console script ``raycompat-deploy``);
 this file keeps ``python jobs/deploy.py`` and ``ray job submit ... -- python jobs/deploy.py``

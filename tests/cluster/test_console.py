@@ -176,6 +176,43 @@ def test_init_ray_gives_a_local_ray_the_dashboard_choice(monkeypatch, dashboard)
     assert len(started) == 1 and started[0]["include_dashboard"] is dashboard
 
 
+@pytest.mark.parametrize(
+    "address, env, expected",
+    [
+        (None, None, "local"),  # a private Ray: ray.init() would join the latest on the machine
+        (None, "http://127.0.0.1:8265", "http://127.0.0.1:8265"),  # what ray job submit sets
+        ("auto", "http://127.0.0.1:8265", "auto"),  # --address wins
+    ],
+)
+def test_init_ray_follows_the_rule_and_names_its_ray_instead_of_rays_lines(
+    monkeypatch, address, env, expected
+):
+    """A job's Ray (issue 52, items 4 and 7): ``jobs/upgrade.py`` and ``jobs/transform.py``
+    called ``ray.init()`` and joined the newest cluster found; they start or join what
+    which_ray's rule gives, at Ray's WARNING level (its "Started a local Ray instance" and
+    "Connecting to existing Ray cluster" lines are INFO), and log the one line naming it."""
+    import ray
+
+    from raycompat.cluster import which_ray
+
+    started, announced = [], []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **options: started.append(options))
+    monkeypatch.setattr(which_ray, "announce", announced.append)
+    monkeypatch.setattr(ray_console, "on_terminal", lambda: False, raising=False)
+    for name in ("set_log_level", "quiet_ray_data", "plain_prefixes", "install_console_filter"):
+        monkeypatch.setattr(ray_console, name, lambda *args: None)
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    ray_console.init_ray(address)
+    (options,) = started
+    assert options["address"] == expected and options["logging_level"] == logging.WARNING
+    assert announced == [expected]
+
+
 def test_log_level_follows_verbose(monkeypatch):
     import logging
 

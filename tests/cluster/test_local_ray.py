@@ -1,5 +1,6 @@
 """A SIGKILLed ``raycompat adopt`` leaves no Ray process behind (``raycompat/cluster/local_ray.py``;
-issue 37: it left the raylet's dashboard and runtime-env agents running).
+issue 37: it left the raylet's dashboard and runtime-env agents running), and its console names
+the private Ray it started instead of Ray's "Connecting to existing Ray cluster" (issue 52).
 
 The command runs in a session of its own, so every process it starts, directly or through Ray
 (the helper, GCS, raylet, agents, workers: none calls ``setsid``), is found by its session id
@@ -91,6 +92,10 @@ def test_a_killed_adopt_leaves_no_ray_process(tmp_path):
     try:
         up = wait_for(lambda: scanning.exists() or adopt.poll() is not None, 90)
         assert up and adopt.poll() is None, log.read_text()[-3000:]
+        # issue 52, items 4 and 7: one line names the private Ray it started, none of Ray's
+        said = log.read_text()
+        assert "Ray: a private local Ray that ends with this process: 1 node(s)" in said, said
+        assert "Connecting to existing Ray cluster" not in said, said
         running = session_processes(adopt.pid)
         assert any("raylet" in c for c in running.values()), running
         assert any("ray::stalled_scan" in c for c in running.values()), running  # a worker

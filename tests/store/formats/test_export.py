@@ -173,26 +173,34 @@ def test_a_failed_iceberg_export_leaves_no_table(tmp_path):
     assert not (tmp_path / "wh" / "gallery" / "t").exists()  # no metadata or data file left
 
 
+def append_fails_after_a_file(monkeypatch, error: BaseException):
+    """pyiceberg's append writes part of a data file, then raises ``error``; returns what puts
+    the real append back, for the rerun."""
+    from pyiceberg.table import Transaction
+
+    append = Transaction.append
+
+    def fails(self, reader, *args, **kwargs):
+        data = Path(self.table_metadata.location) / "data"
+        data.mkdir(parents=True)
+        (data / "00000-0.parquet").write_bytes(b"PAR1 partial")
+        raise error
+
+    monkeypatch.setattr(Transaction, "append", fails)
+    return lambda: monkeypatch.setattr(Transaction, "append", append)
+
+
 def test_a_full_disk_under_an_iceberg_export_is_one_line_and_leaves_no_file(
     tmp_path, monkeypatch
 ):
     """pyiceberg's append writes a data file, then the disk is full (an ``OSError`` with
     ENOSPC, as pyarrow raises it): the table is dropped, its folder removed, one line; the
     same export then runs."""
-    from pyiceberg.table import Transaction
-
     store = GalleryStore(str(tmp_path / "store"))
     publish(store, "v1", 12)
     options = iceberg_options(tmp_path)
-    append = Transaction.append
-
-    def full(self, reader, *args, **kwargs):
-        data = Path(self.table_metadata.location) / "data"
-        data.mkdir(parents=True)
-        (data / "00000-0.parquet").write_bytes(b"PAR1 partial")
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(Transaction, "append", full)
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    restore = append_fails_after_a_file(monkeypatch, full)
     with pytest.raises(NoSpaceError) as raised:
         export_version(store, "faces", "v1", "iceberg", "gallery.t", **options)
     assert str(raised.value) == (
@@ -200,7 +208,28 @@ def test_a_full_disk_under_an_iceberg_export_is_one_line_and_leaves_no_file(
         "this export wrote were removed"
     )
     assert not (tmp_path / "wh" / "gallery" / "t").exists()
-    monkeypatch.setattr(Transaction, "append", append)
+    restore()
+    assert export_version(store, "faces", "v1", "iceberg", "gallery.t", **options).rows == 12
+
+
+def test_ctrl_c_under_an_iceberg_export_leaves_no_table_or_file_and_the_rerun_exports(
+    tmp_path, monkeypatch
+):
+    """Ctrl-C while pyiceberg's append has written a data file (issue 52, item 6): the
+    interrupt goes on up (the command's one line and exit 130), the table it created is
+    dropped and its folder removed, so rerunning the same export writes the table."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 12)
+    options = iceberg_options(tmp_path)
+    restore = append_fails_after_a_file(monkeypatch, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        export_version(store, "faces", "v1", "iceberg", "gallery.t", **options)
+    catalog = SqlCatalog(CATALOG_NAME, uri=options["catalog_uri"], warehouse=options["warehouse"])
+    assert not catalog.table_exists("gallery.t")
+    assert not (tmp_path / "wh" / "gallery" / "t").exists()
+    restore()
     assert export_version(store, "faces", "v1", "iceberg", "gallery.t", **options).rows == 12
 
 
