@@ -25,6 +25,7 @@ verification and class-mean templates too (docs/fidelity.md, "Protocol `regime`"
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import multiprocessing
@@ -509,8 +510,16 @@ class TaskRecords:
         self.folder = folder
         self.config = {k: v for k, v in to_dict(cfg).items() if k not in self.LAYOUT}
 
+    NAME_BYTES = 200  # a file name stays under the 255 bytes of common file systems
+
     def path(self, name: str, seed: int, group: dict) -> Path:
-        return self.folder / f"{name}-seed{seed}-{'+'.join(group)}.json"
+        """``<protocol>-seed<seed>-<method>+<method>....json``; a group whose names would make
+        it too long is named by its first method, its size and a digest of them all."""
+        stem = f"{name}-seed{seed}-{'+'.join(group)}"
+        if len(stem.encode()) > self.NAME_BYTES:
+            digest = hashlib.sha256("+".join(group).encode()).hexdigest()[:16]
+            stem = f"{name}-seed{seed}-{next(iter(group))}+{len(group) - 1}-more-{digest}"
+        return self.folder / f"{stem}.json"
 
     def load(self, name: str, seed: int, group: dict) -> dict | None:
         path = self.path(name, seed, group)

@@ -436,6 +436,26 @@ def test_a_rerun_reads_its_finished_tasks_and_refuses_another_configs(quick, ben
         bench["main"].main(["--quick", "--out", str(out / "r.json"), "fct.epochs=3"])
 
 
+
+def test_a_task_file_of_a_long_method_group_keeps_a_short_unique_name(bench, tmp_path):
+    """The maps config's one group of 15 entries named its task file past the 255 bytes a file
+    name may have (``OSError: File name too long`` after the first task had trained): a long
+    group is named by its first method, its size and a digest; a short one as before."""
+    import yaml
+
+    main = bench["main"]
+    config = yaml.safe_load((ROOT / "benchmarks" / "fidelity_maps.yaml").read_text())
+    records = main.TaskRecords(tmp_path, main.FidelityConfig())
+    group = dict.fromkeys(config["method_groups"][0])
+    long = records.path("mnist5k", 0, group)
+    assert len(long.name.encode()) <= 255 and long.name.startswith("mnist5k-seed0-independent+14-")
+    other = dict.fromkeys([*config["method_groups"][0][1:], "independent"])  # same set, new order
+    assert records.path("mnist5k", 0, other) != long
+    records.write("mnist5k", 0, group, {"timing": {}})
+    assert records.load("mnist5k", 0, group) == {"timing": {"read_from_file": True}}
+    short = records.path("regime", 4, dict.fromkeys(["bct", "cores"]))
+    assert short.name == "regime-seed4-bct+cores.json"  # the committed tasks' names
+
 def test_the_readme_table_is_the_committed_run(bench):
     """README's result table is rendered from benchmarks/results/fidelity_cpu.json, not typed:
     a new run committed without regenerating the README (or an edited cell) fails here."""
