@@ -36,9 +36,10 @@ library is quieted through its own configuration, on the driver and
   learn it from the ``RAYCOMPAT_VERBOSE`` environment variable (:func:`set_log_level`).
 - Ray lines known to be harmless that no configuration turns off (:data:`HARMLESS_RAY_LINES`:
   the ``core_worker.cc`` ERROR for Ray Train's own restartable actors, the GCS's "Failed to
-  kill actor ... RpcError" about an actor already gone) are dropped from the
-  worker output Ray forwards to the driver's console: the one filter by pattern left. They stay
-  in Ray's session log files (``/tmp/ray/session_latest/logs``).
+  kill actor ... RpcError" about an actor already gone, the raylet's "N PYTHON worker processes
+  have been started" during a Tune sweep on a small node) are dropped from the worker output
+  and the warnings Ray forwards to the driver's console: the one filter by pattern left. They
+  stay in Ray's session log files (``/tmp/ray/session_latest/logs``).
 
 - Colour: Ray colours the ``(pid=..., actor)`` prefix of each worker line it forwards; where
   stdout or stderr is not a terminal (a log written to a file), :func:`plain_prefixes` sets
@@ -63,6 +64,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from raycompat.console import VERBOSE_ENV, verbose_requested
 from raycompat.progress import CONSOLE_ENV, TERMINAL, on_terminal
@@ -106,6 +108,15 @@ HARMLESS_RAY_LINES: tuple[tuple[re.Pattern, str], ...] = (
         "the GCS (its gcs_server.err, which Ray forwards) kills the actors of a run or a job "
         "that ends, and an actor whose worker has already gone cancels the call: the actor is "
         "dead either way (its INFO twin, 'Node with actor is already dead', stays in the log)",
+    ),
+    (
+        re.compile(
+            r"WARNING: \d+ PYTHON worker processes have been started on node: \S+ with "
+            r"address: \S+, which is \d+x the maximum expected startup concurrency"
+        ),
+        "the raylet counts a Tune sweep's workers (per trial a trainable, Ray Train's "
+        "controller and its workers, most of them holding no CPU) against the node's CPU count: "
+        "on a 2-CPU node 4 trials make it 11x; nothing is blocked (its raylet.out keeps it)",
     ),
 )
 
@@ -184,12 +195,12 @@ def is_harmless(line: str) -> bool:
     return any(pattern.search(line) for pattern, _ in HARMLESS_RAY_LINES)
 
 
-def filtered(handler: Callable[[dict], None]) -> Callable[[dict], None]:
+def filtered(handler: Callable[..., None]) -> Callable[..., None]:
     """``handler`` (Ray's printer of a batch of forwarded lines: a dict with ``lines``,
-    ``is_err``, ``pid``, ``actor_name``...) without the harmless lines; a batch left empty is
-    not printed."""
+    ``is_err``, ``pid``, ``actor_name``..., and whatever else it takes) without the harmless
+    lines; a batch left empty is not printed."""
 
-    def print_batch(data: dict) -> None:
+    def print_batch(data: dict, *args: Any, **kwargs: Any) -> None:
         lines = data.get("lines")
         if lines:
             kept = [line for line in lines if not is_harmless(line)]
@@ -197,18 +208,24 @@ def filtered(handler: Callable[[dict], None]) -> Callable[[dict], None]:
                 return
             if len(kept) != len(lines):
                 data = {**data, "lines": kept}
-        handler(data)
+        handler(data, *args, **kwargs)
 
     print_batch.unfiltered = handler
     return print_batch
 
 
 def install_console_filter() -> bool:
-    """Wrap Ray's console printer with :func:`filtered` (once). False where this Ray has no
-    such printer (not connected with ``log_to_driver``, or a Ray that moved it)."""
+    """Wrap Ray's console printers with :func:`filtered` (once each): the handler its log
+    thread prints the workers' lines with, and ``print_to_stdstream``, which its error thread
+    (``listen_error_messages``) calls directly for the raylet's and the GCS's warnings. False
+    where this Ray has no such printer (not connected with ``log_to_driver``, or a Ray that
+    moved them)."""
     try:
+        import ray._private.worker as worker
         from ray._private.worker import global_worker_stdstream_dispatcher as dispatcher
 
+        if not hasattr(worker.print_to_stdstream, "unfiltered"):
+            worker.print_to_stdstream = filtered(worker.print_to_stdstream)
         with dispatcher._lock:
             handlers = dispatcher.handlers
             for i, (name, handler) in enumerate(handlers):

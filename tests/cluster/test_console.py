@@ -100,6 +100,20 @@ def test_the_gcs_failing_to_kill_an_actor_already_gone_is_harmless():
     assert not is_harmless(gone.replace("RpcError: RPC error", "IOError: disk full"))
 
 
+RAYLET_WORKERS = (
+    "WARNING: 22 PYTHON worker processes have been started on node: 5f0c8a2e9b1d with address: "
+    "10.0.0.7, which is 11x the maximum expected startup concurrency (2). This could be a result "
+    "of using a large number of actors, tasks blocked in ray.get() calls, or tasks with "
+    "fractional CPU requests (e.g., num_cpus=0.1) allowing high concurrency. See "
+    "https://github.com/ray-project/ray/issues/3644 for some discussion of workarounds."
+)
+
+
+def test_the_raylets_count_of_a_sweeps_workers_is_harmless():
+    assert is_harmless(RAYLET_WORKERS)
+    assert not is_harmless("WARNING: the node 5f0c8a2e9b1d is running low on memory")
+
+
 @pytest.fixture
 def dispatcher(monkeypatch):
     """Ray's real dispatcher of forwarded lines, with its handler list swapped for the test."""
@@ -118,6 +132,25 @@ def test_install_wraps_rays_printer_once(dispatcher):
     assert printed[0]["lines"] == ["kept"]
     assert printed[1] == ("other", [HARMLESS.format(name="PreemptionWatcher"), "kept"])
     assert dispatcher.handlers[0][1].unfiltered == printed.append  # wrapped once, not twice
+
+
+def test_install_filters_the_warnings_rays_error_thread_prints(dispatcher, monkeypatch, capsys):
+    """The raylet's warnings reach the console through ``print_to_stdstream`` called by Ray's
+    error thread (``listen_error_messages``), not through the dispatcher's handlers."""
+    import inspect
+
+    import ray._private.worker as worker
+
+    monkeypatch.setattr(worker, "print_to_stdstream", worker.print_to_stdstream)  # restored after
+    assert "print_to_stdstream(" in inspect.getsource(worker.listen_error_messages)
+    install_console_filter()
+    install_console_filter()
+    assert not hasattr(worker.print_to_stdstream.unfiltered, "unfiltered")  # wrapped once
+    for line in (RAYLET_WORKERS, "WARNING: the node is running low on memory"):
+        worker.print_to_stdstream({"lines": [line], "pid": "raylet", "is_err": False}, False)
+    printed = capsys.readouterr().out
+    assert "PYTHON worker processes" not in printed
+    assert "running low on memory" in printed
 
 
 def test_install_does_nothing_without_rays_printer(dispatcher, monkeypatch):
