@@ -46,3 +46,20 @@ def test_a_dry_run_checks_the_store_and_deploys_nothing(tmp_path):
         "dry run: the config is valid; nothing was run or written",
         f"  input  store.root={tmp_path}/store",
     ]
+
+
+def test_the_stop_command_it_prints_is_one_the_serve_cli_of_this_ray_has():
+    """The deploy's summary tells an operator how to stop serving: that line must be a command
+    of the pinned Ray's ``serve`` CLI (``serve delete``, printed once, is not one)."""
+    from ray import serve
+
+    from raycompat.cli.jobs.deploy import STOP_COMMAND
+
+    program, subcommand, *options = STOP_COMMAND.split()
+    helped = subprocess.run(
+        [Path(sys.executable).with_name(program), subcommand, "--help"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert helped.returncode == 0, helped.stderr
+    assert all(option in helped.stdout for option in options), helped.stdout
+    assert callable(serve.delete)  # the Python form the same line names

@@ -442,6 +442,12 @@ NOISE = (
     "will not allow it to scale up",
     "Traceback (most recent call last)",
 )
+# Our lines: our loggers' on the driver, and a training run's forwarded by Ray from its worker
+# with the "(name pid=N)" prefix (the setup hook logs them by run and step, no timestamp)
+OURS = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} raycompat[\w.]*: "
+    r"|\(\w+ pid=\d+(, ip=[\d.]+)?\) [\w.]+-m\d-[0-9a-f]{8}/step_\d+[: ]"
+)
 # The demo's upgrade history (configs/upgrade_mnist.yaml: m1 alone, m2 d-Simplex-HOC against
 # it) at toy size: 20 MNIST-5k images per digit, one epoch, a gallery of two parts.
 TOY_UPGRADE = {
@@ -547,6 +553,10 @@ def test_the_upgrade_console_announces_its_stages_and_holds_no_noise_and_verbose
                 job.communicate()
     for noise in NOISE:
         assert noise not in out, f"{noise!r} in the quiet console:\n{out}"
+    # Only our lines: each is one of our loggers' (on the driver, or a worker's forwarded by
+    # Ray with its "(name pid=N)" prefix), whatever Ray or a library might add
+    foreign = [line for line in out.splitlines() if line.strip() and not OURS.match(line)]
+    assert not foreign, f"lines not ours in the quiet console: {foreign}\n{out}"
     assert "\x1b[" not in out + verbose, "colour codes in a log that is not a terminal"
     assert "row of the compatibility matrix" not in out, out  # one line per stage
     (summary,) = [line for line in out.splitlines() if "raycompat.jobs.upgrade: summary: " in line]

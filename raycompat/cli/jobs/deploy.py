@@ -34,6 +34,7 @@ from raycompat.io.credentials import register_secrets
 from raycompat.service.config import ServiceConfig
 
 logger = logging.getLogger("raycompat.jobs.deploy")
+STOP_COMMAND = "serve shutdown -y"  # what the summary tells an operator to stop it with
 
 
 def inputs(cfg: ServeJobConfig) -> list[str]:
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
             "status": str(status.applications[name].status.value),
             "replicas": sum(deployment.replica_states.values()),
             "url": proxy,
-            "stop": f"serve shutdown -y (every application), or serve.delete({name!r}) in Python",
+            "stop": f"{STOP_COMMAND} (every application), or serve.delete({name!r}) in Python",
         },
     )
 
