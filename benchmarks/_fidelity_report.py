@@ -268,3 +268,36 @@ if __name__ == "__main__":  # python benchmarks/_fidelity_report.py RESULT.json 
 
     loaded = json.loads(open(sys.argv[1]).read())
     print(readme_table(loaded, sys.argv[2]) if len(sys.argv) > 2 else markdown(loaded), end="")
+
+
+SPLIT_NAMES = {"mnist5k": "MNIST", "synthetic": "synth.", "open_set": "open",
+               "closed_set": "closed"}  # fmt: skip
+
+
+def maps_table(result: dict) -> str:
+    """docs/fidelity.md's table of the maps run (``fidelity_maps.yaml``): per entry and split,
+    the last model's queries against the first gallery ``M(T,1)`` and the share of a full
+    re-embedding kept (``summary.kept``'s mean over the pairs), each ``mean [lo, hi]`` over
+    seeds; a last row with the first model's own ``M(1,1)``, the bar ECC sets for ``M(T,1)``.
+    ``tests/benchmarks/test_fidelity.py`` holds the docs to this output of the committed JSON."""
+    protocols = result["protocols"]
+    splits = [
+        (key, " ".join(SPLIT_NAMES.get(p, p) for p in key.split("/")).replace(" ", "/"))
+        for key in protocols
+    ]
+    entries = list(next(iter(protocols.values()))["methods"])
+    steps = len(protocols[splits[0][0]]["methods"][entries[0]]["summary"]["matrix"])
+    last = f"M({steps},1)"
+    header = ["entry"] + [f"{name} {last}" for _, name in splits]
+    header += [f"{name} kept %" for _, name in splits]
+    rows = []
+    for entry in entries:
+        summaries = [protocols[key]["methods"][entry]["summary"] for key, _ in splits]
+        rows.append(
+            [entry]
+            + [fmt(s["matrix"][steps - 1][0], sd=False) for s in summaries]
+            + [fmt(s["kept"]["mean"], sd=False) for s in summaries]
+        )
+    own = [protocols[key]["methods"][entries[0]]["summary"]["matrix"][0][0] for key, _ in splits]
+    rows.append(["M(1,1)"] + [fmt(c, sd=False) for c in own] + ["-"] * len(splits))
+    return "\n".join(_table(header, rows)) + "\n"

@@ -436,7 +436,6 @@ def test_a_rerun_reads_its_finished_tasks_and_refuses_another_configs(quick, ben
         bench["main"].main(["--quick", "--out", str(out / "r.json"), "fct.epochs=3"])
 
 
-
 def test_a_task_file_of_a_long_method_group_keeps_a_short_unique_name(bench, tmp_path):
     """The maps config's one group of 15 entries named its task file past the 255 bytes a file
     name may have (``OSError: File name too long`` after the first task had trained): a long
@@ -456,6 +455,7 @@ def test_a_task_file_of_a_long_method_group_keeps_a_short_unique_name(bench, tmp
     short = records.path("regime", 4, dict.fromkeys(["bct", "cores"]))
     assert short.name == "regime-seed4-bct+cores.json"  # the committed tasks' names
 
+
 def test_the_readme_table_is_the_committed_run(bench):
     """README's result table is rendered from benchmarks/results/fidelity_cpu.json, not typed:
     a new run committed without regenerating the README (or an edited cell) fails here."""
@@ -464,7 +464,6 @@ def test_the_readme_table_is_the_committed_run(bench):
     table = bench["report"].readme_table(result, "mnist5k/open_set")
     assert len(table.splitlines()) == 2 + len(result["protocols"]["mnist5k/open_set"]["methods"])
     assert table in (ROOT / "README.md").read_text()
-
 
 
 def test_the_regime_tables_in_the_docs_are_the_committed_run(bench):
@@ -483,6 +482,17 @@ def test_the_regime_tables_in_the_docs_are_the_committed_run(bench):
     assert len(tables) >= 8  # per split: epochs, summary, matrix, kept, backfill, two scores
     missing = [t.splitlines()[2] for t in tables if t not in docs]
     assert not missing, missing
+
+
+def test_the_maps_table_in_the_docs_is_the_committed_run(bench):
+    """docs/fidelity.md's maps table (M(3,1) and the kept share per entry and split) is
+    rendered from benchmarks/results/fidelity_maps_cpu.json: an edited cell fails here."""
+    result = json.loads((ROOT / "benchmarks" / "results" / "fidelity_maps_cpu.json").read_text())
+    assert result["config"]["seeds"] == [0, 1, 2, 3, 4]
+    table = bench["report"].maps_table(result)
+    assert "| slerp_query |" in table and "kept %" in table.splitlines()[0]
+    assert table in (ROOT / "docs" / "fidelity.md").read_text()
+
 
 class Rotated(torch.nn.Module):
     """A "model" whose features are one fixed projection of the image, rotated by ``R``: any
