@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.benchmarks import benchmark_modules
+from tests.benchmarks import BENCHMARKS, benchmark_modules
 
 ROWS, PART_ROWS = 40_000, 5_000  # 8 parts
 # One actor and batches of 500 rows: a part takes several batches, so the kill lands
@@ -85,3 +85,69 @@ def test_a_tiny_run_is_killed_half_way_resumes_and_verifies(billion, tmp_path, c
     assert kept["bench/v1"] == "on the lineage of v2"  # superseded, yet kept: v2 = h(v1)
     assert steps["export_delta"]["output"]["rows"] == ROWS
     assert not root.exists()  # everything it wrote is gone
+
+
+def test_the_tables_in_the_docs_are_the_committed_runs():
+    """docs/scale.md's billion-row tables are rendered from the committed JSON files by
+    ``_billion_report.markdown``, not typed: an edited cell fails here."""
+    (report,) = benchmark_modules("_billion_report")
+    results_dir = BENCHMARKS / "results"
+    runs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("billion*_cpu.json"))]
+    assert runs and all(run.get("complete") is not False and run["verified"] for run in runs)
+    docs = (BENCHMARKS.parent / "docs" / "scale.md").read_text()
+    tables, table = [], []
+    for line in report.markdown(runs).splitlines() + [""]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            tables, table = tables + ["\n".join(table)], []
+    assert len(tables) == len(runs) + (len(runs) > 1)
+    missing = [t.splitlines()[2] for t in tables if t not in docs]
+    assert not missing, missing
+
+
+def test_the_report_renders_steps_rates_and_ratios_by_hand():
+    (report,) = benchmark_modules("_billion_report")
+
+    def run(rows: int, wall: float, mb: float, ms: float, part_rows: int = 10) -> dict:
+        transform = {
+            "wall_s": wall, "rows_per_s": rows / wall, "driver_peak_rss_mb": mb,
+            "bytes_on_disk": 2e9, "parts_total": rows // part_rows, "parts_kept": 3,
+            "parts_redone": rows // part_rows - 3, "time_lost_s": 2.0,
+            "commit_ms_per_part": ms / 10, "tmp_files_left": 1, "tmp_bytes_left": 5e6,
+            "first_run": {"parts_at_kill": 3, "wall_s": 1.5, "killed_processes": 4},
+            "second_run": {"wall_s": 2.5, "commit_s": 0.25},
+        }  # fmt: skip
+        return {
+            "rows": rows,
+            "parts": rows // part_rows,
+            "width": 8,
+            "dtype": "float16",
+            "args": {"part_rows": part_rows},
+            "machine": {"cpu_model": "CPU", "cpu_count": 2},
+            "steps": {
+                "transform": transform,
+                "history": {"wall_s": 1.0, "driver_peak_rss_mb": 80.0, "parts": rows // 10,
+                            "ms_per_part": ms},
+                "export_delta": {"skipped": "--no-export"},
+            },
+        }  # fmt: skip
+
+    other_parts = run(50, 1.0, 10.0, 1.0, part_rows=5)  # another part size: not in the ratios
+    text = report.markdown([run(1000, 4.0, 100.0, 20.0), run(100, 1.0, 90.0, 10.0), other_parts])
+    assert "| transform | 4.0 | 0 k | 100 | - | - | 2.00 |" in text
+    assert "| commit (of the transform) | 0.2 | - | - | 100 | 2.0 | - |" in text
+    assert "| history | 1.0 | - | 80 | 100 | 20.0 | - |" in text
+    assert (
+        "Transform: SIGKILLed at 3 of 100 parts after 1.5 s (4 processes); the rerun kept 3 and "
+        "wrote 97 in 2.5 s; time lost 2.0 s; the killed run left 1 temporary file(s) (5.0 MB) "
+        "for gc.\nexport_delta skipped (--no-export)"
+    ) in text
+    # per row: 100 rows/s at 100 rows, 250 at 1000: 0.40x the time per row; RSS 100 / 90 =
+    # 1.11x; the commit's 2.0 ms a part against 1.0; history 20 ms a part against 10, 80 MB both
+    ratios = text[text.index("1,000 rows over 100:") :]
+    assert "| transform | 0.40 | - | 1.11 |" in ratios
+    assert "| commit (of the transform) | - | 2.00 | - |" in ratios
+    assert "| history | - | 2.00 | 1.00 |" in ratios
+    assert text.index("50 rows, 10 parts") < text.index("100 rows, 10 parts")
+    assert text.index("100 rows, 10 parts") < text.index("1,000 rows, 100 parts")

@@ -18,8 +18,9 @@ What is collected, per gallery, each only when everything under it is older than
   lease is not collected under it). An area with no lease record at all goes by its files'
   age alone.
 - ``tmp``: temporary part files under ``_tmp/`` of published versions' folders, left by writers
-  killed before the commit (hidden: no reader sees them, and no writer will move them; an
-  unpublished staging area's ``_tmp`` is removed by the next ``begin``, or with the area).
+  killed before the commit (hidden: no reader sees them, and no writer will move them: a rerun
+  that resumes the area writes fresh temporary files beside them; an unpublished area's go with
+  the area).
 - ``index``: index builds ``_index/<version>/<build>/`` that the version's pointer does not name,
   and every index of a version that no longer exists.
 - ``version``: with ``keep_versions=K``, published versions older than the newest K, unless a
