@@ -317,7 +317,7 @@ class Job:
         self._reader.join()
         return code, seconds
 
-    def first(self, pattern: str) -> tuple[float, re.Match] | None:
+    def first(self, pattern: str | re.Pattern) -> tuple[float, re.Match] | None:
         """``(seconds since start, match)`` of the first output line matching ``pattern``."""
         for at, line in self.lines:
             found = re.search(pattern, line)

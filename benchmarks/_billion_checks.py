@@ -108,7 +108,7 @@ def recomputed(v1_paths: list[str], v2_path: str, weight, bias) -> dict:
     order = np.argsort(old_ids)
     old_ids, old = old_ids[order], old[order]
     if not np.array_equal(old_ids, np.sort(ids)):
-        return {"part": v2_path, "same_ids": False}
+        return {"part": v2_path.rsplit("/", 1)[-1], "same_ids": False}
     expected = old[np.searchsorted(old_ids, ids)] @ weight + bias
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     diff = float(np.abs(expected - stored).max())

@@ -281,10 +281,7 @@ def maps_table(result: dict) -> str:
     seeds; a last row with the first model's own ``M(1,1)``, the bar ECC sets for ``M(T,1)``.
     ``tests/benchmarks/test_fidelity.py`` holds the docs to this output of the committed JSON."""
     protocols = result["protocols"]
-    splits = [
-        (key, " ".join(SPLIT_NAMES.get(p, p) for p in key.split("/")).replace(" ", "/"))
-        for key in protocols
-    ]
+    splits = [(key, "/".join(SPLIT_NAMES.get(p, p) for p in key.split("/"))) for key in protocols]
     entries = list(next(iter(protocols.values()))["methods"])
     steps = len(protocols[splits[0][0]]["methods"][entries[0]]["summary"]["matrix"])
     last = f"M({steps},1)"

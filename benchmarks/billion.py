@@ -64,6 +64,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _billion import (  # noqa: E402
+    CHUNKS_LINE,
     EXPORT_BYTES_PER_ROW,
     GALLERY,
     GUESS_BYTES_PER_ROW,
@@ -279,7 +280,7 @@ def second_run(args: argparse.Namespace, work: Work, config: Path) -> dict:
         raise RuntimeError(f"the rerun exited {code}; see {job.log}")
     new = sorted(t for name, t in seen.items() if name not in before)
     published = job.first(r"published .*\((\d+) rows, (\d+) files\)")
-    chunks = job.first(r"(\d+) of (\d+) chunks done, (\d+) to do")
+    chunks = job.first(CHUNKS_LINE)
     summary = job.first(r"summary: (.*)$")
     last = new[-1] if new else None
     return {
