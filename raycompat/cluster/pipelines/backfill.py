@@ -51,7 +51,6 @@ from raycompat.cluster.pipelines.backfill_plan import (
 from raycompat.cluster.pipelines.extract import PREFETCH_BATCHES, embed
 from raycompat.cluster.pipelines.inputs import iter_chunk_batches
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
-from raycompat.cluster.pipelines.prefetch import prefetch
 from raycompat.cluster.pipelines.resume import record_plan
 from raycompat.cluster.pipelines.runner import ChunkWorker, run_staged
 from raycompat.cluster.pipelines.selection import (
@@ -76,6 +75,7 @@ from raycompat.cluster.pipelines.weights import (
     transformation_of,
 )
 from raycompat.config.pipelines import RunOptions
+from raycompat.io.prefetch import prefetch
 from raycompat.store import GalleryStore, Staging, StoreError, VersionInfo
 from raycompat.store.commit.part_record import IdFingerprint
 from raycompat.store.read.vectors import vectors

@@ -42,10 +42,10 @@ from raycompat.cluster.pipelines.inputs import (
 )
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.pool import describe_nodes, plan_pool
-from raycompat.cluster.pipelines.prefetch import prefetch
 from raycompat.cluster.pipelines.runner import ChunkWorker, live_nodes, run_staged
 from raycompat.cluster.pipelines.weights import Shared, share_transformation, transformation_of
 from raycompat.config.pipelines import RunOptions
+from raycompat.io.prefetch import prefetch
 from raycompat.store import GalleryStore, SchemaError, VersionInfo, embedding_schema
 from raycompat.store.commit.part_record import IdFingerprint
 from raycompat.store.commit.staging import Staging

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute.field)
+import pyarrow.parquet as pq
 import pytest
 
 from raycompat.errors import ManifestError
@@ -190,9 +192,7 @@ def append_fails_after_a_file(monkeypatch, error: BaseException):
     return lambda: monkeypatch.setattr(Transaction, "append", append)
 
 
-def test_a_full_disk_under_an_iceberg_export_is_one_line_and_leaves_no_file(
-    tmp_path, monkeypatch
-):
+def test_a_full_disk_under_an_iceberg_export_is_one_line_and_leaves_no_file(tmp_path, monkeypatch):
     """pyiceberg's append writes a data file, then the disk is full (an ``OSError`` with
     ENOSPC, as pyarrow raises it): the table is dropped, its folder removed, one line; the
     same export then runs."""
@@ -338,91 +338,135 @@ def test_a_version_of_an_s3_store_exports_to_a_local_folder(s3_bucket, tmp_path)
     np.testing.assert_array_equal(vectors, x)
 
 
-PANIC = b"thread 'tokio-rt-worker' panicked at object_store/src/buffered.rs:369:41:\nAlready shut\n"
+def no_space_after(written: int):
+    """``ParquetWriter.write_batch`` as on a disk that fills after ``written`` batches."""
+    real = pq.ParquetWriter.write_batch
+    calls = []
+
+    def write_batch(self, batch, *args, **kwargs):
+        calls.append(batch.num_rows)
+        if len(calls) > written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, batch, *args, **kwargs)
+
+    return write_batch
 
 
-def write_until_full(error: Exception):
-    """``deltalake.write_deltalake`` onto a full disk, as delta-rs 1.6 fails there: it creates
-    the folder, a part file and an empty ``_delta_log``, a tokio worker prints a Rust panic to
-    the process's stderr, and it raises ``error``."""
-
-    def write(uri, reader, **kwargs):
-        os.makedirs(os.path.join(uri, "_delta_log"))
-        with open(os.path.join(uri, "part-00000.snappy.parquet"), "wb") as handle:
-            handle.write(b"PAR1 partial")
-        os.write(2, PANIC)
+def commit_fails(error: Exception):
+    def commit(*args, **kwargs):
         raise error
 
-    return write
+    return commit
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        deltalake.exceptions.DeltaError(
-            "Failed to parse parquet: External: Generic LocalFileSystem error: Unable to copy "
-            "data to file: No space left on device (os error 28)"
-        ),
-        OSError("Generic LocalFileSystem error\n  Unable to copy data\n  (os error 28)"),
-    ],
-)
-def test_a_full_disk_is_one_line_and_leaves_no_folder(tmp_path, capfd, monkeypatch, error):
+DELTA_NO_SPACE = "Generic LocalFileSystem error: Unable to copy data to file: No space left on "
+DELTA_NO_SPACE += "device (os error 28)"
+
+
+@pytest.mark.parametrize("where", ["data files", "commit"])
+def test_a_full_disk_is_one_line_and_leaves_no_folder(tmp_path, capfd, monkeypatch, where):
+    from deltalake import transaction
+
     from raycompat.cli.app import main
 
     store = GalleryStore(str(tmp_path / "store"))
     publish(store, "v1", 12)
-    monkeypatch.setattr(deltalake, "write_deltalake", write_until_full(error))
+    if where == "data files":
+        monkeypatch.setattr(pq.ParquetWriter, "write_batch", no_space_after(0))
+    else:  # the commit's log entry, as delta-rs reports a full disk
+        error = deltalake.exceptions.DeltaError(DELTA_NO_SPACE)
+        monkeypatch.setattr(transaction, "create_table_with_add_actions", commit_fails(error))
     target = tmp_path / "out" / "t"
     argv = ["export", "faces", str(target), "--store", store.root, "--version", "v1"]
     assert main([*argv, "--format", "delta"]) == 1
     out, err = capfd.readouterr()
-    assert out == "" and "panicked" not in err
     # the test session's Ray (started by an earlier test) may forward a worker's late line,
     # "(PlacementGroupCleaner pid=...) ...", to this process's stderr: not the command's output
     ours = [line for line in err.splitlines() if not RAY_WORKER_LINE.match(line)]
-    assert ours == [
+    assert out == "" and ours == [
         f"raycompat: error: {target}: no space left on device; the Delta table was not "
         "written; the folder this export created was removed"
     ], err
     assert not target.exists() and (tmp_path / "out").is_dir()  # only what it created
 
 
-def test_a_failed_write_into_an_existing_table_keeps_it(tmp_path, capfd, monkeypatch):
+@pytest.mark.parametrize("where", ["data files", "commit"])
+def test_a_failed_write_into_an_existing_table_keeps_it(tmp_path, monkeypatch, where):
+    """An overwrite that fails leaves the table's folder as it was: the files it wrote go,
+    no commit naming them."""
+    from deltalake import DeltaTable
+
     store = GalleryStore(str(tmp_path / "store"))
     publish(store, "v1", 12)
     target = str(tmp_path / "t")
     export_version(store, "faces", "v1", "delta", target)
-    before = sorted(p.name for p in (tmp_path / "t").iterdir())
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*"))
 
-    def full(uri, reader, **kwargs):
-        os.write(2, PANIC)
-        raise deltalake.exceptions.DeltaError("No space left on device (os error 28)")
-
-    monkeypatch.setattr(deltalake, "write_deltalake", full)
+    if where == "data files":
+        monkeypatch.setattr(pq.ParquetWriter, "write_batch", no_space_after(2))
+    else:
+        error = deltalake.exceptions.DeltaError(DELTA_NO_SPACE)
+        monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_fails(error))
     written = r"t: no space left on device; the Delta table was not written$"
     with pytest.raises(StoreError, match=written):
-        export_version(store, "faces", "v1", "delta", target, mode="overwrite")
-    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == before
+        export_version(store, "faces", "v1", "delta", target, mode="overwrite", batch_size=4)
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "t").rglob("*")) == before
     assert deltalake.DeltaTable(target).to_pyarrow_table().num_rows == 12
-    assert "panicked" not in capfd.readouterr().err
 
 
 def test_ctrl_c_after_the_commit_leaves_no_table_and_the_rerun_exports(tmp_path, monkeypatch):
-    """Ctrl-C as delta-rs returns from its commit (the properties not set yet): the export did
-    not finish, so the table it created goes, and rerunning the same export writes it (issue
-    52: a rerun was refused, the target already holding a Delta table)."""
+    """Ctrl-C as the commit returns (the properties not set yet): the export did not finish, so
+    the table it created goes, and rerunning the same export writes it (issue 52: a rerun was
+    refused, the target already holding a Delta table)."""
+    from deltalake import transaction
+
     store = GalleryStore(str(tmp_path / "store"))
     publish(store, "v1", 12)
     target = str(tmp_path / "t")
-    commit = deltalake.write_deltalake
+    commit = transaction.create_table_with_add_actions
 
-    def committed_then_ctrl_c(uri, reader, **kwargs):
-        commit(uri, reader, **kwargs)
+    def committed_then_ctrl_c(*args, **kwargs):
+        commit(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(deltalake, "write_deltalake", committed_then_ctrl_c)
+    monkeypatch.setattr(transaction, "create_table_with_add_actions", committed_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         export_version(store, "faces", "v1", "delta", target)
     assert not (tmp_path / "t").exists()
-    monkeypatch.setattr(deltalake, "write_deltalake", commit)
+    monkeypatch.setattr(transaction, "create_table_with_add_actions", commit)
     assert export_version(store, "faces", "v1", "delta", target).rows == 12
+
+
+def test_a_version_whose_ids_differ_from_its_record_commits_nothing(tmp_path):
+    """The ids are checked against the record before the commit: no table is left."""
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 10)
+    path = tmp_path / "store" / "faces" / "_versions" / "v1.json"
+    raw = json.loads(path.read_text())
+    raw["ids"]["count"] = 11
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ManifestError, match=r"its files hold"):
+        export_version(store, "faces", "v1", "delta", str(tmp_path / "t"))
+    assert not (tmp_path / "t").exists()
+
+
+def test_files_roll_by_size_and_carry_delta_statistics(tmp_path, monkeypatch):
+    """A new data file once FILE_BYTES of Arrow data are in one (here: after every batch), each
+    with its row count, null counts and the id range a reader prunes by (issue 54: the files
+    are written here, not by delta-rs)."""
+    from raycompat.store.formats import export_delta
+
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 40)  # two files of 20 rows: batches of 8, 8 and 4 in each
+    monkeypatch.setattr(export_delta, "FILE_BYTES", 1)
+    target = str(tmp_path / "t")
+
+    summary = export_version(store, "faces", "v1", "delta", target, batch_size=8)
+
+    table = deltalake.DeltaTable(target)
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    spans = sorted(zip(adds["min.id"], adds["max.id"], adds["num_records"], strict=True))
+    assert spans == [(0, 7, 8), (8, 15, 8), (16, 19, 4), (20, 27, 8), (28, 35, 8), (36, 39, 4)]
+    assert summary.files == 6 and set(adds["null_count.embedding"]) == {0}
+    pruned = table.to_pyarrow_dataset().to_table(filter=pa.compute.field("id") >= 30)
+    assert sorted(pruned.column("id").to_pylist()) == list(range(30, 40))

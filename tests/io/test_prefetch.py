@@ -8,7 +8,7 @@ from contextlib import closing
 
 import pytest
 
-from raycompat.cluster.pipelines.prefetch import prefetch
+from raycompat.io.prefetch import prefetch
 
 WAIT_S = 10  # generous: a hang fails the test instead of blocking the suite
 

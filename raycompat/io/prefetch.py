@@ -5,7 +5,8 @@
 
 An extraction actor reads, decodes and resizes batch k+1 while the model runs on batch k:
 decoders (libjpeg, Pillow) and torch ops release the GIL, so the two overlap on a node's cores
-(on a GPU node, CPU decoding hides behind the forward pass). Memory: the consumer's item, at
+(on a GPU node, CPU decoding hides behind the forward pass); the Delta export reads and casts
+the next batch while pyarrow's writer encodes this one. Memory: the consumer's item, at
 most ``depth`` queued, and the one being produced. An error in the iterator is raised in the
 consumer, at the item where it happened; a consumer that stops early (its own error, a
 ``break``) stops the thread and closes the iterator. No Ray here.
