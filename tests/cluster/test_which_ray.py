@@ -44,3 +44,26 @@ def test_the_line_names_where_nodes_cpus_and_gpus(ray_local):
         r"0 GPU\(s\)",
         joined,
     ), joined
+
+
+@pytest.mark.parametrize("env, expected", [(None, LOCAL), ("10.0.0.1:6379", "10.0.0.1:6379")])
+def test_a_pipeline_called_with_no_ray_starts_one_by_the_rule(monkeypatch, env, expected):
+    """``transform_version`` and the other pipelines called from Python with no Ray yet start
+    one as the jobs do, not with a bare ``ray.init()`` (which joins the latest cluster found on
+    the machine, another user's on a shared one)."""
+    import ray
+
+    from raycompat.cluster.pipelines import runner
+
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    started, announced = [], []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: started.append(kwargs))
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}])
+    monkeypatch.setattr(runner, "announce", announced.append)
+
+    assert runner.live_nodes() == [{"CPU": 2.0}]
+    assert started == [{"address": expected}] and announced == [expected]

@@ -34,6 +34,7 @@ import torch
 from raycompat.cluster.pipelines.parts import Chunk, PartWriter
 from raycompat.cluster.pipelines.resume import pending_chunks, record_plan
 from raycompat.cluster.pipelines.unique import check_unique_distributed
+from raycompat.cluster.which_ray import announce, resolve_address
 from raycompat.config.pipelines import RunOptions
 from raycompat.errors import DataError
 from raycompat.precision import autocast_dtype
@@ -204,10 +205,14 @@ def chunks_in_flight(chunks: int, actors: int, before: Stage | None) -> int:
 
 def live_nodes() -> list[dict]:
     """The resources of the cluster's live nodes (``{"CPU": 16, "GPU": 2}`` each): what a pool
-    is sized from (``pool.py``, ``decode.plan_pools``). Ray is started first if it is not yet,
-    as Ray Data would for a pipeline's first dataset."""
+    is sized from (``pool.py``, ``decode.plan_pools``). A library call made with no Ray yet
+    (a notebook's ``transform_version``) starts one by the jobs' rule (``which_ray``): the
+    cluster ``RAY_ADDRESS`` names, else a private one, never Ray's "latest cluster" on the
+    machine."""
     if not ray.is_initialized():
-        ray.init()
+        address = resolve_address(None)
+        ray.init(address=address)
+        announce(address)
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
 
