@@ -67,3 +67,58 @@ def test_a_pipeline_called_with_no_ray_starts_one_by_the_rule(monkeypatch, env, 
 
     assert runner.live_nodes() == [{"CPU": 2.0}]
     assert started == [{"address": expected}] and announced == [expected]
+
+
+class _Started(Exception):
+    """Raised where the command would start Ray: the test stops there."""
+
+
+COMMANDS_THAT_START_RAY = {
+    "adopt": ["adopt", "faces", "TABLE", "--version", "v2", "--model", "m1"],
+    "index build": ["index", "build", "faces", "--version", "v1", "--kind", "sharded_ivf"],
+    "adapt --runner ray": [
+        "adapt", "faces", "--version", "v1", "--model", "m1", "--pairs", "PAIRS",
+        "--runner", "ray",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS_THAT_START_RAY)
+@pytest.mark.parametrize("address", [None, "auto", "local"])
+def test_every_command_that_starts_ray_asks_the_rule_with_its_address(
+    tmp_path, monkeypatch, command, address
+):
+    """``adopt``, ``index build`` and ``adapt --runner ray`` start Ray through
+    ``ray_for_command`` with their ``--address`` (the rule's step 1; the others are tested on
+    ``ray_for_command`` itself, ``test_local_ray.py``), not with a Ray of their own."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from raycompat.cli.app import main
+    from raycompat.cluster import local_ray
+    from raycompat.store import GalleryStore, VersionInfo, embedding_table
+
+    store = GalleryStore(str(tmp_path / "store"))
+    staging = store.begin("faces", VersionInfo("v1", "m1", 4, True, "v1 = extract(m1)"), "job")
+    x = np.eye(4, dtype=np.float32)[np.arange(12) % 4]
+    staging.write_table(embedding_table(np.arange(12), x), "a.parquet")
+    staging.commit(expected_rows=12)
+    table = tmp_path / "table"
+    table.mkdir()
+    pq.write_table(embedding_table(np.arange(12), x), table / "part-0.parquet")
+    pq.write_table(embedding_table(np.arange(4), x[:4]), tmp_path / "pairs.parquet")
+    asked = []
+
+    def started(given):
+        asked.append(given)
+        raise _Started
+
+    monkeypatch.setattr(local_ray, "ray_for_command", started)
+    argv = [
+        {"TABLE": str(table), "PAIRS": str(tmp_path / "pairs.parquet")}.get(word, word)
+        for word in COMMANDS_THAT_START_RAY[command]
+    ]
+    given = [] if address is None else ["--address", address]
+    with pytest.raises(_Started):
+        main([*argv, "--store", store.root, *given])
+    assert asked == [address]
