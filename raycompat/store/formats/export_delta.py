@@ -25,6 +25,7 @@ even after the commit (the export did not finish), so that rerunning the same ex
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -113,16 +114,22 @@ class DataFiles:
 
     def write(self, reader: pa.RecordBatchReader) -> None:
         writer = stats = None
-        for batch in prefetch(iter(reader), depth=2):  # the next read and cast meanwhile
-            if writer is None:
-                writer, stats = self._open(reader.schema), FileStats(reader.schema)
-            writer.write_batch(batch)
-            stats.update(batch)
-            if stats.nbytes >= FILE_BYTES:
+        try:
+            for batch in prefetch(iter(reader), depth=2):  # the next read and cast meanwhile
+                if writer is None:
+                    writer, stats = self._open(reader.schema), FileStats(reader.schema)
+                writer.write_batch(batch)
+                stats.update(batch)
+                if stats.nbytes >= FILE_BYTES:
+                    self._close(writer, stats)
+                    writer = None
+            if writer is not None:
                 self._close(writer, stats)
                 writer = None
-        if writer is not None:
-            self._close(writer, stats)
+        finally:
+            if writer is not None:  # a failure mid-file: its handle goes (the file, in _undo)
+                with contextlib.suppress(Exception):
+                    writer.close()
 
     def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
         if not self.names:
@@ -136,6 +143,7 @@ class DataFiles:
         )
 
     def _close(self, writer: pq.ParquetWriter, stats: FileStats) -> None:
+        """Close the file being written and keep its ``add`` action."""
         from deltalake.transaction import AddAction
 
         writer.close()
