@@ -311,6 +311,48 @@ def test_ctrl_c_in_a_command_is_one_line_naming_what_a_rerun_does(store, capsys,
         main(["versions", "faces", "--store", store.uri(), "--debug"])
 
 
+EXPORT_READING_SLOWLY = """
+import sys, time
+from raycompat.cli.app import main
+from raycompat.store.gallery import GalleryStore
+
+read = GalleryStore.iter_batches
+
+def slowly(self, *args, **kwargs):  # the second batch comes 3 s late: time to press Ctrl-C
+    for number, batch in enumerate(read(self, *args, **kwargs)):
+        if number == 1:
+            print("reading", file=sys.stderr, flush=True)
+            time.sleep(3)
+        yield batch
+
+GalleryStore.iter_batches = slowly
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_during_a_delta_export_is_one_line_and_the_rerun_exports(tmp_path):
+    """SIGINT while the export has written its first file (issue 52, item 1, for ``export``):
+    one line, exit 130, the table folder it created gone, and the same command exports."""
+    from tests.store.formats.test_export import publish
+
+    store = GalleryStore(str(tmp_path / "store"))
+    publish(store, "v1", 40)  # two files: two batches
+    target = tmp_path / "t"
+    argv = ["export", "faces", str(target), "--store", store.root, "--version", "v1",
+            "--format", "delta"]  # fmt: skip
+
+    def stderr(line: str) -> bool:
+        return line.strip() == "reading"
+
+    code, lines = interrupted([sys.executable, "-c", EXPORT_READING_SLOWLY, *argv], stderr)
+    assert (code, lines) == (130, [
+        "raycompat: interrupted; a table this export created is removed; rerunning the same "
+        "command exports again (with --mode overwrite over a Delta table that was there before)"
+    ])  # fmt: skip
+    assert not target.exists()
+    assert main(argv) == 0 and target.is_dir()
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_the_demo_is_one_line_and_exit_130(tmp_path):
     """``python jobs/demo.py`` interrupted while it trains its first model."""
