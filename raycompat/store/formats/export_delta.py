@@ -163,14 +163,21 @@ class DataFiles:
                 logger.warning("%s: could not remove %s: %s", self.backend.root, name, error)
 
 
+def _ranged(kind: pa.DataType) -> bool:
+    """Whether Delta statistics keep a column's min/max here: numbers and strings (JSON has
+    them as they are); vectors, dates and the rest get none (statistics are per column and
+    optional)."""
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
+
+
 class FileStats:
     """Delta's per-file statistics: ``numRecords``, each column's ``nullCount``, and
-    ``minValues``/``maxValues`` of the columns that are not lists (vectors have none)."""
+    ``minValues``/``maxValues`` of its number and string columns (:func:`_ranged`)."""
 
     def __init__(self, schema: pa.Schema):
         self.rows = self.nbytes = 0
         self.nulls = dict.fromkeys(schema.names, 0)
-        self.ranged = [f.name for f in schema if not pa.types.is_nested(f.type)]
+        self.ranged = [f.name for f in schema if _ranged(f.type)]
         self.low: dict = {}
         self.high: dict = {}
 

@@ -470,3 +470,21 @@ def test_files_roll_by_size_and_carry_delta_statistics(tmp_path, monkeypatch):
     assert summary.files == 6 and set(adds["null_count.embedding"]) == {0}
     pruned = table.to_pyarrow_dataset().to_table(filter=pa.compute.field("id") >= 30)
     assert sorted(pruned.column("id").to_pylist()) == list(range(30, 40))
+
+
+def test_string_ids_get_their_range_and_labels_theirs(tmp_path):
+    """Statistics keep min/max of number and string columns (ids of either kind, labels)."""
+    store = GalleryStore(str(tmp_path / "store"))
+    x = np.eye(WIDTH, dtype=np.float32)[np.arange(6) % WIDTH]
+    staging = store.begin("faces", VersionInfo("v1", "m1", WIDTH, True, "v1 = extract(m1)"), "j")
+    ids = [f"face-{i}" for i in (3, 1, 4, 0, 5, 2)]
+    staging.write_table(embedding_table(ids, x, labels=[7, 8, 9, 7, 8, 9]), "a.parquet")
+    staging.commit(expected_rows=6)
+    export_version(store, "faces", "v1", "delta", str(tmp_path / "t"))
+
+    table = deltalake.DeltaTable(str(tmp_path / "t"))
+    (add,) = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    assert (add["min.id"], add["max.id"], add["min.label"], add["max.label"]) == (
+        "face-0", "face-5", 7, 9,
+    )  # fmt: skip
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == sorted(ids)
