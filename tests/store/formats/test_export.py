@@ -473,12 +473,17 @@ def test_files_roll_by_size_and_carry_delta_statistics(tmp_path, monkeypatch):
 
 
 def test_string_ids_get_their_range_and_labels_theirs(tmp_path):
-    """Statistics keep min/max of number and string columns (ids of either kind, labels)."""
+    """Statistics keep min/max of number and string columns (ids of either kind, labels), and
+    none of another column a version carries (a date here, which JSON has no form for)."""
+    import datetime
+
     store = GalleryStore(str(tmp_path / "store"))
     x = np.eye(WIDTH, dtype=np.float32)[np.arange(6) % WIDTH]
     staging = store.begin("faces", VersionInfo("v1", "m1", WIDTH, True, "v1 = extract(m1)"), "j")
     ids = [f"face-{i}" for i in (3, 1, 4, 0, 5, 2)]
-    staging.write_table(embedding_table(ids, x, labels=[7, 8, 9, 7, 8, 9]), "a.parquet")
+    rows = embedding_table(ids, x, labels=[7, 8, 9, 7, 8, 9])
+    rows = rows.append_column("seen", pa.array([datetime.date(2026, 12, d) for d in range(1, 7)]))
+    staging.write_table(rows, "a.parquet")
     staging.commit(expected_rows=6)
     export_version(store, "faces", "v1", "delta", str(tmp_path / "t"))
 
@@ -487,4 +492,5 @@ def test_string_ids_get_their_range_and_labels_theirs(tmp_path):
     assert (add["min.id"], add["max.id"], add["min.label"], add["max.label"]) == (
         "face-0", "face-5", 7, 9,
     )  # fmt: skip
+    assert (add.get("min.seen"), add["null_count.seen"]) == (None, 0)
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == sorted(ids)
