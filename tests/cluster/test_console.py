@@ -446,7 +446,9 @@ NOISE = (
 # with the "(name pid=N)" prefix (the setup hook logs them by run and step, no timestamp)
 OURS = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} raycompat[\w.]*: "
-    r"|\(\w+ pid=\d+(, ip=[\d.]+)?\) [\w.-]+-m\d-[0-9a-f]{8}(-\w+)?/(step_\d+|transformation)[: ]"
+    r"|\(\w+ pid=\d+(, ip=[\d.]+)?\) "  # a line a training run's worker logs, forwarded by Ray
+    r"([\w.-]+-m\d-[0-9a-f]{8}(-\w+)?|[0-9a-f]{5}_\d{5})"  # a job's run, or a sweep's trial
+    r"/(step_\d+|transformation)[: ]"
 )
 # The demo's upgrade history (configs/upgrade_mnist.yaml: m1 alone, m2 d-Simplex-HOC against
 # it) at toy size: 20 MNIST-5k images per digit, one epoch, a gallery of two parts.

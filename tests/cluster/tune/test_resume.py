@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.cluster.tune.test_sweep import load_job, toy_cl2r
+from tests.cluster.test_console import OURS
+from tests.cluster.tune.test_sweep import toy_cl2r
 
 ROOT = Path(__file__).parents[3]
 
@@ -60,10 +62,24 @@ def test_sweep_killed_mid_way_resumes_from_storage_without_retraining(ray_local,
     assert len(first) == 1 and not (tmp_path / "killed" / "results").exists()
     trained = {r.name: json.loads((r / "state.json").read_text()) for r in first}
 
-    summary = load_job("tune").main(args)  # the same command, run again
-
-    assert summary["status"] == {"TERMINATED": 2}
+    # The same command, run again, as a user runs it: its console is every line it prints
+    rerun = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "tune.py"), "--address", address, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    console = [line for line in (rerun.stdout + rerun.stderr).splitlines() if line.strip()]
+    # Only our lines (issue 52, item 7: a sweep of 4 trials printed 285 lines, Tune's tables
+    # among them): our loggers', each trial's one line among them, and none of Tune's
+    foreign = [line for line in console if not OURS.match(line)]
+    assert not foreign, f"lines not ours on the sweep's console: {foreign}\n{rerun.stderr}"
+    trials = re.findall(r"\[(\d)/2\] trial \w+ \(", "\n".join(console))
+    assert trials == ["1", "2"] and len(console) <= 20, console  # one line per trial, restored too
     table = pd.read_csv(tmp_path / "killed" / "results" / "trials.csv")
+    assert sorted(table["status"]) == ["TERMINATED", "TERMINATED"]
     assert sorted(table["param:method_options.lam"]) == [0.1, 0.5]
     assert table["objective"].notna().all()
     # Restored, not restarted: still one run per trial, under the original trial ids.

@@ -546,3 +546,18 @@ def test_a_trial_that_ends_is_one_line_and_tunes_console_is_off_unless_verbose(m
     assert NEW_OUTPUT_ENV not in os.environ
     with tune_console(verbose=True):
         assert NEW_OUTPUT_ENV not in os.environ  # --verbose: Tune's console as Ray prints it
+
+
+def test_a_sweep_without_ac_and_aa_plots_an_empty_tradeoff_without_a_warning(tmp_path):
+    """A sweep scored on its self-test reports no AC/AA: its tradeoff plot says so, and
+    matplotlib's "No artists with labels found" warning stays off the console (issue 52,
+    item 7: it was the one foreign line of a resumed sweep)."""
+    import warnings
+
+    from raycompat.cluster.tune.results import plot_tradeoff
+
+    table = pd.DataFrame({"trial": ["a_00000", "a_00001"], "AC": [None, None], "AA": [None, None]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_tradeoff(table, tmp_path / "tradeoff.png")
+    assert (tmp_path / "tradeoff.png").stat().st_size > 0
