@@ -5,9 +5,10 @@ The batches stream into Parquet files under the target (pyarrow's writer, a new 
 :data:`FILE_BYTES` of Arrow data, one row group per batch), each file's statistics taken as it
 is written; the files are then committed as one Delta transaction (``deltalake.transaction``:
 ``create_table_with_add_actions`` for a new table, ``create_write_transaction`` overwriting an
-existing one). Memory stays one batch and one file's footer, whatever the row count: delta-rs's
-own ``write_deltalake``, given the same stream, held a growing share of it (issue 54: 710-814 MB
-for the 2.4x10^7 rows a transform job wrote, against 265 MB here, 2.0 GB at 10^8; docs/scale.md).
+existing one). Memory stays a few batches (the one written, two read ahead) and one file's
+footer, whatever the row count: delta-rs's own ``write_deltalake``, given the same stream, held a
+growing share of it (issue 54: 719-814 MB for the 2.4x10^7 rows a transform job wrote, against
+330 MB here; 2.0 GB at 10^8, against 323 MB; docs/scale.md).
 A second commit sets the table properties naming the source (``raycompat.source.*``,
 ``export.py``): delta-rs 1.6 refuses properties outside ``delta.*`` when a table is created but
 accepts them through ``alter.set_table_properties``. A target that exists and is not empty is
@@ -105,7 +106,7 @@ def write(
 
 class DataFiles:
     """The Parquet files of one export under a table's root, each closed with its Delta ``add``
-    action (size, row count, min/max and null count of the scalar columns)."""
+    action (size, row count, null counts, min/max of the number and string columns)."""
 
     def __init__(self, backend: Backend):
         self.backend, self.prefix = backend, f"part-{{:05d}}-{uuid.uuid4()}-c000.snappy.parquet"
