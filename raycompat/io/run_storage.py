@@ -42,6 +42,14 @@ def write_json(fs: pafs.FileSystem, path: str, value) -> None:
     write_bytes(fs, path, json.dumps(value, indent=2, default=float).encode())
 
 
+def read_lines(fs: pafs.FileSystem, path: str) -> list[str]:
+    """The lines of the text file at ``path`` (what :func:`append_line` wrote), or ``[]``."""
+    if not exists(fs, path):
+        return []
+    with fs.open_input_stream(path) as stream:
+        return stream.read().decode().splitlines()
+
+
 def append_line(fs: pafs.FileSystem, path: str, line: str) -> None:
     """Add ``line`` to the text file at ``path`` (created if absent). S3 objects cannot be
     appended to, so the file is read and written whole (fine for a line per epoch)."""

@@ -141,7 +141,8 @@ def train_step(cfg: TrainConfig, plans, index, parent, fs, run_path, datasets, c
         keep = task_run.Keep(cfg.run.checkpoints_to_keep, "selection_score")
         config = loop_config(cfg, plans, index, parent, fs, run_path)
         name = plans[index].name
-        result = task_run.fit_in_task(train_loop_per_worker, config, cfg, fs, run_path, name, keep)
+        loop = train_loop_per_worker
+        result = task_run.fit_in_task(loop, config, cfg, fs, run_path, name, keep, callbacks or ())
     else:
         trainer = make_trainer(cfg, plans, index, parent, fs, run_path, datasets, callbacks)
         with report_polling(cfg.run):
@@ -294,7 +295,9 @@ def run_training(cfg: TrainConfig, callbacks: list | None = None) -> TrainingRes
     """Train every planned model (resuming what a previous run finished); see the module doc.
 
     ``callbacks``: Ray Train callbacks added to every step's trainer (a sweep adds Tune's
-    ``TuneReportCallback``, which forwards each epoch's report, and the placement-group reaper).
+    ``TuneReportCallback``, which forwards each epoch's report, and the placement-group reaper);
+    a step of one worker still trains in one task when every callback can follow a task's
+    reports (:func:`raycompat.cluster.train.task_run.runs_in_task`).
     """
     plans = plan_steps(cfg)
     dataset = open_dataset(cfg.data)  # a missing path raises FileNotFoundError naming it

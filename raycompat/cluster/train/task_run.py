@@ -17,9 +17,17 @@ Train's, which keeps what Ray Train kept:
 - ``run.max_failures`` retries after the loop raised or its process died, each resuming from
   the latest checkpoint, and none after a non-finite step
   (:class:`~raycompat.engine.NonFiniteError`, raised alone);
-- rerunning the same config resumes from the record.
+- rerunning the same config resumes from the record;
+- each report reaches the driver as it is made, so callbacks that follow a run's reports (a
+  Tune sweep's, which forward each epoch to Tune) follow a task run too: a callback with a
+  ``task_report(metrics)`` method is called in the driver with each report's metrics, in
+  order, once each. The task streams them (its loop runs in a thread of the task's process,
+  and the task yields each report); the reports of an attempt whose process died before it
+  yielded them are read back from ``metrics.jsonl``.
 
-``scaling.one_worker_runner: ray_train`` keeps such runs on Ray Train.
+A callback without ``task_report`` keeps its run on Ray Train. A trial that a Tune scheduler
+stops ends its task with it: the trial's actor owns the task, and Ray kills a task whose owner
+died. ``scaling.one_worker_runner: ray_train`` keeps such runs on Ray Train.
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import ray
@@ -52,8 +62,13 @@ def runs_in_task(scaling, datasets=None, callbacks=None) -> bool:
         and scaling.num_workers == 1
         and scaling.strategy == "ddp"
         and not datasets
-        and not callbacks
+        and all(follows_tasks(callback) for callback in callbacks or ())
     )
+
+
+def follows_tasks(callback) -> bool:
+    """Whether ``callback`` can follow a task run's reports (it has ``task_report``)."""
+    return callable(getattr(callback, "task_report", None))
 
 
 @dataclass
@@ -88,9 +103,17 @@ class Keep:
 class TaskSession:
     """A one-worker run's session: rank 0 of 1; checkpoints and their record on run storage."""
 
-    def __init__(self, fs, run_path: str, name: str, keep: Keep, device: torch.device) -> None:
+    def __init__(
+        self,
+        fs,
+        run_path: str,
+        name: str,
+        keep: Keep,
+        device: torch.device,
+        on_report: Callable[[dict], None] | None = None,
+    ) -> None:
         self.fs, self.run_path, self.name, self.keep = fs, run_path, name, keep
-        self.path, self._device = f"{run_path}/{name}", device
+        self.path, self._device, self.on_report = f"{run_path}/{name}", device, on_report
 
     def rank_world(self) -> tuple[int, int]:
         return 0, 1
@@ -118,6 +141,8 @@ class TaskSession:
             self.fs.delete_dir(f"{self.path}/{dropped['dir']}")
         line = json.dumps({"step": self.name, **metrics}, default=float)
         storage.append_line(self.fs, f"{self.run_path}/{METRICS_FILE}", line)
+        if self.on_report is not None:
+            self.on_report(metrics)
 
 
 def read_record(fs, path: str) -> list[dict]:
@@ -125,23 +150,30 @@ def read_record(fs, path: str) -> list[dict]:
     return record["checkpoints"] if record else []
 
 
-def fit_in_task(loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep: Keep):
+def fit_in_task(
+    loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep: Keep, callbacks=()
+):
     """Run ``loop(loop_config)`` as one task with one worker's resources, retried up to
-    ``cfg.run.max_failures`` times; the run's :class:`TaskResult`."""
+    ``cfg.run.max_failures`` times, each report handed to every callback's ``task_report`` as
+    it comes; the run's :class:`TaskResult`."""
     scaling = cfg.scaling
     task = ray.remote(train_task).options(
         num_cpus=scaling.cpus_per_worker,
         num_gpus=1 if scaling.use_gpu else 0,
+        num_returns="streaming",  # one object per report
         max_retries=0,  # retried here, from the latest checkpoint
         # not inside a Tune trial's placement group: its bundle holds only the trial itself
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
     )
-    failures = 0
+    failures, reports = 0, Reports(fs, run_path, name, callbacks)
     while True:
         try:
-            ray.get(task.remote(loop, loop_config, fs, run_path, name, keep, scaling.use_gpu))
+            stream = task.remote(loop, loop_config, fs, run_path, name, keep, scaling.use_gpu)
+            for report in stream:
+                reports.hand(ray.get(report))
             break
         except ray.exceptions.RayError as error:  # the loop raised, or its process died
+            reports.catch_up()
             cause = getattr(error, "cause", None) or error
             if isinstance(cause, NonFiniteError):  # never retried, said alone
                 raise NonFiniteError(str(cause)) from None
@@ -165,10 +197,62 @@ def fit_in_task(loop, loop_config: dict, cfg, fs, run_path: str, name: str, keep
     return TaskResult(last[0], last[1], kept, path)
 
 
-def train_task(loop, loop_config, fs, run_path, name, keep, use_gpu) -> None:
+class Reports:
+    """Hands a run's reports to ``callbacks`` (their ``task_report``) once each, in order: as
+    the task yields them, and after a failed attempt those the task logged but did not yield
+    (its process died first). A report is logged (``metrics.jsonl``) before it is yielded."""
+
+    def __init__(self, fs, run_path: str, name: str, callbacks) -> None:
+        self.fs, self.log, self.name, self.callbacks = (
+            fs,
+            f"{run_path}/{METRICS_FILE}",
+            name,
+            callbacks,
+        )
+        self.handed = len(self.logged()) if callbacks else 0  # an earlier run's, already seen
+
+    def logged(self) -> list[dict]:
+        lines = (json.loads(line) for line in storage.read_lines(self.fs, self.log))
+        return [line for line in lines if line.pop("step", None) == self.name]
+
+    def hand(self, metrics: dict) -> None:
+        for callback in self.callbacks:
+            callback.task_report(metrics)
+        self.handed += 1
+
+    def catch_up(self) -> None:
+        if self.callbacks:
+            for metrics in self.logged()[self.handed :]:
+                self.hand(metrics)
+
+
+_END = object()
+
+
+def train_task(loop, loop_config, fs, run_path, name, keep, use_gpu) -> Iterator[dict]:
+    """The task: ``loop(loop_config)`` in a thread, yielding each report's metrics as the loop
+    makes it; the loop's error is raised after the reports made before it."""
     device = torch.device("cuda" if use_gpu and torch.cuda.is_available() else "cpu")
-    with session.using(TaskSession(fs, run_path, name, keep, device)), console_lines():
-        loop(loop_config)
+    reports: queue.Queue = queue.Queue()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        run_session = TaskSession(fs, run_path, name, keep, device, on_report=reports.put)
+        try:
+            with session.using(run_session), console_lines():
+                loop(loop_config)
+        except BaseException as error:  # raised in the task's own thread, below
+            failure.append(error)
+        finally:
+            reports.put(_END)
+
+    thread = threading.Thread(target=run, name=f"raycompat-{name}", daemon=True)
+    thread.start()
+    while (metrics := reports.get()) is not _END:
+        yield metrics
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 @contextlib.contextmanager

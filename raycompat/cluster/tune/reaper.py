@@ -91,6 +91,10 @@ class PlacementGroupReaper(ControllerCallback, WorkerGroupCallback):
     def before_controller_abort(self) -> None:
         self._release()
 
+    def task_report(self, metrics: dict) -> None:
+        """A one-worker step trained in a task holds no placement group of its own: the trial's
+        actor owns the task, and Ray ends the task when a scheduler kills that actor."""
+
     def _release(self) -> None:
         """A normal shutdown or abort: the controller removes its own group; end the watcher."""
         if self._watch is not None:

@@ -2,17 +2,18 @@
 builds its own ``TorchTrainer`` s; never ``Tuner(trainer)``).
 
 Each trial applies its parameters to the base training config, runs
-:func:`raycompat.cluster.train.driver.run_training` under ``<storage>/<sweep>/runs/<trial id>`` (so
-a
-restored trial resumes its own training run), and reports:
+:func:`raycompat.cluster.train.driver.run_training` under ``<storage>/<sweep>/runs/<trial id>``
+(so a restored trial resumes its own training run), and reports:
 
 - every epoch, through a :class:`TuneReportCallback` on each step's trainer, with ``objective``
   set to the objective's per-epoch proxy (what ASHA compares);
 - once at the end, the objective and AC/AA/ACA/self-test of the validation matrix.
 
 Each trainer also carries a :class:`~raycompat.cluster.tune.reaper.PlacementGroupReaper`, so a
-trial that
-ASHA stops mid-training gives its workers' CPUs back to the next trials.
+trial that ASHA stops mid-training gives its workers' CPUs back to the next trials. A step of
+one worker trains in one Ray task instead of a trainer (as outside sweeps,
+:mod:`raycompat.cluster.train.task_run`): both callbacks follow its reports, and a stopped
+trial's task ends with the trial's actor.
 
 The console gets one line per trial that ends, not Tune's tables (:mod:`.console`).
 
@@ -70,8 +71,15 @@ class ObjectiveReportCallback(TuneReportCallback):
         self.proxy = proxy
 
     def after_report(self, run_context, metrics, checkpoint):
-        metrics = [{**m, "objective": float(m.get(self.proxy, float("nan")))} for m in metrics]
-        super().after_report(run_context, metrics, None)
+        super().after_report(run_context, [self.with_objective(m) for m in metrics], None)
+
+    def task_report(self, metrics: dict) -> None:
+        """A one-worker step trained in a task (``task_run``): this runs in the trial's own
+        process, which reports to Tune directly."""
+        tune.report(self.with_objective(metrics))
+
+    def with_objective(self, metrics: dict) -> dict:
+        return {**metrics, "objective": float(metrics.get(self.proxy, float("nan")))}
 
 
 def trial_config(base: TrainConfig, sweep: SweepConfig, params: dict, trial_id: str) -> TrainConfig:

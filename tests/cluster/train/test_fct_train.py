@@ -246,7 +246,8 @@ def train_in_process(cfg: TransformationTrainConfig, run_path: Path) -> None:
     }
     run_path.mkdir(parents=True)
     loop = transformation_loop_per_worker
-    train_task(loop, config, local, str(run_path), "transformation", Keep(1), False)
+    reports = train_task(loop, config, local, str(run_path), "transformation", Keep(1), False)
+    assert [m["epoch"] for m in reports] == list(range(cfg.epochs))  # the task yields each
 
 
 def test_the_transformations_epochs_are_a_few_lines_off_a_terminal_and_a_bar_on_one(

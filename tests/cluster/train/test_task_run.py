@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -19,6 +20,7 @@ from raycompat.cluster.train.task_run import (
     Keep,
     TaskSession,
     fit_in_task,
+    follows_tasks,
     read_record,
     runs_in_task,
 )
@@ -29,6 +31,16 @@ from raycompat.engine import NonFiniteError
 LOCAL = pafs.LocalFileSystem()
 
 
+class Following:
+    """A callback that follows a task run: records every report it is handed."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict] = []
+
+    def task_report(self, metrics: dict) -> None:
+        self.reports.append(metrics)
+
+
 @pytest.mark.parametrize(
     "changes, datasets, callbacks, expected",
     [
@@ -37,13 +49,23 @@ LOCAL = pafs.LocalFileSystem()
         ({"num_workers": 1, "strategy": "fsdp"}, None, None, False),
         ({"num_workers": 1, "one_worker_runner": "ray_train"}, None, None, False),
         ({"num_workers": 1}, {"train": object()}, None, False),  # Ray Data shards
-        ({"num_workers": 1}, None, [object()], False),  # a sweep's callbacks
+        ({"num_workers": 1}, None, [object()], False),  # a Ray Train callback only
+        ({"num_workers": 1}, None, [Following(), object()], False),
+        ({"num_workers": 1}, None, [Following()], True),  # e.g. a sweep's callbacks
+        ({"num_workers": 2}, None, [Following()], False),
     ],
 )
-def test_only_a_plain_one_worker_run_without_shards_or_callbacks_runs_in_a_task(
+def test_only_a_plain_one_worker_run_without_shards_or_unfollowing_callbacks_runs_in_a_task(
     changes, datasets, callbacks, expected
 ):
     assert runs_in_task(ScalingSpec(**changes), datasets, callbacks) is expected
+
+
+def test_the_sweeps_callbacks_follow_task_runs():
+    from raycompat.cluster.tune.reaper import PlacementGroupReaper
+    from raycompat.cluster.tune.sweep import ObjectiveReportCallback
+
+    assert follows_tasks(PlacementGroupReaper()) and hasattr(ObjectiveReportCallback, "task_report")
 
 
 def entry(epoch: int, score: float) -> dict:
@@ -122,12 +144,12 @@ def counting_loop(config: dict) -> None:
         run.report({"epoch": epoch, "device": str(run.device())}, directory)
 
 
-def fit(tmp_path, fail: str, max_failures: int = 1, epochs: int = 3):
+def fit(tmp_path, fail: str, max_failures: int = 1, epochs: int = 3, callbacks=()):
     cfg = load_config(
         TrainConfig, None, ["scaling.num_workers=1", f"run.max_failures={max_failures}"]
     )
     config = {"root": str(tmp_path), "epochs": epochs, "fail": fail}
-    return fit_in_task(counting_loop, config, cfg, LOCAL, str(tmp_path), "h", Keep(2))
+    return fit_in_task(counting_loop, config, cfg, LOCAL, str(tmp_path), "h", Keep(2), callbacks)
 
 
 def attempts(tmp_path) -> int:
@@ -137,7 +159,10 @@ def attempts(tmp_path) -> int:
 @pytest.mark.ray
 @pytest.mark.parametrize("fail", ["once", "exit"], ids=["raised", "process_died"])
 def test_a_failed_task_is_retried_from_its_latest_checkpoint(ray_local, tmp_path, fail):
-    result = fit(tmp_path, fail)
+    following = Following()
+    result = fit(tmp_path, fail, callbacks=[following])
+    # each report reached the driver once, in order, the retry's after the first attempt's
+    assert following.reports == [{"epoch": e, "device": "cpu"} for e in (0, 1, 2)]
     assert attempts(tmp_path) == 2
     assert result.metrics == {"epoch": 2, "device": "cpu"}
     assert [m["epoch"] for _, m in result.best_checkpoints] == [1, 2]
@@ -166,3 +191,41 @@ def test_a_non_finite_step_is_never_retried_and_raises_its_message_alone(ray_loc
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert attempts(tmp_path) == 1
     assert [e["dir"] for e in read_record(LOCAL, str(tmp_path / "h"))] == ["checkpoint_epoch0000"]
+
+
+def sleeping_loop(config: dict) -> None:
+    Path(config["root"], "started").touch()
+    time.sleep(600)
+
+
+@pytest.mark.ray
+def test_a_killed_owner_ends_its_task_and_frees_the_cpus(ray_local, tmp_path):
+    """What a Tune scheduler's stop does to a trial whose step trains in a task: the trial's
+    actor (the task's owner) is killed, and the task's CPUs come back."""
+    import ray
+
+    cfg = load_config(TrainConfig, None, ["scaling.num_workers=1", "scaling.cpus_per_worker=2"])
+
+    @ray.remote(num_cpus=0)
+    class Trial:
+        def run(self):
+            config = {"root": str(tmp_path)}
+            fit_in_task(sleeping_loop, config, cfg, LOCAL, str(tmp_path), "h", Keep(1))
+
+    def free() -> float:
+        return ray.available_resources().get("CPU", 0)
+
+    before, deadline = ray.cluster_resources()["CPU"], time.monotonic() + 30
+    while free() < before and time.monotonic() < deadline:  # the tests before have ended
+        time.sleep(0.2)
+    trial = Trial.remote()
+    trial.run.remote()
+    deadline = time.monotonic() + 60  # the task starts, and Ray's view of the CPUs follows
+    while not (tmp_path / "started").exists() or free() > before - 2:
+        assert time.monotonic() < deadline, f"the task has not started ({free()} CPUs free)"
+        time.sleep(0.1)
+    ray.kill(trial)
+    deadline = time.monotonic() + 30
+    while free() < before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert free() >= before

@@ -149,6 +149,9 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
         "scenario.tasks=[5]",
         "scaling.num_workers=1",
         "scaling.cpus_per_worker=3",
+        # on Ray Train, whose worker group's placement group the reaper must give back (a
+        # step trained in a task holds none: test_task_run.py's killed owner)
+        "scaling.one_worker_runner=ray_train",
         "run.max_failures=0",
         # Ray Train's default 2 s between report collections: the second epoch then outlasts
         # ASHA's stop decision at the first rung (at 0.25 s the trial could finish first).
