@@ -286,15 +286,20 @@ def plain_prefixes() -> None:
             handler.addFilter(StripColour())
 
 
-def init_ray(address: str | None, verbose: bool = False, *, dashboard: bool | None = None) -> None:
+def init_ray(address: str | None, verbose: bool = False) -> None:
     """What the jobs call instead of ``ray.init``: log levels set (``--verbose``, or
     ``RAYCOMPAT_VERBOSE=1``), Ray started or joined as :mod:`raycompat.cluster.which_ray`'s rule
     says for ``address`` (a private local Ray unless an address or ``RAY_ADDRESS`` names a
     cluster) with the workers' output on this console and one line naming it, each library
     quieted by its configuration (module docstring) and harmless lines filtered unless verbose.
     An already initialised Ray (a test session) is used as it is (levels and Ray Data's context
-    set on this driver only). ``dashboard``: whether a private local Ray runs Ray's dashboard
-    (None: Ray's default, on where its packages are installed); a cluster keeps its own."""
+    set on this driver only).
+
+    A private local Ray runs without Ray's dashboard: a job's progress is its own lines, and the
+    dashboard's start-up was the largest fixed cost of a small job (``ray.init`` 13.4 s with it
+    and 8.7 s without, docs/scale.md, "Issue 53"); Ray Train's placement-group cleaner, the
+    one user of its state API, has a replacement that needs none (:mod:`.tune.reaper`). For
+    the dashboard, start a cluster (``ray start --head``) and pass its address."""
     import ray
 
     verbose = verbose or verbose_requested()
@@ -317,7 +322,7 @@ def init_ray(address: str | None, verbose: bool = False, *, dashboard: bool | No
         runtime_env=worker_env(verbose, terminal),
         # Ray's own "Started a local Ray instance ..." line: ours names the Ray instead
         logging_level=logging.INFO if verbose else logging.WARNING,
-        include_dashboard=dashboard,
+        include_dashboard=False,  # a cluster keeps its own
     )
     if not verbose:
         install_console_filter()

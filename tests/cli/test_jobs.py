@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from raycompat.cli.jobs import upgrade
@@ -60,42 +59,3 @@ def test_the_wrapper_runs_as_a_script_with_one_line_errors(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("upgrade.py: error: upgrades")
-
-
-def test_the_transform_job_starts_its_local_ray_without_the_dashboard(tmp_path, monkeypatch):
-    """``raycompat-transform`` checks its inputs, then starts Ray with ``dashboard=False``: the
-    dashboard's start-up was the largest fixed cost of a small transform (docs/scale.md, issue
-    53). Ray itself is not started here: the test stops the job there."""
-    from raycompat.cli.jobs import transform
-    from raycompat.cluster import console
-    from raycompat.store import GalleryStore, VersionInfo, embedding_table
-    from raycompat.transformations import ProcrustesTransformation, save_transformation
-
-    store = GalleryStore(str(tmp_path / "store"))
-    staging = store.begin("g", VersionInfo("v1", "m1", 4, False, "v1 = extract(m1)"), "t")
-    staging.write_table(embedding_table(np.arange(8), np.eye(8, 4, dtype=np.float32)), "p.parquet")
-    staging.commit(expected_rows=8)
-    h = ProcrustesTransformation(4, 4)
-    h.set_weights(np.eye(4), np.zeros(4))
-    save_transformation(tmp_path / "h", h, "h")
-
-    class RayStarts(Exception):
-        pass
-
-    def init_ray(address, verbose=False, **options):
-        raise RayStarts(options)
-
-    monkeypatch.setattr(console, "init_ray", init_ray)
-    with pytest.raises(RayStarts) as started:
-        transform.main(
-            [
-                f"store.root={tmp_path / 'store'}",
-                "store.gallery=g",
-                "source_version=v1",
-                f"transformation={tmp_path / 'h'}",
-                "target.version=v2",
-                "target.model_version=m2",
-                "target.width=4",
-            ]
-        )
-    assert started.value.args == ({"dashboard": False},)

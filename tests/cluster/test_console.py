@@ -189,10 +189,9 @@ def test_verbose_and_the_setup_hook_reach_the_workers_through_the_runtime_env(mo
     assert worker_env(True) is None  # theirs stands: Ray refuses two hooks
 
 
-@pytest.mark.parametrize("dashboard", [None, False])
-def test_init_ray_gives_a_local_ray_the_dashboard_choice(monkeypatch, dashboard):
-    """``dashboard=False`` starts a private local Ray without Ray's dashboard (the transform
-    job: docs/scale.md, issue 53); None leaves Ray's default."""
+def test_init_ray_starts_a_private_local_ray_without_the_dashboard(monkeypatch):
+    """Every job's private local Ray runs without Ray's dashboard (its start-up was the largest
+    fixed cost of a small job: docs/scale.md, issue 53)."""
     import ray
 
     from raycompat.cluster import which_ray
@@ -205,8 +204,8 @@ def test_init_ray_gives_a_local_ray_the_dashboard_choice(monkeypatch, dashboard)
     for name in ("set_log_level", "quiet_ray_data", "plain_prefixes", "install_console_filter"):
         monkeypatch.setattr(ray_console, name, lambda *args: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    ray_console.init_ray(None, dashboard=dashboard)
-    assert len(started) == 1 and started[0]["include_dashboard"] is dashboard
+    ray_console.init_ray(None)
+    assert len(started) == 1 and started[0]["include_dashboard"] is False
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,8 @@ def test_a_pipeline_called_with_no_ray_starts_one_by_the_rule(monkeypatch, env, 
     monkeypatch.setattr(runner, "announce", announced.append)
 
     assert runner.live_nodes() == [{"CPU": 2.0}]
-    assert started == [{"address": expected}] and announced == [expected]
+    assert started == [{"address": expected, "include_dashboard": False}]
+    assert announced == [expected]
 
 
 class _Started(Exception):

@@ -144,10 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
         grant_target(cfg, store, done)  # a no-op unless the run was killed before its grant
         published = {"version": done.version, "rows": done.rows, "files": len(done.files)}
         return log_summary(logger, {"mode": cfg.mode, "already_published": True, **published})
-    # A private local Ray without the dashboard: the job's progress is its own lines, and the
-    # dashboard's start-up was the largest fixed cost of a small transform (docs/scale.md,
-    # "Issue 53"); for the dashboard, start a cluster (`ray start --head`) and set ray_address.
-    init_ray(cfg.ray_address, args.verbose, dashboard=False)  # quiet console unless --verbose
+    init_ray(cfg.ray_address, args.verbose)  # quiet console unless --verbose
     summary = write_version(cfg, store, target)
     grant_target(cfg, store, store.version(gallery, target.version))
     return log_summary(logger, {"mode": cfg.mode, **summary})

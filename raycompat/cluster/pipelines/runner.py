@@ -211,7 +211,7 @@ def live_nodes() -> list[dict]:
     machine."""
     if not ray.is_initialized():
         address = resolve_address(None)
-        ray.init(address=address)
+        ray.init(address=address, include_dashboard=False)  # as the jobs' (init_ray)
         announce(address)
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
