@@ -401,7 +401,17 @@ def train_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     from tests.cluster.upgrade.test_job import tiny_config
 
     def trains_no_other_model(lines: list[str]) -> None:
+        import pyarrow.fs as pafs
+
+        from raycompat.cluster.train.task_run import read_record
+
         assert not [line for line in lines if "[2/2]" in line], lines
+        # what the same command resumes from: m1's epochs so far, each recorded with its
+        # checkpoint before its line is printed (a rerun: test_train_ray.py's stopped run)
+        (step,) = (tmp / "runs").glob("toy-m1-*/step_1")
+        kept = [entry["dir"] for entry in read_record(pafs.LocalFileSystem(), str(step))]
+        assert kept and all(name.startswith("checkpoint_epoch") for name in kept), kept
+        assert all((step / name).is_dir() for name in kept), kept
 
     command = [sys.executable, "jobs/upgrade.py", "--config", str(tiny_config(tmp)),
                "training.epochs=200"]  # fmt: skip
@@ -412,7 +422,7 @@ def train_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
 def extract_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     from tests.cluster.pipelines.test_pipelines import exported_lenet
 
-    images = {"num_classes": 10, "images_per_class": 300, "image_size": 32, "seed": 3}
+    images = {"num_classes": 10, "images_per_class": 80, "image_size": 32, "seed": 3}
     config = job_config(
         tmp,
         mode="extract",
@@ -420,16 +430,23 @@ def extract_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
         model=exported_lenet(tmp / "model"),
         images={"kind": "dataset", "name": "synthetic", "options": images},
         target={"version": "v1", "model_version": "lenet", "width": 8, "normalized": True},
-        run={"rows_per_file": 200, "batch_size": 50, "actors": 1, "progress_every_s": 0},
+        run={"rows_per_file": 50, "batch_size": 50, "actors": 1, "progress_every_s": 0},
         ray_address=address,
     )
-
-    def publishes_nothing(lines: list[str]) -> None:
-        assert GalleryStore(str(tmp / "store")).versions("syn") == []
-
     command = [sys.executable, "jobs/transform.py", "--config", config]
+
+    def the_rerun_resumes(lines: list[str]) -> None:
+        assert GalleryStore(str(tmp / "store")).versions("syn") == []  # nothing published
+        rerun = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                               env=user_env(), timeout=300)  # fmt: skip
+        assert rerun.returncode == 0, rerun.stderr
+        kept = re.search(r"extract syn/v1: \d+ / 800 rows \(\d+\.\d%, (\d+) from an earlier run",
+                         rerun.stderr)  # fmt: skip
+        assert kept and 0 < int(kept.group(1)) < 800, rerun.stderr  # kept, not redone
+        assert GalleryStore(str(tmp / "store")).version("syn", "v1").rows == 800
+
     line = "transform.py: interrupted; rerunning the same command resumes from the parts"
-    return Stage(command, r"extract syn/v1: \d+ / 3000 rows", line, publishes_nothing)
+    return Stage(command, r"extract syn/v1: \d+ / 800 rows", line, the_rerun_resumes)
 
 
 def transform_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
@@ -519,7 +536,9 @@ def tune_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     overrides = toy_cl2r(6, 40, "epochs=50", "scenario.tasks=[6]")
 
     def saves_the_sweep_for_a_rerun(lines: list[str]) -> None:
-        assert (tmp / "sweep" / "tuner.pkl").is_file()  # what a rerun restores
+        from ray import tune
+
+        assert tune.Tuner.can_restore(str(tmp / "sweep"))  # what the same command restores
         assert not (tmp / "sweep" / "results").exists()  # no results of a sweep cut short
 
     command = [sys.executable, "jobs/tune.py", "--config", config, "--address", address,
