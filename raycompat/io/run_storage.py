@@ -29,12 +29,18 @@ def run_filesystem(run: RunSpec) -> tuple[pafs.FileSystem, str]:
         raise ValueError(f"run.storage_path: {err}") from None
 
 
-def read_json(fs: pafs.FileSystem, path: str):
-    """The JSON at ``path``, or None when there is none."""
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
+    """The bytes at ``path``, or None when there is none."""
+    if not exists(fs, path):
         return None
     with fs.open_input_stream(path) as stream:
-        return json.loads(stream.read().decode())
+        return stream.read()
+
+
+def read_json(fs: pafs.FileSystem, path: str):
+    """The JSON at ``path``, or None when there is none."""
+    data = read_bytes(fs, path)
+    return None if data is None else json.loads(data.decode())
 
 
 def write_json(fs: pafs.FileSystem, path: str, value) -> None:
@@ -44,19 +50,14 @@ def write_json(fs: pafs.FileSystem, path: str, value) -> None:
 
 def read_lines(fs: pafs.FileSystem, path: str) -> list[str]:
     """The lines of the text file at ``path`` (what :func:`append_line` wrote), or ``[]``."""
-    if not exists(fs, path):
-        return []
-    with fs.open_input_stream(path) as stream:
-        return stream.read().decode().splitlines()
+    data = read_bytes(fs, path)
+    return [] if data is None else data.decode().splitlines()
 
 
 def append_line(fs: pafs.FileSystem, path: str, line: str) -> None:
     """Add ``line`` to the text file at ``path`` (created if absent). S3 objects cannot be
     appended to, so the file is read and written whole (fine for a line per epoch)."""
-    before = b""
-    if exists(fs, path):
-        with fs.open_input_stream(path) as stream:
-            before = stream.read()
+    before = read_bytes(fs, path) or b""
     write_bytes(fs, path, before + line.encode() + b"\n")
 
 

@@ -203,12 +203,8 @@ class Reports:
     (its process died first). A report is logged (``metrics.jsonl``) before it is yielded."""
 
     def __init__(self, fs, run_path: str, name: str, callbacks) -> None:
-        self.fs, self.log, self.name, self.callbacks = (
-            fs,
-            f"{run_path}/{METRICS_FILE}",
-            name,
-            callbacks,
-        )
+        self.fs, self.name, self.callbacks = fs, name, callbacks
+        self.log = f"{run_path}/{METRICS_FILE}"
         self.handed = len(self.logged()) if callbacks else 0  # an earlier run's, already seen
 
     def logged(self) -> list[dict]:
