@@ -59,6 +59,26 @@ def tune_console(verbose: bool) -> Iterator[None]:
             os.environ[NEW_OUTPUT_ENV] = before
 
 
+# Tune's results reader: on a restore it warns of every trial that has reported nothing yet
+# ("Failed to fetch metrics ... result.json and progress.csv were not found"), which is what a
+# sweep stopped before that trial's first report always holds; the restored trial runs again.
+RESULTS_READER = "ray.tune.analysis.experiment_analysis"
+
+
+@contextlib.contextmanager
+def quiet_restore(verbose: bool) -> Iterator[None]:
+    """Around a ``Tuner.restore``: unless ``verbose``, no warning of Tune's results reader
+    about trials without results (they are resumed; the sweep's own line says it restores)."""
+    reader = logging.getLogger(RESULTS_READER)
+    before = reader.level
+    if not verbose:
+        reader.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        reader.setLevel(before)
+
+
 def trial_outcome(trial) -> str:
     """What a trial that ended gave: its final metrics, that its scheduler stopped it, or
     where its error is."""

@@ -38,7 +38,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from raycompat.cluster.train.driver import matrix_summary, run_training
 from raycompat.cluster.tune import interrupt
-from raycompat.cluster.tune.console import TrialLines, run_verbosity, tune_console
+from raycompat.cluster.tune.console import TrialLines, quiet_restore, run_verbosity, tune_console
 from raycompat.cluster.tune.fct import (
     backfill_of,
     check_transformation,
@@ -249,7 +249,8 @@ def make_tuner(sweep: SweepConfig, verbose: bool = False) -> tune.Tuner:
     folder = f"{base}/{sweep.name}"
     if tune.Tuner.can_restore(folder, storage_filesystem=fs):
         log.info("restoring sweep %s (errored trials are retried)", sweep_path(sweep))
-        return tune.Tuner.restore(folder, trainable, resume_errored=True, storage_filesystem=fs)
+        with quiet_restore(verbose):  # trials that reported nothing yet: resumed, not news
+            return tune.Tuner.restore(folder, trainable, resume_errored=True, storage_filesystem=fs)
     scheduler = None
     if sweep.asha is not None:
         scheduler = ASHAScheduler(

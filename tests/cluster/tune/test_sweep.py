@@ -548,6 +548,29 @@ def test_a_trial_that_ends_is_one_line_and_tunes_console_is_off_unless_verbose(m
         assert NEW_OUTPUT_ENV not in os.environ  # --verbose: Tune's console as Ray prints it
 
 
+def test_a_restore_keeps_tunes_warning_of_trials_without_results_off_the_console(caplog):
+    """A sweep killed before a trial's first report: Tune's restore warns that the trial has no
+    result.json (seen as the one foreign line of test_resume's rerun); the trial is resumed,
+    so unless verbose the warning is dropped for the restore only."""
+    import logging
+
+    from ray.tune.analysis import experiment_analysis
+
+    from raycompat.cluster.tune.console import RESULTS_READER, quiet_restore
+
+    reader = experiment_analysis.logger  # the logger Tune's restore warns through
+    assert reader.name == RESULTS_READER
+    missing = "Failed to fetch metrics for 1 trial(s)"
+    caplog.set_level(logging.WARNING)
+    with quiet_restore(verbose=False):
+        reader.warning(missing)
+    assert missing not in caplog.text
+    reader.warning("after the restore")  # its level is put back
+    with quiet_restore(verbose=True):
+        reader.warning(missing)
+    assert "after the restore" in caplog.text and missing in caplog.text
+
+
 def test_a_sweep_without_ac_and_aa_plots_an_empty_tradeoff_without_a_warning(tmp_path):
     """A sweep scored on its self-test reports no AC/AA: its tradeoff plot says so, and
     matplotlib's "No artists with labels found" warning stays off the console (issue 52,
