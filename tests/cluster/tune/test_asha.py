@@ -104,7 +104,7 @@ def test_reaper_removes_a_dead_controllers_group_and_a_released_watch_touches_no
 def wait_for_free_cpus(ray, timeout_s: float = 120.0) -> None:
     """Every CPU of the session's Ray free, or a failure naming what still holds them. The
     sweep below needs all of them for each trial; an earlier test's actors or placement groups
-    still being torn down would otherwise make its third trial wait for a worker until the
+    still being torn down would otherwise make its second trial wait for a worker until the
     faulthandler's 600 s (which ends the whole session without a report)."""
     total = ray.cluster_resources().get("CPU", 0)
     deadline = time.monotonic() + timeout_s
@@ -131,13 +131,15 @@ def load_tune_job():
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path):
-    """Three trials in a row, each worker taking 3 of the session's 4 CPUs. The second trial
-    has 1-d features (cosine top-1 at chance), falls behind at ASHA's first rung and is stopped
-    mid-training; the third trial can only get its worker if the stopped trial's placement group
-    was removed. (ASHA compares a trial with the trials recorded before it at the rung, so the
-    third trial, equal to the first, goes on.) Each trial trains one model (the base's old
-    model, digits 0-4) for two epochs: the stop comes after the first, while its trainer runs."""
+def test_asha_stopped_trial_gives_back_its_cpus_and_its_workers_group(ray_local, tmp_path):
+    """Two trials in a row, each worker taking 3 of the session's 4 CPUs. The second trial has
+    1-d features (cosine top-1 at chance), falls behind the first at ASHA's first rung and is
+    stopped mid-training. Its worker group's placement group must then be removed and every CPU
+    free again: what a next trial needs to get its worker (without the reaper it waits for one
+    forever; the group of a trial's trainer lives as long as the sweep's driver). Each trial
+    trains one model (the base's old model, digits 0-4) for two epochs: the stop comes after
+    the first, while its trainer runs. (Until 2026-12-04 a third trial, equal to the first,
+    showed the CPUs in use again: 25-30 s more for the same check.)"""
     from ray.util import placement_group_table
 
     wait_for_free_cpus(ray_local)
@@ -157,8 +159,8 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
         # ASHA's stop decision at the first rung (at 0.25 s the trial could finish first).
         "run.report_poll_s=2",
     ]
-    # Without the reaper the third trial waits for its worker forever (Ray Train retries the
-    # start of a worker group without limit): end the run with a traceback instead of hanging.
+    # A sweep that waits for a worker without end (Ray Train retries the start of a worker
+    # group without limit) ends the run with a traceback instead of hanging.
     faulthandler.dump_traceback_later(600, exit=True)
     try:
         summary = load_tune_job().main(
@@ -167,7 +169,7 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
                 str(ROOT / "configs" / "tune_lr_asha.yaml"),
                 f"base={ROOT / 'configs' / 'train_mnist_two_model.yaml'}",
                 f"overrides={overrides!r}".replace("'", '"'),
-                "space=[{key: model.embed_dim, kind: grid, values: [32, 1, 32]}]",
+                "space=[{key: model.embed_dim, kind: grid, values: [32, 1]}]",
                 "search=grid",
                 "objective=self_test",  # one model per trial: AA needs two
                 "num_samples=1",
@@ -180,14 +182,13 @@ def test_asha_stopped_trial_gives_its_cpus_to_the_next_trial(ray_local, tmp_path
         faulthandler.cancel_dump_traceback_later()
     table = pd.read_csv(tmp_path / "asha" / "results" / "trials.csv")
     table = table.sort_values("trial").reset_index(drop=True)
-    assert list(table["status"]) == ["TERMINATED", "STOPPED", "TERMINATED"], table.to_string()
+    assert list(table["status"]) == ["TERMINATED", "STOPPED"], table.to_string()
     assert table.loc[1, "param:model.embed_dim"] == 1
     assert table.loc[1, "objective"] != table.loc[1, "objective"]  # NaN: no final metrics
-    # The same settings train the same way: the first and third trials agree exactly.
-    assert table.loc[0, "objective"] == table.loc[2, "objective"]
-    assert summary["status"] == {"TERMINATED": 2, "STOPPED": 1}
+    assert summary["status"] == {"TERMINATED": 1, "STOPPED": 1}
 
     # Every placement group the sweep made (Tune's trial groups and the workers') is gone.
     new_groups = set(placement_group_table()) - before
-    assert len(new_groups) >= 6
+    assert len(new_groups) >= 4
     assert {wait_for_state(g, "REMOVED") for g in new_groups} == {"REMOVED"}
+    wait_for_free_cpus(ray_local, timeout_s=30.0)  # all 4 CPUs: a next trial's worker fits
