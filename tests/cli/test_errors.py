@@ -397,26 +397,42 @@ def job_config(tmp: Path, **config) -> str:
 
 def train_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     """The tiny history (the demo's job on toy data: its first epoch takes a second, not the
-    demo's minute), interrupted after m1's first epoch; it starts its own private Ray."""
+    demo's minute), trained to its validation plateau as the demo is (at least 3 epochs, so
+    the signal lands inside m1's training), interrupted after m1's first epoch; it starts its
+    own private Ray."""
     from tests.cluster.upgrade.test_job import tiny_config
 
-    def trains_no_other_model(lines: list[str]) -> None:
+    command = [sys.executable, "jobs/upgrade.py", "--config", str(tiny_config(tmp)),
+               "training.epochs=200", "training.stop.rule=plateau",
+               "training.stop.patience=1", "training.stop.min_epochs=3"]  # fmt: skip
+
+    def the_rerun_resumes_m1(lines: list[str]) -> None:
         import pyarrow.fs as pafs
 
         from raycompat.cluster.train.task_run import read_record
 
         assert not [line for line in lines if "[2/2]" in line], lines
         # what the same command resumes from: m1's epochs so far, each recorded with its
-        # checkpoint before its line is printed (a rerun: test_train_ray.py's stopped run)
+        # checkpoint before its line is printed
         (step,) = (tmp / "runs").glob("toy-m1-*/step_1")
         kept = [entry["dir"] for entry in read_record(pafs.LocalFileSystem(), str(step))]
         assert kept and all(name.startswith("checkpoint_epoch") for name in kept), kept
         assert all((step / name).is_dir() for name in kept), kept
+        rerun = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                               env=user_env(), timeout=300)  # fmt: skip
+        assert rerun.returncode == 0, rerun.stderr
+        # m1 resumed from the last epoch it recorded (its number as the epoch lines count)
+        resumed = re.search(r"toy-m1-\S*/step_1: resumed after epoch (\d+) ", rerun.stderr)
+        assert resumed and int(resumed.group(1)) >= 1, rerun.stderr
+        after = int(resumed.group(1))
+        assert f"step_1 epoch {after + 1}/200" in rerun.stderr  # the next epoch, not 1/200
+        assert "step_1 epoch 1/200" not in rerun.stderr, rerun.stderr  # m1 not trained again
+        store = GalleryStore(str(tmp / "store"))
+        assert [v.version for v in store.versions("digits")] == ["v1"], rerun.stderr
+        assert [m.model_version for m in Catalog(store).models()] == ["m1"], rerun.stderr
 
-    command = [sys.executable, "jobs/upgrade.py", "--config", str(tiny_config(tmp)),
-               "training.epochs=200"]  # fmt: skip
     line = "upgrade.py: interrupted; rerunning the same command resumes"
-    return Stage(command, "(?=.*m1)(?=.*epoch 1/)", line, trains_no_other_model, ignored=True)
+    return Stage(command, "(?=.*m1)(?=.*epoch 1/)", line, the_rerun_resumes_m1, ignored=True)
 
 
 def extract_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
@@ -489,14 +505,21 @@ def backfill_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:
     shutil.copytree(root / "a", tmp, dirs_exist_ok=True)
     config = str(tiny_config(tmp))
 
-    def publishes_nothing(lines: list[str]) -> None:
-        versions = GalleryStore(str(tmp / "store")).versions("digits")
-        assert [v.version for v in versions] == ["v1"], lines  # m1's, not m2's backfill
-
     command = [sys.executable, "jobs/upgrade.py", "--config", config, "--address", address,
                "policy.on_incompatible=backfill"]  # fmt: skip
+
+    def the_rerun_backfills(lines: list[str]) -> None:
+        store = GalleryStore(str(tmp / "store"))
+        assert [v.version for v in store.versions("digits")] == ["v1"], lines  # not m2's v2
+        rerun = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                               env=user_env(), timeout=300)  # fmt: skip
+        assert rerun.returncode == 0, rerun.stderr
+        v1, v2 = store.versions("digits")  # m2's backfill published once, every row
+        assert (v2.version, v2.model_version, v2.rows) == ("v2", "m2", v1.rows), rerun.stderr
+        assert Catalog(store).grant_of("digits", "m2").gallery_version == "v2"
+
     line = "upgrade.py: interrupted; rerunning the same command resumes"
-    return Stage(command, r"m2: backfill \(", line, publishes_nothing)
+    return Stage(command, r"m2: backfill \(", line, the_rerun_backfills)
 
 
 def index_stage(tmp: Path, address: str, fixture: Fixture) -> Stage:

@@ -183,15 +183,16 @@ def prepare_model(
     )
 
 
-def resume(prepared: Prepared, where: str) -> dict:
+def resume(prepared: Prepared, name: str) -> dict:
     """The restored checkpoint's train state (``epoch``, ``global_step``, ``plateau``), or
-    ``{"epoch": -1, "global_step": 0}`` for a fresh run."""
+    ``{"epoch": -1, "global_step": 0}`` for a fresh run. A resume is logged as the epoch lines
+    name the run and count its epochs (from 1: state ``epoch`` 0 is ``epoch 1/N``)."""
     checkpoint = session.current().checkpoint()
     if checkpoint is None:
         return {"epoch": -1, "global_step": 0}
     with checkpoint.as_directory() as directory:
         state = prepared.load(os.path.join(directory, TRAIN_STATE))
-    log.info("%s: resumed after epoch %d", where, state["epoch"])
+    log.info("%s: resumed after epoch %d (its checkpoint)", name, state["epoch"] + 1)
     return state
 
 
@@ -219,7 +220,7 @@ def maybe_fail(cfg, index: int, epoch: int, batch: int, rank: int, marker) -> bo
 def train_worker(task: WorkerTask, prepared: Prepared, cfg, rank: int, marker) -> None:
     """Resume, then train, score, report and log every remaining epoch of ``task``, until its
     cap or (with a ``plateau`` rule) its validation plateau."""
-    state = resume(prepared, task.where or task.name)
+    state = resume(prepared, task.name)
     first = state["epoch"] + 1
     if task.plateau is not None:
         task.plateau.restore(state.get("plateau"))
