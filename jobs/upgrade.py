@@ -10,9 +10,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raycompat.cli.jobs.upgrade import main, run  # noqa: E402
+from raycompat.cli.interpreter import job_module  # noqa: E402
+
+job = job_module("upgrade")  # a Python without raycompat's requirements: one line, exit 2
+main = job.main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    run()
+    job.run()

@@ -72,7 +72,8 @@ def run_main(
     (a training run stopped by a non-finite loss, gradient or feature: epoch, step and term) is
     one line, exit 1; Ctrl-C is one line, ``<prog>: interrupted; <resumes>`` (``resumes``: what
     rerunning the job does, e.g. resume from what it stored), exit 130. Any other exception
-    keeps its traceback.
+    keeps its traceback, except a requirement this Python cannot import (the job run by
+    another Python than the venv's: ``raycompat/cli/interpreter.py``): one line, exit 2.
 
     ``--debug`` is taken out of ``argv`` (the jobs' parsers do not know it) and, like
     ``RAYCOMPAT_DEBUG=1``, lets the error raise with its traceback. Under ``ray job submit``
@@ -140,6 +141,14 @@ def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resum
             message = f"{config}: {message}"
         print(error_line(prog, message), file=sys.stderr)
         raise SystemExit(status) from None
+    except ModuleNotFoundError as error:  # a Python without Ray, torch...: which, and the fix
+        from raycompat.cli.interpreter import missing_requirement
+
+        message = None if debug else missing_requirement(error)
+        if message is None:
+            raise
+        print(error_line(prog, message), file=sys.stderr)
+        raise SystemExit(2) from None
     except KeyboardInterrupt:
         if debug:
             raise
