@@ -12,9 +12,9 @@ else does.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
+from importlib import import_module
 from types import ModuleType
 
 FIX = (
@@ -37,7 +37,7 @@ def job_module(name: str) -> ModuleType:
     """``raycompat.cli.jobs.<name>``, imported for ``jobs/<name>.py``; where this Python lacks
     a requirement, ``<prog>: error: <why and what to do>`` on stderr and exit status 2."""
     try:
-        return importlib.import_module(f"raycompat.cli.jobs.{name}")
+        return import_module(f"raycompat.cli.jobs.{name}")
     except ModuleNotFoundError as error:
         message = missing_requirement(error)
         if message is None:
