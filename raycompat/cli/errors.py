@@ -142,13 +142,11 @@ def _run_main(main: Callable[[list[str]], object], argv: list[str] | None, resum
         print(error_line(prog, message), file=sys.stderr)
         raise SystemExit(status) from None
     except ModuleNotFoundError as error:  # a Python without Ray, torch...: which, and the fix
-        from raycompat.cli.interpreter import missing_requirement
+        from raycompat.cli.interpreter import exit_if_missing
 
-        message = None if debug else missing_requirement(error)
-        if message is None:
-            raise
-        print(error_line(prog, message), file=sys.stderr)
-        raise SystemExit(2) from None
+        if not debug:
+            exit_if_missing(error, prog)
+        raise
     except KeyboardInterrupt:
         if debug:
             raise

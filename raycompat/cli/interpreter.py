@@ -33,15 +33,21 @@ def missing_requirement(error: ModuleNotFoundError) -> str | None:
     return f"this Python ({sys.executable}) cannot import {name}, which raycompat needs: {FIX}"
 
 
+def exit_if_missing(error: ModuleNotFoundError, prog: str) -> None:
+    """Where ``error`` is a requirement this Python lacks: ``<prog>: error: <why and what to
+    do>`` on stderr and exit status 2. Returns where it is raycompat's own (the caller
+    re-raises it: a bug keeps its traceback)."""
+    message = missing_requirement(error)
+    if message is not None:
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def job_module(name: str) -> ModuleType:
     """``raycompat.cli.jobs.<name>``, imported for ``jobs/<name>.py``; where this Python lacks
-    a requirement, ``<prog>: error: <why and what to do>`` on stderr and exit status 2."""
+    a requirement, one line and exit status 2 (:func:`exit_if_missing`)."""
     try:
         return import_module(f"raycompat.cli.jobs.{name}")
     except ModuleNotFoundError as error:
-        message = missing_requirement(error)
-        if message is None:
-            raise
-        prog = os.path.basename(sys.argv[0]) or f"{name}.py"
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2) from None
+        exit_if_missing(error, os.path.basename(sys.argv[0]) or f"{name}.py")
+        raise

@@ -56,7 +56,7 @@ def test_a_job_module_whose_imports_fail_is_one_line_and_exit_2(monkeypatch, cap
     with pytest.raises(SystemExit) as exit_:
         job_module("train")
     err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and err == [err[0]], err
+    assert exit_.value.code == 2 and len(err) == 1, err
     assert err[0].startswith("train.py: error: this Python (") and "cannot import yaml" in err[0]
 
 
